@@ -1,0 +1,1 @@
+//! Text normalisation, tokenizer, prompt audio features, voices.

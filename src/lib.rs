@@ -1,0 +1,20 @@
+//! cosy: CosyVoice3 inference over ONNX Runtime.
+//!
+//! Modules mirror the pipeline: config → runtime (sessions, providers, engine cache) → model
+//! (the exported folder and its manifest) → frontend (text, audio features, voices) → llm → flow
+//! → hift → pipeline (streaming) → audio (wav, playback). The binary in `main.rs` is a thin CLI.
+
+pub mod audio;
+pub mod config;
+pub mod error;
+pub mod flow;
+pub mod frontend;
+pub mod hift;
+pub mod llm;
+pub mod model;
+pub mod npy;
+pub mod pipeline;
+pub mod rng;
+pub mod runtime;
+
+pub use error::{Error, Result};

@@ -1,0 +1,1 @@
+//! Sessions, execution providers and the TensorRT engine cache.
