@@ -269,44 +269,53 @@ class SourceModule(nn.Module):
         return torch.tanh(self.l_linear(sig)).transpose(1, 2)
 
 
-class DftConvs(nn.Module):
-    """STFT / iSTFT (periodic Hann, center=True, onesided) as fixed convolutions, for ONNX.
+def _dft_kernels(n_fft: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(forward kernel [n_fft+2, 1, n_fft], inverse kernel [n_fft+2, 1, n_fft], window^2 [1, 1, n_fft])
+    for a periodic Hann window (scipy `get_window('hann', n, fftbins=True)`), built in float64."""
+    bins = n_fft // 2 + 1
+    n = torch.arange(n_fft, dtype=torch.float64)
+    k = torch.arange(bins, dtype=torch.float64)[:, None]
+    window = 0.5 - 0.5 * torch.cos(2 * math.pi * n / n_fft)
+    ang = 2 * math.pi * k * n / n_fft                                    # [bins, n_fft]
+    fwd = torch.cat([torch.cos(ang), -torch.sin(ang)]) * window          # X_k = sum x w e^{-i..}
+    # irfft: x[n] = 1/N sum_k c_k (Re X_k cos - Im X_k sin), c_k = 1 at DC/Nyquist, else 2
+    ck = torch.full((bins, 1), 2.0, dtype=torch.float64)
+    ck[0] = ck[-1] = 1.0
+    inv = torch.cat([ck * torch.cos(ang), -ck * torch.sin(ang)]) / n_fft * window
+    return fwd[:, None, :].float(), inv[:, None, :].float(), (window ** 2)[None, None, :].float()
 
-    STFT: reflect pad n_fft/2, Conv1d with [cos; -sin] x window kernels, stride hop, giving
-    [real(n_fft/2+1), imag(n_fft/2+1)] channels. iSTFT: ConvTranspose1d with the inverse real-DFT x
-    window kernels (overlap-add), division by the overlap-added squared window, trim n_fft/2 on
-    each side, as torch.istft(center=True) does.
-    """
+
+class StftConv(nn.Module):
+    """torch.stft(center=True, reflect, onesided, periodic Hann) as a fixed convolution:
+    x [B, 1, L] -> [B, n_fft + 2, L/hop + 1] = [real bins; imag bins]."""
 
     def __init__(self, n_fft: int, hop: int) -> None:
         super().__init__()
         self.n_fft, self.hop = n_fft, hop
-        bins = n_fft // 2 + 1
-        n = torch.arange(n_fft, dtype=torch.float64)
-        k = torch.arange(bins, dtype=torch.float64)[:, None]
-        window = 0.5 - 0.5 * torch.cos(2 * math.pi * n / n_fft)         # scipy hann, fftbins=True
-        ang = 2 * math.pi * k * n / n_fft                                # [bins, n_fft]
-        fwd = torch.cat([torch.cos(ang), -torch.sin(ang)]) * window      # [2*bins, n_fft]
-        # irfft: x[n] = 1/N sum_k c_k (Re X_k cos - Im X_k sin), c_k = 1 at DC/Nyquist, else 2
-        ck = torch.full((bins, 1), 2.0, dtype=torch.float64)
-        ck[0] = ck[-1] = 1.0
-        inv = torch.cat([ck * torch.cos(ang), -ck * torch.sin(ang)]) / n_fft * window
-        self.register_buffer("stft_kernel", fwd[:, None, :].float(), persistent=False)
-        self.register_buffer("istft_kernel", inv[:, None, :].float(), persistent=False)
-        self.register_buffer("window_sq", (window ** 2)[None, None, :].float(), persistent=False)
+        self.register_buffer("kernel", _dft_kernels(n_fft)[0], persistent=False)
 
-    def stft(self, x: torch.Tensor) -> torch.Tensor:
-        """x [B, 1, L] -> [B, n_fft + 2, L/hop + 1]."""
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         pad = self.n_fft // 2
-        return F.conv1d(F.pad(x, (pad, pad), mode="reflect"), self.stft_kernel, stride=self.hop)
+        return F.conv1d(F.pad(x, (pad, pad), mode="reflect"), self.kernel, stride=self.hop)
 
-    def istft(self, real: torch.Tensor, imag: torch.Tensor) -> torch.Tensor:
-        """real, imag [B, n_fft/2+1, F] -> [B, hop*(F-1)]."""
-        y = F.conv_transpose1d(torch.cat([real, imag], dim=1), self.istft_kernel, stride=self.hop)
+
+class IstftConv(nn.Module):
+    """torch.istft(center=True, periodic Hann) as a fixed transposed convolution (overlap-add of
+    the windowed inverse real DFT), divided by the overlap-added squared window, trimmed n_fft/2
+    on each side: real, imag [B, n_fft/2+1, F] -> [B, hop*(F-1)]."""
+
+    def __init__(self, n_fft: int, hop: int) -> None:
+        super().__init__()
+        self.n_fft, self.hop = n_fft, hop
+        _, inv, window_sq = _dft_kernels(n_fft)
+        self.register_buffer("kernel", inv, persistent=False)
+        self.register_buffer("window_sq", window_sq, persistent=False)
+
+    def forward(self, real: torch.Tensor, imag: torch.Tensor) -> torch.Tensor:
+        y = F.conv_transpose1d(torch.cat([real, imag], dim=1), self.kernel, stride=self.hop)
         env = F.conv_transpose1d(torch.ones_like(real[:, :1, :]), self.window_sq, stride=self.hop)
         pad = self.n_fft // 2
-        y = y / env
-        return y[:, 0, pad:y.shape[2] - pad]
+        return (y / env)[:, 0, pad:-pad]
 
 
 # --------------------------------------------------------------------------------------------
@@ -322,7 +331,8 @@ class HiftGenerator(nn.Module):
         self.cfg = cfg
         base = cfg.base_channels
         spec_ch = cfg.n_fft + 2
-        self.f0_predictor = F0Predictor(cfg.f0_predictor)
+        # The f0 predictor lives in float64 (official: "precision is crucial for causal inference").
+        self.f0_predictor = F0Predictor(cfg.f0_predictor).to(torch.float64)
         self.m_source = SourceModule(cfg)
         self.conv_pre = nn.Conv1d(cfg.in_channels, base, cfg.conv_pre_look_right + 1)
         self.ups = nn.ModuleList(
@@ -344,7 +354,8 @@ class HiftGenerator(nn.Module):
             for i in range(len(cfg.upsample_rates))
             for k, d in zip(cfg.resblock_kernel_sizes, cfg.resblock_dilation_sizes))
         self.conv_post = nn.Conv1d(base // 2 ** len(cfg.upsample_rates), spec_ch, 7)
-        self.dft = DftConvs(cfg.n_fft, cfg.hop)
+        self.stft_conv = StftConv(cfg.n_fft, cfg.hop)
+        self.istft_conv = IstftConv(cfg.n_fft, cfg.hop)
         window = torch.from_numpy(0.5 - 0.5 * np.cos(2 * np.pi * np.arange(cfg.n_fft) / cfg.n_fft))
         self.register_buffer("stft_window", window.float(), persistent=False)
 
@@ -359,7 +370,7 @@ class HiftGenerator(nn.Module):
     # -- decode -------------------------------------------------------------------------------
     def _stft(self, s: torch.Tensor, dft: DftMode) -> torch.Tensor:
         if dft == "conv":
-            return self.dft.stft(s)
+            return self.stft_conv(s)
         spec = torch.stft(s[:, 0], self.cfg.n_fft, self.cfg.hop, self.cfg.n_fft, window=self.stft_window,
                           center=True, pad_mode="reflect", return_complex=True)
         spec = torch.view_as_real(spec)
@@ -369,7 +380,7 @@ class HiftGenerator(nn.Module):
         mag = torch.clip(mag, max=MAG_CLIP)
         real, imag = mag * torch.cos(phase), mag * torch.sin(phase)
         if dft == "conv":
-            return self.dft.istft(real, imag)
+            return self.istft_conv(real, imag)
         return torch.istft(torch.complex(real, imag), self.cfg.n_fft, self.cfg.hop, self.cfg.n_fft,
                            window=self.stft_window, center=True)
 
@@ -453,3 +464,130 @@ def sine_noise(offset: int, rows: int) -> torch.Tensor:
         torch.rand(step, generator=gen)
         remaining -= step
     return torch.rand(1, rows, SINE_NOISE_WIDTH, generator=gen)
+
+
+# --------------------------------------------------------------------------------------------
+# loading
+
+
+def load_hift(path: Path | str, cfg: HiftConfig) -> HiftGenerator:
+    """Build the generator from `cfg` and load `hift.pt` (a model directory or the file itself)
+    strictly. Weight norm is folded (both key conventions); the f0 predictor's g and v are
+    promoted to float64 before folding, as the official code folds them after `.to(float64)`."""
+    from .checkpoint import fold_weight_norm, load_state_dict, match_state_dict, strip_prefix
+
+    file = Path(path)
+    if file.is_dir():
+        file = file / "hift.pt"
+    raw = strip_prefix(load_state_dict(file), "generator.")
+    raw = {k: (v.to(torch.float64) if k.startswith("f0_predictor.") else v) for k, v in raw.items()}
+    model = HiftGenerator(cfg)
+    match_state_dict(model, fold_weight_norm(raw, file), file)
+    return model.eval()
+
+
+# --------------------------------------------------------------------------------------------
+# ONNX export
+
+
+class HiftDecodeGraph(nn.Module):
+    """`hift_decode` graph: (mel, source) -> waveform, DFTs as convolutions."""
+
+    def __init__(self, model: HiftGenerator) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, mel: torch.Tensor, source: torch.Tensor) -> torch.Tensor:
+        return self.model.decode(mel, source, dft="conv")
+
+
+def _file_entry(path: Path) -> dict[str, Any]:
+    import hashlib
+
+    data = path.read_bytes()
+    return {"file": path.name, "sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data), "data": None}
+
+
+def export_hift_decode(model: HiftGenerator, out_path: Path | str, opset: int = 17,
+                       opt_frames: int = 200, max_frames: int = 3000) -> dict[str, Any]:
+    """Export the `hift_decode` graph (docs/model-format.md) to `out_path` (fp32) and return its
+    manifest GRAPH entry with the fp32 variant filled in. `opt_frames`/`max_frames` only shape the
+    suggested TensorRT profile (frames = mel columns - 4)."""
+    import onnx
+
+    out_path = Path(out_path)
+    cfg = model.cfg
+    look, spf = cfg.conv_pre_look_right, cfg.samples_per_frame
+    example_frames = 12
+    mel = torch.randn(1, cfg.in_channels, example_frames + look)
+    source = torch.rand(1, 1, spf * (example_frames + look)) - 0.5
+    graph = HiftDecodeGraph(model).eval()
+    with torch.no_grad():
+        torch.onnx.export(
+            graph, (mel, source), str(out_path), dynamo=False, opset_version=opset,
+            input_names=["mel", "source"], output_names=["waveform"],
+            dynamic_axes={"mel": {2: "mel_frames"}, "source": {2: "source_samples"},
+                          "waveform": {1: "samples"}},
+            do_constant_folding=True)
+    onnx.checker.check_model(onnx.load(str(out_path)))
+
+    def profile(frames: int, source_frames: int) -> tuple[list[int], list[int]]:
+        return [1, cfg.in_channels, frames + look], [1, 1, spf * source_frames]
+
+    lo, opt, hi = profile(1, 1), profile(opt_frames, opt_frames + look), profile(max_frames, max_frames + look)
+    return {
+        "inputs": [
+            {"name": "mel", "dtype": "float32", "shape": [1, cfg.in_channels, "mel_frames"]},
+            {"name": "source", "dtype": "float32", "shape": [1, 1, "source_samples"]},
+        ],
+        "outputs": [{"name": "waveform", "dtype": "float32", "shape": [1, "samples"]}],
+        "variants": {"fp32": _file_entry(out_path)},
+        "trt_profile": {
+            "mel": {"min": lo[0], "opt": opt[0], "max": hi[0]},
+            "source": {"min": lo[1], "opt": opt[1], "max": hi[1]},
+        },
+    }
+
+
+# Graph scopes kept in float32 by the fp16 variant: the fixed STFT/iSTFT convolutions (reflect
+# pad, DFT kernels, overlap-add and the window-envelope division).
+FP16_FP32_SCOPES = ("/stft_conv/", "/istft_conv/")
+
+
+def make_hift_decode_fp16(fp32_path: Path | str, out_path: Path | str) -> dict[str, Any]:
+    """Write the fp16 variant of `hift_decode` (fp32 I/O, onnxconverter-common) and return its
+    manifest variant entry. The conv stack, Snake, exp and sin run in fp16 (keeping exp/sin in
+    fp32 measured no better); the STFT/iSTFT scopes stay fp32. On the tiny model the waveform moves
+    by about 0.014 max-abs and 0.0065 mean |delta log-mel| (compare.py tolerances: 0.05 / 0.025)."""
+    import onnx
+    from onnxconverter_common import float16
+
+    fp32 = onnx.load(str(fp32_path))
+    keep = [n.name for n in fp32.graph.node if any(scope in n.name for scope in FP16_FP32_SCOPES)]
+    if not keep:
+        raise ValueError(f"{fp32_path}: no STFT/iSTFT nodes found (scopes {FP16_FP32_SCOPES})")
+    fp16 = float16.convert_float_to_float16(fp32, keep_io_types=True, node_block_list=keep)
+    onnx.checker.check_model(fp16)
+    onnx.save(fp16, str(out_path))
+    return _file_entry(Path(out_path))
+
+
+# --------------------------------------------------------------------------------------------
+# side.safetensors
+
+
+def hift_side_tensors(model: HiftGenerator) -> dict[str, np.ndarray]:
+    """Weights the runtime uses natively (docs/model-format.md, side.safetensors): the f0
+    predictor in float64 (weight norm folded in float64) and the source's l_linear in float32."""
+    out: dict[str, np.ndarray] = {}
+    for i in range(0, len(model.f0_predictor.condnet), 2):
+        conv = model.f0_predictor.condnet[i]
+        out[f"hift.f0.condnet.{i}.weight"] = conv.weight.detach().to(torch.float64).numpy().copy()
+        out[f"hift.f0.condnet.{i}.bias"] = conv.bias.detach().to(torch.float64).numpy().copy()
+    cls = model.f0_predictor.classifier
+    out["hift.f0.classifier.weight"] = cls.weight.detach().to(torch.float64).numpy().copy()
+    out["hift.f0.classifier.bias"] = cls.bias.detach().to(torch.float64).numpy().copy()
+    lin = model.m_source.l_linear
+    out["hift.source.l_linear.weight"] = lin.weight.detach().to(torch.float32).numpy().copy()
+    out["hift.source.l_linear.bias"] = lin.bias.detach().to(torch.float32).numpy().copy()
+    return out
