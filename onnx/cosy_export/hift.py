@@ -483,7 +483,7 @@ def load_hift(path: Path | str, cfg: HiftConfig) -> HiftGenerator:
     raw = {k: (v.to(torch.float64) if k.startswith("f0_predictor.") else v) for k, v in raw.items()}
     model = HiftGenerator(cfg)
     match_state_dict(model, fold_weight_norm(raw, file), file)
-    return model.eval()
+    return model.eval().requires_grad_(False)
 
 
 # --------------------------------------------------------------------------------------------
