@@ -35,7 +35,7 @@ SINE_NOISE_WIDTH = 9
 SINE_NOISE_ROWS = 300 * 24000
 # Right context of the f0 predictor's first conv (k=4, causal_type='right').
 F0_LOOK_RIGHT = 3
-# Official CausalConv1dDownSample / iSTFT constants.
+# iSTFT magnitude clip and Snake's division guard, as in the official code.
 MAG_CLIP = 1e2
 SNAKE_EPS = 1e-9
 FINAL_LRELU_SLOPE = 0.01  # F.leaky_relu default, used after the last stage
@@ -457,6 +457,8 @@ def sine_noise(offset: int, rows: int) -> torch.Tensor:
 
     torch's CPU float32 `rand` consumes one mt19937 output per element, so drawing `offset`
     values and then rows*9 values continues the same stream as the official construction."""
+    if not 0 < rows <= SINE_NOISE_ROWS:
+        raise ValueError(f"sine noise rows must be in 1..{SINE_NOISE_ROWS}, got {rows}")
     gen = torch.Generator().manual_seed(0)
     remaining = offset
     while remaining:
