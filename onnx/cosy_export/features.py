@@ -109,7 +109,7 @@ def _frames(signal: np.ndarray, frame_length: int, hop: int) -> np.ndarray:
     return np.lib.stride_tricks.sliding_window_view(signal, frame_length)[::hop]
 
 
-def _stft_power_like(frames: np.ndarray, window: np.ndarray, n_fft: int) -> np.ndarray:
+def _rfft_frames(frames: np.ndarray, window: np.ndarray, n_fft: int) -> np.ndarray:
     """Complex one-sided spectrum [n, n_fft//2 + 1] of windowed frames (zero-padded to n_fft)."""
     return np.fft.rfft(frames * window[None, :], n=n_fft, axis=1)
 
@@ -174,7 +174,7 @@ def whisper_log_mel(wav16k: np.ndarray, n_mels: int = 128) -> np.ndarray:
     if x.shape[0] <= WHISPER_N_FFT // 2:
         raise ValueError("audio too short for whisper's reflect padding")
     padded = np.pad(x, (WHISPER_N_FFT // 2, WHISPER_N_FFT // 2), mode="reflect")
-    spec = _stft_power_like(_frames(padded, WHISPER_N_FFT, WHISPER_HOP), hann_window(WHISPER_N_FFT), WHISPER_N_FFT)
+    spec = _rfft_frames(_frames(padded, WHISPER_N_FFT, WHISPER_HOP), hann_window(WHISPER_N_FFT), WHISPER_N_FFT)
     power = (spec.real**2 + spec.imag**2)[:-1]  # whisper drops the last frame
     filters = slaney_mel_filterbank(TOKENIZER_SAMPLE_RATE, WHISPER_N_FFT, n_mels).astype(np.float64)
     mel = filters @ power.T  # [n_mels, T]
@@ -245,7 +245,7 @@ def kaldi_fbank(wav16k: np.ndarray, num_mel_bins: int = 80, sample_rate: int = T
     frames -= frames.mean(axis=1, keepdims=True)  # remove_dc_offset
     previous = np.concatenate([frames[:, :1], frames[:, :-1]], axis=1)  # replicate-pad the first sample
     frames = frames - KALDI_PREEMPHASIS * previous
-    spec = _stft_power_like(frames, povey_window(KALDI_FRAME_LENGTH), KALDI_PADDED_LENGTH)
+    spec = _rfft_frames(frames, povey_window(KALDI_FRAME_LENGTH), KALDI_PADDED_LENGTH)
     power = spec.real**2 + spec.imag**2
     banks = kaldi_mel_banks(num_mel_bins, KALDI_PADDED_LENGTH, float(sample_rate))
     mel = power @ banks.T
@@ -274,7 +274,7 @@ def matcha_mel(wav24k: np.ndarray, sample_rate: int = FLOW_SAMPLE_RATE, n_mels: 
     if x.shape[0] <= pad:
         raise ValueError(f"need more than {pad} samples for the reflect padding, got {x.shape[0]}")
     padded = np.pad(x, (pad, pad), mode="reflect")
-    spec = _stft_power_like(_frames(padded, MEL_N_FFT, MEL_HOP), hann_window(MEL_N_FFT), MEL_N_FFT)
+    spec = _rfft_frames(_frames(padded, MEL_N_FFT, MEL_HOP), hann_window(MEL_N_FFT), MEL_N_FFT)
     magnitude = np.sqrt(spec.real**2 + spec.imag**2 + 1e-9)
     basis = slaney_mel_filterbank(sample_rate, MEL_N_FFT, n_mels, 0.0, None).astype(np.float64)
     mel = basis @ magnitude.T

@@ -218,15 +218,16 @@ def _draw_state_dict(specs: list[ParamSpec], gen: torch.Generator) -> dict[str, 
     """Draw every tensor in key order from ``gen``; g and tied entries are derived afterwards."""
     sd: dict[str, torch.Tensor] = {}
     for name, shape, kind in specs:
+        # In-place scaling keeps one copy of each (possibly 0.5 GB) tensor in memory.
         if kind == MATRIX:
             fan_in = math.prod(shape[1:])
-            sd[name] = torch.randn(shape, generator=gen) * (1.0 / math.sqrt(fan_in))
+            sd[name] = torch.randn(shape, generator=gen).mul_(1.0 / math.sqrt(fan_in))
         elif kind == EMBEDDING:
             sd[name] = torch.randn(shape, generator=gen)
         elif kind == BIAS:
-            sd[name] = torch.randn(shape, generator=gen) * 0.02
+            sd[name] = torch.randn(shape, generator=gen).mul_(0.02)
         elif kind == SCALE:
-            sd[name] = 1.0 + torch.randn(shape, generator=gen) * 0.1
+            sd[name] = torch.randn(shape, generator=gen).mul_(0.1).add_(1.0)
         elif kind == INV_FREQ:
             (half,) = shape
             sd[name] = 1.0 / (10000.0 ** (torch.arange(0, 2 * half, 2).float() / (2 * half)))
