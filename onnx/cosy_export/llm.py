@@ -1,0 +1,339 @@
+"""The CosyVoice3 LLM as our own PyTorch module (Qwen2 backbone + speech embedding/head) and its
+ONNX export (docs/model-format.md, graph `llm`).
+
+Facts from cosyvoice3.md §2.2, §4.1-4.2, Appendix C:
+* Qwen2 decoder layers: RMSNorm -> GQA attention (q/k/v with bias, o_proj without) with RoPE
+  (HF `rotate_half`: the two halves of each head are paired) -> residual -> RMSNorm -> SiLU-gated MLP.
+* The head is `llm_decoder` (no bias) over the final-normed hidden state of the last position.
+* sos and task_id are rows 6561 and 6563 of `speech_embedding`; text goes through Qwen's
+  `embed_tokens`.
+
+Module names mirror `llm.pt` exactly (`llm.model.model.layers.N...`), so the file loads strictly;
+the tied, unused `llm.model.lm_head.weight` is accepted and ignored.
+"""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from .checkpoint import check_dims, load_state_dict, match_state_dict, tensor_shape
+from .yamlcfg import LlmConfig, load_model_config
+
+LM_HEAD_KEY = "llm.model.lm_head.weight"
+KvCache = list[tuple[Tensor, Tensor]]
+
+
+class RmsNorm(nn.Module):
+    """Qwen2 RMSNorm: x / sqrt(mean(x²) + eps) in float32, times a learned scale."""
+
+    def __init__(self, dim: int, eps: float) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
+
+    def forward(self, x: Tensor) -> Tensor:
+        dtype = x.dtype
+        h = x.float()
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * h.to(dtype)
+
+
+def _rotate_half(x: Tensor) -> Tensor:
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+class QwenAttention(nn.Module):
+    def __init__(self, cfg: LlmConfig) -> None:
+        super().__init__()
+        self.num_heads = cfg.num_heads
+        self.num_kv_heads = cfg.num_kv_heads
+        self.head_dim = cfg.head_dim
+        self.q_proj = nn.Linear(cfg.hidden_size, cfg.num_heads * cfg.head_dim, bias=True)
+        self.k_proj = nn.Linear(cfg.hidden_size, cfg.num_kv_heads * cfg.head_dim, bias=True)
+        self.v_proj = nn.Linear(cfg.hidden_size, cfg.num_kv_heads * cfg.head_dim, bias=True)
+        self.o_proj = nn.Linear(cfg.num_heads * cfg.head_dim, cfg.hidden_size, bias=False)
+
+    def forward(
+        self, x: Tensor, cos: Tensor, sin: Tensor, allowed: Tensor, past_k: Tensor, past_v: Tensor
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        b, s, _ = x.shape
+        q = self.q_proj(x).view(b, s, self.num_heads, self.head_dim).transpose(1, 2)
+        k = self.k_proj(x).view(b, s, self.num_kv_heads, self.head_dim).transpose(1, 2)
+        v = self.v_proj(x).view(b, s, self.num_kv_heads, self.head_dim).transpose(1, 2)
+        q = q * cos + _rotate_half(q) * sin
+        k = k * cos + _rotate_half(k) * sin
+        k_all = torch.cat([past_k, k], dim=2)
+        v_all = torch.cat([past_v, v], dim=2)
+        # GQA: query head h reads kv head h // groups (HF repeat_kv = repeat_interleave on heads)
+        groups = self.num_heads // self.num_kv_heads
+        k_rep = k_all.repeat_interleave(groups, dim=1)
+        v_rep = v_all.repeat_interleave(groups, dim=1)
+        scores = torch.matmul(q, k_rep.transpose(2, 3)) * (self.head_dim**-0.5)
+        scores = scores.masked_fill(~allowed, float("-inf"))
+        probs = torch.softmax(scores.float(), dim=-1).to(q.dtype)
+        out = torch.matmul(probs, v_rep).transpose(1, 2).reshape(b, s, self.num_heads * self.head_dim)
+        return self.o_proj(out), k_all, v_all
+
+
+class QwenMlp(nn.Module):
+    def __init__(self, cfg: LlmConfig) -> None:
+        super().__init__()
+        self.gate_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
+        self.up_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
+        self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class QwenLayer(nn.Module):
+    def __init__(self, cfg: LlmConfig) -> None:
+        super().__init__()
+        self.self_attn = QwenAttention(cfg)
+        self.mlp = QwenMlp(cfg)
+        self.input_layernorm = RmsNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.post_attention_layernorm = RmsNorm(cfg.hidden_size, cfg.rms_norm_eps)
+
+    def forward(
+        self, x: Tensor, cos: Tensor, sin: Tensor, allowed: Tensor, past_k: Tensor, past_v: Tensor
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        attn, k, v = self.self_attn(self.input_layernorm(x), cos, sin, allowed, past_k, past_v)
+        x = x + attn
+        x = x + self.mlp(self.post_attention_layernorm(x))
+        return x, k, v
+
+
+class QwenBackbone(nn.Module):
+    """`Qwen2Model`: embed_tokens, layers, final norm (keys under `llm.model.model.`)."""
+
+    def __init__(self, cfg: LlmConfig) -> None:
+        super().__init__()
+        self.embed_tokens = nn.Embedding(cfg.text_vocab_size, cfg.hidden_size)
+        self.layers = nn.ModuleList(QwenLayer(cfg) for _ in range(cfg.num_layers))
+        self.norm = RmsNorm(cfg.hidden_size, cfg.rms_norm_eps)
+
+
+class _QwenCausalLm(nn.Module):
+    """Stands for HF `Qwen2ForCausalLM` (`.model`); its tied lm_head is never used."""
+
+    def __init__(self, cfg: LlmConfig) -> None:
+        super().__init__()
+        self.model = QwenBackbone(cfg)
+
+
+class _QwenEncoder(nn.Module):
+    """Stands for the official `Qwen2Encoder` wrapper (`.model`)."""
+
+    def __init__(self, cfg: LlmConfig) -> None:
+        super().__init__()
+        self.model = _QwenCausalLm(cfg)
+
+
+class CosyLlm(nn.Module):
+    """CosyVoice3LM for inference: backbone + `speech_embedding` + `llm_decoder`."""
+
+    def __init__(self, cfg: LlmConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.llm = _QwenEncoder(cfg)
+        self.speech_embedding = nn.Embedding(cfg.speech_vocab_size, cfg.hidden_size)
+        self.llm_decoder = nn.Linear(cfg.hidden_size, cfg.speech_vocab_size, bias=False)
+        inv_freq = 1.0 / (
+            cfg.rope_theta ** (torch.arange(0, cfg.head_dim, 2, dtype=torch.int64).float() / cfg.head_dim)
+        )
+        self.register_buffer("rope_inv_freq", inv_freq, persistent=False)
+
+    @property
+    def backbone(self) -> QwenBackbone:
+        return self.llm.model.model
+
+    def empty_cache(self, dtype: torch.dtype = torch.float32) -> KvCache:
+        shape = (1, self.cfg.num_kv_heads, 0, self.cfg.head_dim)
+        return [(torch.zeros(shape, dtype=dtype), torch.zeros(shape, dtype=dtype)) for _ in range(self.cfg.num_layers)]
+
+    def forward_step(self, inputs_embeds: Tensor, past_kv: KvCache) -> tuple[Tensor, KvCache]:
+        """One prefill or decode step. inputs_embeds [1, seq, hidden]; past_kv per layer
+        ([1, kv_heads, past, head_dim] ×2). Returns logits of the last position [1, vocab] and the
+        grown cache. Positions are past..past+seq-1; causal over new positions, full over the past."""
+        seq = inputs_embeds.shape[1]
+        past = past_kv[0][0].shape[2]
+        pos = torch.arange(seq, dtype=torch.int64) + past
+        q_pos = pos.unsqueeze(1)
+        k_pos = torch.arange(seq + past, dtype=torch.int64).unsqueeze(0)
+        allowed = k_pos <= q_pos  # [seq, past+seq]
+        freqs = pos.to(torch.float32).unsqueeze(1) * self.rope_inv_freq.unsqueeze(0)
+        angles = torch.cat([freqs, freqs], dim=-1)
+        cos = angles.cos().to(inputs_embeds.dtype)
+        sin = angles.sin().to(inputs_embeds.dtype)
+        h = inputs_embeds
+        present: KvCache = []
+        for layer, (pk, pv) in zip(self.backbone.layers, past_kv):
+            h, k, v = layer(h, cos, sin, allowed, pk, pv)
+            present.append((k, v))
+        last = self.backbone.norm(h[:, -1, :])
+        return self.llm_decoder(last), present
+
+    def build_lm_input(self, text_tokens: Tensor, prompt_speech_tokens: Tensor) -> Tensor:
+        """§4.1: [sos] ++ embed_tokens(text) ++ [task_id] ++ speech_embedding(prompt speech).
+        `text_tokens` = prompt text ++ tts text (1-D or [1, n]); returns [1, L, hidden]."""
+        text = text_tokens.reshape(-1).to(torch.int64)
+        speech = prompt_speech_tokens.reshape(-1).to(torch.int64)
+        table = self.speech_embedding.weight
+        parts = [
+            table[self.cfg.sos].reshape(1, -1),
+            self.backbone.embed_tokens(text),
+            table[self.cfg.task_id].reshape(1, -1),
+            self.speech_embedding(speech),
+        ]
+        return torch.cat(parts, dim=0).unsqueeze(0)
+
+
+def build_lm_input(llm: CosyLlm, text_tokens: Tensor, prompt_speech_tokens: Tensor) -> Tensor:
+    return llm.build_lm_input(text_tokens, prompt_speech_tokens)
+
+
+@torch.no_grad()
+def greedy_decode(llm: CosyLlm, lm_input: Tensor, n_tts_text_tokens: int) -> list[int]:
+    """Reference greedy decode with the official length rules and `ignore_eos` quirk (§4.2):
+    argmax of log_softmax; id 6561 masked while i < min_len; stop on any id in [6561, 6761)."""
+    cfg = llm.cfg
+    min_len = int(n_tts_text_tokens * 2)
+    max_len = int(n_tts_text_tokens * 20)
+    cache = llm.empty_cache()
+    x = lm_input
+    out: list[int] = []
+    for i in range(max_len):
+        logits, cache = llm.forward_step(x, cache)
+        logp = logits[0].log_softmax(dim=-1)
+        if i < min_len:
+            logp[cfg.speech_token_size] = float("-inf")
+        top = int(logp.argmax())
+        if cfg.speech_token_size <= top < cfg.speech_vocab_size:
+            break
+        out.append(top)
+        x = llm.speech_embedding.weight[top].reshape(1, 1, -1)
+    return out
+
+
+def check_llm_dims(cfg: LlmConfig, sd: dict[str, Tensor], file: Path | str) -> None:
+    """The yaml/config.json numbers must agree with llm.pt before strict loading."""
+    emb = tensor_shape(sd, "llm.model.model.embed_tokens.weight", file)
+    check_dims("hidden_size", cfg.hidden_size, emb[1], file)
+    check_dims("text vocab_size", cfg.text_vocab_size, emb[0], file)
+    n_layers = 1 + max(
+        (int(k.split(".")[4]) for k in sd if k.startswith("llm.model.model.layers.")), default=-1
+    )
+    check_dims("num_hidden_layers", cfg.num_layers, n_layers, file)
+    kv = tensor_shape(sd, "llm.model.model.layers.0.self_attn.k_proj.weight", file)
+    check_dims("num_key_value_heads * head_dim", cfg.num_kv_heads * cfg.head_dim, kv[0], file)
+    q = tensor_shape(sd, "llm.model.model.layers.0.self_attn.q_proj.weight", file)
+    check_dims("num_attention_heads * head_dim", cfg.num_heads * cfg.head_dim, q[0], file)
+    up = tensor_shape(sd, "llm.model.model.layers.0.mlp.up_proj.weight", file)
+    check_dims("intermediate_size", cfg.intermediate_size, up[0], file)
+    dec = tensor_shape(sd, "llm_decoder.weight", file)
+    check_dims("speech vocab (speech_token_size + 200)", cfg.speech_vocab_size, dec[0], file)
+
+
+def load_llm(model_dir: Path | str, cfg: LlmConfig | None = None) -> CosyLlm:
+    """Build CosyLlm from `<model_dir>` (yaml + BlankEN config) and load `llm.pt` strictly."""
+    model_dir = Path(model_dir)
+    cfg = cfg or load_model_config(model_dir).llm
+    path = model_dir / "llm.pt"
+    sd = load_state_dict(path)
+    check_llm_dims(cfg, sd, path)
+    model = CosyLlm(cfg)
+    match_state_dict(model, sd, path, unused=[LM_HEAD_KEY])
+    return model.eval().requires_grad_(False)
+
+
+# ----------------------------------------------------------------------------------------------
+# ONNX
+# ----------------------------------------------------------------------------------------------
+
+
+class _LlmOnnxWrapper(nn.Module):
+    """Flat positional I/O for torch.onnx: inputs_embeds, then (key, value) per layer."""
+
+    def __init__(self, llm: CosyLlm) -> None:
+        super().__init__()
+        self.llm = llm
+
+    def forward(self, inputs_embeds: Tensor, *past: Tensor) -> tuple[Tensor, ...]:
+        cache = [(past[2 * i], past[2 * i + 1]) for i in range(len(past) // 2)]
+        logits, present = self.llm.forward_step(inputs_embeds, cache)
+        flat: list[Tensor] = [logits]
+        for k, v in present:
+            flat.extend((k, v))
+        return tuple(flat)
+
+
+def llm_io_names(num_layers: int) -> tuple[list[str], list[str]]:
+    inputs = ["inputs_embeds"]
+    outputs = ["logits"]
+    for i in range(num_layers):
+        inputs += [f"past_key_values.{i}.key", f"past_key_values.{i}.value"]
+        outputs += [f"present.{i}.key", f"present.{i}.value"]
+    return inputs, outputs
+
+
+def llm_graph_entry(cfg: LlmConfig, max_seq: int = 4096) -> dict[str, Any]:
+    """The manifest GRAPH entry (without `variants`) for the `llm` graph."""
+    kv = lambda name, past: {"name": name, "dtype": "float32", "shape": [1, cfg.num_kv_heads, past, cfg.head_dim]}  # noqa: E731
+    inputs: list[dict[str, Any]] = [{"name": "inputs_embeds", "dtype": "float32", "shape": [1, "seq", cfg.hidden_size]}]
+    outputs: list[dict[str, Any]] = [{"name": "logits", "dtype": "float32", "shape": [1, cfg.speech_vocab_size]}]
+    profile: dict[str, Any] = {
+        "inputs_embeds": {"min": [1, 1, cfg.hidden_size], "opt": [1, 1, cfg.hidden_size], "max": [1, 512, cfg.hidden_size]}
+    }
+    in_names, out_names = llm_io_names(cfg.num_layers)
+    for name in in_names[1:]:
+        inputs.append(kv(name, "past"))
+        profile[name] = {
+            "min": [1, cfg.num_kv_heads, 0, cfg.head_dim],
+            "opt": [1, cfg.num_kv_heads, 512, cfg.head_dim],
+            "max": [1, cfg.num_kv_heads, max_seq, cfg.head_dim],
+        }
+    for name in out_names[1:]:
+        outputs.append(kv(name, "past_plus_seq"))
+    return {"inputs": inputs, "outputs": outputs, "trt_profile": profile}
+
+
+@torch.no_grad()
+def export_llm(model: CosyLlm, out_path: Path | str, opset: int = 17) -> dict[str, Any]:
+    """Export the `llm` graph (fp32) to `out_path`; returns its manifest GRAPH entry (no variants)."""
+    out_path = Path(out_path)
+    cfg = model.cfg
+    model = model.eval()
+    in_names, out_names = llm_io_names(cfg.num_layers)
+    # trace with past > 0 and seq > 1 so neither length is specialised into the graph
+    seq, past = 3, 2
+    gen = torch.Generator().manual_seed(0)  # keep the global RNG untouched
+    embeds = torch.randn(1, seq, cfg.hidden_size, generator=gen)
+    pasts: list[Tensor] = []
+    for _ in range(cfg.num_layers):
+        pasts += [torch.randn(1, cfg.num_kv_heads, past, cfg.head_dim, generator=gen) for _ in range(2)]
+    dynamic: dict[str, dict[int, str]] = {"inputs_embeds": {1: "seq"}}
+    for name in in_names[1:]:
+        dynamic[name] = {2: "past"}
+    for name in out_names[1:]:
+        dynamic[name] = {2: "past_plus_seq"}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # the TorchScript exporter is what we want
+        torch.onnx.export(
+            _LlmOnnxWrapper(model),
+            (embeds, *pasts),
+            str(out_path),
+            input_names=in_names,
+            output_names=out_names,
+            dynamic_axes=dynamic,
+            opset_version=opset,
+            do_constant_folding=True,
+            dynamo=False,
+        )
+    return llm_graph_entry(cfg)

@@ -1,0 +1,145 @@
+"""LLM: golden greedy tokens with our own Qwen2, and the ONNX graph against the torch module."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+import torch
+
+from cosy_export.checkpoint import CheckpointError
+from cosy_export.llm import CosyLlm, export_llm, greedy_decode, llm_io_names, load_llm
+
+CASES = ["en", "zh", "num", "p16k"]
+
+
+@pytest.fixture(scope="module")
+def llm(tiny_official: Path) -> CosyLlm:
+    torch.set_num_threads(1)
+    return load_llm(tiny_official)
+
+
+def _case(golden: Path, case: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    d = golden / case
+    return (
+        np.load(d / "prompt_text_token.npy"),
+        np.load(d / "text_token.npy"),
+        np.load(d / "prompt_speech_token.npy"),
+        np.load(d / "llm_token_raw.npy")[0],
+    )
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_greedy_matches_golden(llm: CosyLlm, golden: Path, case: str) -> None:
+    prompt_text, text, prompt_speech, expected = _case(golden, case)
+    lm_input = llm.build_lm_input(torch.from_numpy(np.concatenate([prompt_text, text], 1)), torch.from_numpy(prompt_speech))
+    assert lm_input.shape == (1, 1 + prompt_text.shape[1] + text.shape[1] + 1 + prompt_speech.shape[1], 16)
+    tokens = greedy_decode(llm, lm_input, text.shape[1])
+    assert tokens == expected.tolist()
+    meta = json.loads((golden / case / "meta.json").read_text())
+    assert len(tokens) == meta["n_llm_token"]
+
+
+def test_lm_input_layout(llm: CosyLlm) -> None:
+    x = llm.build_lm_input(torch.tensor([[5, 151646]]), torch.tensor([[7]]))
+    sp = llm.speech_embedding.weight
+    torch.testing.assert_close(x[0, 0], sp[6561], rtol=0, atol=0)
+    torch.testing.assert_close(x[0, 2], llm.backbone.embed_tokens.weight[151646], rtol=0, atol=0)
+    torch.testing.assert_close(x[0, 3], sp[6563], rtol=0, atol=0)
+    torch.testing.assert_close(x[0, 4], sp[7], rtol=0, atol=0)
+
+
+def test_incremental_equals_full_prefill(llm: CosyLlm) -> None:
+    torch.manual_seed(0)
+    x = torch.randn(1, 9, 16)
+    full, _ = llm.forward_step(x, llm.empty_cache())
+    _, cache = llm.forward_step(x[:, :5], llm.empty_cache())
+    _, cache = llm.forward_step(x[:, 5:8], cache)
+    last, cache = llm.forward_step(x[:, 8:], cache)
+    assert cache[0][0].shape == (1, 2, 9, 4)
+    torch.testing.assert_close(last, full, rtol=1e-5, atol=1e-5)
+
+
+def test_strict_load_errors(tiny_official: Path, tmp_path: Path) -> None:
+    model = tmp_path / "m"
+    model.mkdir()
+    (model / "CosyVoice-BlankEN").mkdir()
+    shutil.copy(tiny_official / "CosyVoice-BlankEN" / "config.json", model / "CosyVoice-BlankEN")
+    shutil.copy(tiny_official / "cosyvoice3.yaml", model)
+    sd = torch.load(tiny_official / "llm.pt", weights_only=True)
+    del sd["llm.model.model.layers.1.mlp.up_proj.weight"]
+    torch.save(sd, model / "llm.pt")
+    with pytest.raises(CheckpointError, match=r"llm\.pt: missing key 'llm\.model\.model\.layers\.1\.mlp\.up_proj\.weight'"):
+        load_llm(model)
+    qwen = json.loads((model / "CosyVoice-BlankEN" / "config.json").read_text())
+    qwen["num_key_value_heads"] = 4
+    (model / "CosyVoice-BlankEN" / "config.json").write_text(json.dumps(qwen))
+    with pytest.raises(CheckpointError, match=r"num_key_value_heads \* head_dim is 16 in the config but 8"):
+        load_llm(model)
+
+
+def _ort_step(sess: ort.InferenceSession, embeds: np.ndarray, cache: list[np.ndarray]) -> tuple[np.ndarray, list[np.ndarray]]:
+    names = [i.name for i in sess.get_inputs()]
+    feeds = dict(zip(names, [embeds, *cache]))
+    outs = sess.run(None, feeds)
+    return outs[0], outs[1:]
+
+
+def _rel(a: np.ndarray, b: np.ndarray) -> float:
+    return float(np.abs(a - b).max() / max(np.abs(b).max(), 1e-12))
+
+
+def test_onnx_matches_torch(llm: CosyLlm, golden: Path, tmp_path: Path) -> None:
+    path = tmp_path / "llm.fp32.onnx"
+    entry = export_llm(llm, path)
+    in_names, out_names = llm_io_names(2)
+    assert [i["name"] for i in entry["inputs"]] == in_names
+    assert [o["name"] for o in entry["outputs"]] == out_names
+    proto = onnx.load(str(path))
+    assert [i.name for i in proto.graph.input] == in_names
+    assert [o.name for o in proto.graph.output] == out_names
+    assert any(op.version == 17 for op in proto.opset_import if op.domain in ("", "ai.onnx"))
+
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = 1
+    sess = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+
+    prompt_text, text, prompt_speech, expected = _case(golden, "en")
+    lm_input = llm.build_lm_input(torch.from_numpy(np.concatenate([prompt_text, text], 1)), torch.from_numpy(prompt_speech))
+    # prefill (past = 0) and a few decode steps, logits compared step by step
+    cache_t = llm.empty_cache()
+    cache_o = [t.numpy() for kv in cache_t for t in kv]
+    x = lm_input
+    with torch.no_grad():
+        for step in range(4):
+            logits_t, cache_t = llm.forward_step(x, cache_t)
+            logits_o, cache_o = _ort_step(sess, x.numpy(), cache_o)
+            assert logits_o.shape == (1, 6761)
+            err = _rel(logits_o, logits_t.numpy())
+            print(f"llm onnx step {step}: max rel err {err:.2e}")
+            assert err <= 1e-4, step
+            assert cache_o[0].shape == (1, 2, lm_input.shape[1] + step, 4)
+            x = llm.speech_embedding.weight[int(logits_t.argmax())].reshape(1, 1, -1)
+
+    # the ONNX graph alone reproduces the golden greedy tokens
+    n_text = text.shape[1]
+    cache = [np.zeros((1, 2, 0, 4), np.float32) for _ in range(4)]
+    table = llm.speech_embedding.weight.detach().numpy()
+    x_np = lm_input.numpy()
+    tokens: list[int] = []
+    for i in range(20 * n_text):
+        logits, cache = _ort_step(sess, x_np, cache)
+        logp = torch.from_numpy(logits[0]).log_softmax(-1)
+        if i < 2 * n_text:
+            logp[6561] = float("-inf")
+        top = int(logp.argmax())
+        if 6561 <= top < 6761:
+            break
+        tokens.append(top)
+        x_np = table[top].reshape(1, 1, -1)
+    assert tokens == expected.tolist()
