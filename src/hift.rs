@@ -8,7 +8,7 @@
 //! * [`plan_hift_call`] / [`HiftStream`]: what to feed the `hift_decode` graph on final and
 //!   non-final calls, and which samples of each call are new.
 
-use ndarray::{s, Array2, ArrayView2, ArrayView3, Axis};
+use ndarray::{s, Array2, Array3, ArrayView2, ArrayView3, Axis};
 use rayon::prelude::*;
 
 use crate::error::{Error, Result};
@@ -376,6 +376,42 @@ pub fn plan_hift_call(
         drop_tail_samples: samples_per_frame,
         total_samples: samples_per_frame * (decode_frames - 1),
     })
+}
+
+/// Everything the `hift_decode` graph needs for one call.
+#[derive(Debug, Clone)]
+pub struct HiftInputs {
+    pub plan: HiftCall,
+    /// f0 (Hz) of the `plan.f0_frames` frames, float32 as the official code casts it.
+    pub f0: Vec<f32>,
+    /// The graph's `mel` input `[1, 80, decode_frames + 4]`.
+    pub mel: Array3<f32>,
+    /// The graph's `source` input `[1, 1, 480 · source_frames]`.
+    pub source: Array3<f32>,
+}
+
+/// Runs the native part of one HiFT call over the accumulated mel `[80, T]`: f0 (with the
+/// call's `finalize`), the NSF source, and the mel slice/zero pad of [`plan_hift_call`]. The graph
+/// output (`480 · decode_frames` samples) must then lose `plan.drop_tail_samples` at the end.
+pub fn prepare_hift_inputs(
+    f0_net: &F0Predictor,
+    source: &mut SourceGenerator,
+    acc_mel: ArrayView2<f32>,
+    finalize: bool,
+    conv_pre_look_right: usize,
+) -> Result<HiftInputs> {
+    let (channels, frames) = acc_mel.dim();
+    let spf = source.params.samples_per_frame;
+    let plan = plan_hift_call(frames, finalize, f0_net.look_right(), conv_pre_look_right, spf)?;
+    let f0 = f0_net.predict(acc_mel, finalize)?;
+    debug_assert_eq!(f0.len(), plan.f0_frames);
+    let src = source.generate(&f0[..plan.source_frames]);
+    let mut mel = Array3::<f32>::zeros((1, channels, plan.mel_frames + plan.zero_pad_frames));
+    mel.slice_mut(s![0, .., ..plan.mel_frames]).assign(&acc_mel.slice(s![.., ..plan.mel_frames]));
+    let n = src.len();
+    let source = Array3::from_shape_vec((1, 1, n), src)
+        .map_err(|e| Error::Input(format!("hift source shape: {e}")))?;
+    Ok(HiftInputs { plan, f0, mel, source })
 }
 
 /// Per-request HiFT bookkeeping: the accumulated mel and how many samples were already emitted

@@ -107,7 +107,7 @@ pub const SINE_NOISE_WIDTH: usize = 9;
 pub fn sine_noise_offset(v: u64, i: u64, s: u64, o: u64, f: u64, c: u64, n: u64) -> u64 {
     // randn on a contiguous tensor of >= 16 elements: one output per element, +16 if not a
     // multiple of 16.
-    let randn = |count: u64| if count % 16 == 0 { count } else { count + 16 };
+    let randn = |count: u64| if count.is_multiple_of(16) { count } else { count + 16 };
     let rand_noise = randn(80 * 15_000);
     let input_embedding = randn(v * i);
     let spk_affine = o * s + o;

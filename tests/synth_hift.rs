@@ -7,7 +7,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use cosy::hift::{F0Predictor, SourceGenerator, SourceParams};
+use cosy::hift::{prepare_hift_inputs, F0Predictor, SourceGenerator, SourceParams};
 use cosy::rng::sine_noise_offset;
 use ndarray::{Array2, Array3, Axis, Ix2, Ix3};
 
@@ -82,6 +82,9 @@ fn source_matches_golden_for_every_case() {
         let exact = got.iter().zip(&want).filter(|(a, b)| a.to_bits() == b.to_bits()).count();
         eprintln!("source {case}: max-abs {err:.3e}, {exact}/{} samples bit-exact", got.len());
         assert!(err <= 5e-3, "case {case}: source max-abs error {err}");
+        // Regression guard: the official op order gives ~1e-7 (a float32 cumsum or a different
+        // index mapping shows up as phase errors far above this).
+        assert!(err <= 1e-5, "case {case}: source max-abs error {err} (op order drifted)");
         worst = worst.max(err);
     }
     eprintln!("source worst max-abs error over all cases: {worst:.3e}");
@@ -140,4 +143,34 @@ fn f0_predictor_full_size_speed() {
     eprintln!("f0 predictor C=512 T=1500: {:.3} s", start.elapsed().as_secs_f64());
     assert_eq!(f0.len(), t);
     assert!(f0.iter().all(|v| v.is_finite() && *v >= 0.0));
+}
+
+#[test]
+fn prepared_final_call_reproduces_golden_source_from_mel() {
+    let Some(dir) = reference_dir() else { return };
+    let net = tiny_f0_predictor();
+    let mut source = tiny_source();
+    let mel = golden_mel(&dir, "en");
+    let inputs = prepare_hift_inputs(&net, &mut source, mel.view(), true, 4).expect("inputs");
+    let t = mel.ncols();
+    assert_eq!(inputs.mel.dim(), (1, 80, t + 4));
+    assert!(inputs.mel.slice(ndarray::s![0, .., t..]).iter().all(|&v| v == 0.0));
+    assert_eq!(inputs.mel.slice(ndarray::s![0, .., ..t]), mel);
+    let want = read_f32(&dir.join("golden/en/hift_source.npy"));
+    assert_eq!(inputs.source.len(), want.len());
+    let err = inputs.source.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+    assert!(err <= 1e-5, "mel → f0 → source max-abs error {err}");
+
+    // A non-final call over the first 96 frames: f0/source over 93 frames, mel[:, :93] (89
+    // decoded + 4 context), 480 samples dropped → 480·88.
+    let part = prepare_hift_inputs(&net, &mut source, mel.slice(ndarray::s![.., ..96]), false, 4).expect("part");
+    assert_eq!(part.f0.len(), 93);
+    assert_eq!(part.source.len(), 93 * 480);
+    assert_eq!(part.mel.dim(), (1, 80, 93));
+    assert_eq!(part.plan.decode_frames, 89);
+    assert_eq!(part.plan.total_samples, 88 * 480);
+    // Causality: the prefix source equals the full run's.
+    let full_src: Vec<f32> = inputs.source.iter().copied().collect();
+    let part_src: Vec<f32> = part.source.iter().copied().collect();
+    assert_eq!(&full_src[..part_src.len()], part_src.as_slice());
 }
