@@ -1,1 +1,455 @@
-//! TODO(owner): see docs/model-format.md
+//! The flow-matching solver and the flow-side bookkeeping (cosyvoice3.md §5.1, §5.3, §5.5, §7.2).
+//!
+//! The DiT estimator is behind the [`Estimator`] trait (an ONNX session in the runtime, a scripted
+//! fake in tests). This module owns: the cosine time schedule, the Euler loop with classifier-free
+//! guidance as one batch of conditional + unconditional rows, the `cond` input (prompt mel, then
+//! zeros), prompt-frame removal, the streaming chunk planner and the speed (mel time-stretch)
+//! control.
+
+use ndarray::{s, Array1, Array2, Array3, ArrayView1, ArrayView2, ArrayView3, Axis};
+
+use crate::error::{Error, Result};
+
+/// Mel channels of the flow output (fixed by the model family).
+pub const MEL_DIM: usize = 80;
+
+/// `torch.linspace(0, 1, n + 1)` in float32, with torch's CPU formula: the first half counts up
+/// from the start, the second half counts down from the end (`end − step·(steps − i − 1)`).
+fn linspace_unit_f32(steps: usize) -> Vec<f32> {
+    if steps == 1 {
+        return vec![0.0];
+    }
+    let (start, end) = (0f32, 1f32);
+    let step = (end - start) / (steps - 1) as f32;
+    let halfway = steps / 2;
+    (0..steps)
+        .map(|i| {
+            if i < halfway {
+                start + step * i as f32
+            } else {
+                end - step * (steps - i - 1) as f32
+            }
+        })
+        .collect()
+}
+
+/// The cosine time schedule `t = 1 − cos(linspace(0, 1, n + 1) · 0.5 · π)`, evaluated in float32
+/// in torch's op order (`(t·0.5)·π`, then cos, then `1 −`). `n_timesteps + 1` values.
+pub fn cosine_t_span(n_timesteps: usize) -> Vec<f32> {
+    linspace_unit_f32(n_timesteps + 1)
+        .into_iter()
+        .map(|t| 1.0 - ((t * 0.5) * std::f32::consts::PI).cos())
+        .collect()
+}
+
+/// The DiT estimator: one velocity evaluation for a batch (`B` = 2 · requests: the conditional rows
+/// first, then the unconditional rows). Shapes: x, mu, cond `[B, 80, T]`; mask `[B, 1, T]`; t `[B]`;
+/// spks `[B, 80]`; `block_frames` 0 = full attention, 50 = block-causal. Returns `[B, 80, T]`.
+pub trait Estimator {
+    #[allow(clippy::too_many_arguments)]
+    fn run(
+        &mut self,
+        x: ArrayView3<f32>,
+        mask: ArrayView3<f32>,
+        mu: ArrayView3<f32>,
+        t: ArrayView1<f32>,
+        spks: ArrayView2<f32>,
+        cond: ArrayView3<f32>,
+        block_frames: i64,
+    ) -> Result<Array3<f32>>;
+}
+
+/// Solver settings (manifest `constants.cfm`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct CfmParams {
+    pub n_timesteps: usize,
+    /// `inference_cfg_rate` (0.7): `v = (1 + r)·v_cond − r·v_uncond`.
+    pub cfg_rate: f32,
+}
+
+impl Default for CfmParams {
+    fn default() -> Self {
+        CfmParams { n_timesteps: 10, cfg_rate: 0.7 }
+    }
+}
+
+/// One request of a CFM solve. All requests of one call must have the same frame count.
+#[derive(Debug, Clone, Copy)]
+pub struct CfmRequest<'a> {
+    /// `[80, T]` — PreLookahead output repeated ×2 (flow_front `mu`).
+    pub mu: ArrayView2<'a, f32>,
+    /// `[80]` — projected speaker embedding (flow_front `spks`).
+    pub spks: ArrayView1<'a, f32>,
+    /// `[80, T]` — prompt mel then zeros ([`build_cond`]).
+    pub cond: ArrayView2<'a, f32>,
+    /// `[80, ≥T]` — the fixed noise (`side["flow.noise"]`); columns `0..T` are used.
+    pub noise: ArrayView2<'a, f32>,
+}
+
+/// Runs the Euler solver with CFG for every request in one estimator batch and returns each
+/// request's mel `[80, T]` (prompt frames included; see [`strip_prompt`]).
+///
+/// Mirrors `ConditionalCFM.solve_euler` in float32: `t` and `dt` are carried as the official code
+/// does (`t ← t + dt`, `dt ← t_span[k+1] − t`, so the `t` fed to the estimator is the accumulated
+/// value), CFG is `(1 + r)·v0 − r·v1` with each product rounded separately, `x ← x + dt·v`.
+pub fn solve_cfm<E: Estimator + ?Sized>(
+    estimator: &mut E,
+    requests: &[CfmRequest<'_>],
+    params: &CfmParams,
+    block_frames: i64,
+) -> Result<Vec<Array2<f32>>> {
+    let n = requests.len();
+    let Some(first) = requests.first() else { return Ok(Vec::new()) };
+    let frames = first.mu.ncols();
+    for (i, r) in requests.iter().enumerate() {
+        let ok = r.mu.dim() == (MEL_DIM, frames)
+            && r.cond.dim() == (MEL_DIM, frames)
+            && r.spks.len() == MEL_DIM
+            && r.noise.nrows() == MEL_DIM
+            && r.noise.ncols() >= frames;
+        if !ok {
+            return Err(Error::Input(format!(
+                "flow request {i}: mu {:?}, cond {:?}, spks {}, noise {:?} do not fit {MEL_DIM}×{frames}",
+                r.mu.dim(),
+                r.cond.dim(),
+                r.spks.len(),
+                r.noise.dim()
+            )));
+        }
+    }
+    let batch = 2 * n;
+    // Constant inputs: row i < n conditional, row n + i unconditional (mu, spks, cond zero).
+    let mask = Array3::<f32>::ones((batch, 1, frames));
+    let mut mu = Array3::<f32>::zeros((batch, MEL_DIM, frames));
+    let mut spks = Array2::<f32>::zeros((batch, MEL_DIM));
+    let mut cond = Array3::<f32>::zeros((batch, MEL_DIM, frames));
+    let mut xs: Vec<Array2<f32>> = Vec::with_capacity(n);
+    for (i, r) in requests.iter().enumerate() {
+        mu.index_axis_mut(Axis(0), i).assign(&r.mu);
+        spks.index_axis_mut(Axis(0), i).assign(&r.spks);
+        cond.index_axis_mut(Axis(0), i).assign(&r.cond);
+        xs.push(r.noise.slice(s![.., ..frames]).to_owned());
+    }
+
+    let t_span = cosine_t_span(params.n_timesteps);
+    let cond_scale = 1.0f32 + params.cfg_rate;
+    let uncond_scale = params.cfg_rate;
+    let mut t = t_span[0];
+    let mut dt = t_span[1] - t_span[0];
+    let mut x_in = Array3::<f32>::zeros((batch, MEL_DIM, frames));
+    for step in 1..t_span.len() {
+        for (i, x) in xs.iter().enumerate() {
+            x_in.index_axis_mut(Axis(0), i).assign(x);
+            x_in.index_axis_mut(Axis(0), n + i).assign(x);
+        }
+        let t_in = Array1::<f32>::from_elem(batch, t);
+        let v = estimator.run(
+            x_in.view(),
+            mask.view(),
+            mu.view(),
+            t_in.view(),
+            spks.view(),
+            cond.view(),
+            block_frames,
+        )?;
+        if v.dim() != (batch, MEL_DIM, frames) {
+            return Err(Error::Runtime(format!(
+                "estimator returned {:?}, expected {:?}",
+                v.dim(),
+                (batch, MEL_DIM, frames)
+            )));
+        }
+        for (i, x) in xs.iter_mut().enumerate() {
+            let v_cond = v.index_axis(Axis(0), i);
+            let v_uncond = v.index_axis(Axis(0), n + i);
+            ndarray::Zip::from(x).and(&v_cond).and(&v_uncond).for_each(|x, &c, &u| {
+                let guided = cond_scale * c - uncond_scale * u;
+                *x += dt * guided;
+            });
+        }
+        t += dt;
+        if step < t_span.len() - 1 {
+            dt = t_span[step + 1] - t;
+        }
+    }
+    Ok(xs)
+}
+
+/// The `cond` input `[80, total_frames]`: the prompt mel (given time-major `[P, 80]`, as the
+/// frontend produces it) in the first P frames, zeros after.
+pub fn build_cond(prompt_mel: ArrayView2<f32>, total_frames: usize) -> Result<Array2<f32>> {
+    let (p, dim) = prompt_mel.dim();
+    if dim != MEL_DIM || p > total_frames {
+        return Err(Error::Input(format!(
+            "prompt mel {:?} does not fit a {MEL_DIM}×{total_frames} flow condition",
+            prompt_mel.dim()
+        )));
+    }
+    let mut cond = Array2::<f32>::zeros((MEL_DIM, total_frames));
+    cond.slice_mut(s![.., ..p]).assign(&prompt_mel.t());
+    Ok(cond)
+}
+
+/// Drops the first `prompt_frames` frames of a solved mel `[80, T]` (official
+/// `feat[:, :, mel_len1:]`).
+pub fn strip_prompt(mel: ArrayView2<f32>, prompt_frames: usize) -> Result<Array2<f32>> {
+    if prompt_frames > mel.ncols() {
+        return Err(Error::Input(format!(
+            "prompt of {prompt_frames} frames is longer than the {}-frame flow output",
+            mel.ncols()
+        )));
+    }
+    Ok(mel.slice(s![.., prompt_frames..]).to_owned())
+}
+
+/// The `tokens` input of `flow_front`: prompt tokens ++ speech tokens, plus `[-1, -1, -1]` (zero
+/// frames, the official zero pad) on a final call. A non-final call's `speech` must already end
+/// with its look-ahead tokens (`tokens[..offset + hop + 3]`).
+pub fn flow_front_tokens(prompt: &[i64], speech: &[i64], finalize: bool, lookahead: usize) -> Vec<i64> {
+    let mut out = Vec::with_capacity(prompt.len() + speech.len() + lookahead);
+    out.extend_from_slice(prompt);
+    out.extend_from_slice(speech);
+    if finalize {
+        out.extend(std::iter::repeat_n(-1, lookahead));
+    }
+    out
+}
+
+/// Streaming constants (manifest `constants.streaming` and `config.flow.token_mel_ratio`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StreamParams {
+    pub token_hop_len: usize,
+    pub token_max_hop_len: usize,
+    pub stream_scale_factor: usize,
+    pub pre_lookahead_len: usize,
+    pub token_mel_ratio: usize,
+    /// DiT block size for non-final calls (50 frames).
+    pub dit_block_frames: usize,
+}
+
+impl Default for StreamParams {
+    fn default() -> Self {
+        StreamParams {
+            token_hop_len: 25,
+            token_max_hop_len: 100,
+            stream_scale_factor: 2,
+            pre_lookahead_len: 3,
+            token_mel_ratio: 2,
+            dit_block_frames: 50,
+        }
+    }
+}
+
+/// One flow call of a (streaming or offline) request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FlowChunk {
+    /// Speech tokens passed to the flow: `tokens[..n_tokens]` (a non-final call includes the 3
+    /// look-ahead tokens, which produce no frames).
+    pub n_tokens: usize,
+    /// Tokens already turned into mel by earlier calls.
+    pub token_offset: usize,
+    pub finalize: bool,
+    /// `block_frames` for the DiT: 0 (full attention) on the final call, 50 otherwise.
+    pub block_frames: usize,
+    /// Generated mel frames of this call after prompt removal (`2·(n_tokens − 3)` or `2·n_tokens`).
+    pub mel_frames: usize,
+    /// The new frames are `mel[first_new_frame..mel_frames]` (`2·token_offset..`).
+    pub first_new_frame: usize,
+}
+
+impl FlowChunk {
+    pub fn new_frames(&self) -> usize {
+        self.mel_frames - self.first_new_frame
+    }
+}
+
+/// The official streaming schedule of `CosyVoice2Model.tts` (§7.2) as a pure state machine over
+/// token counts: the first hop is `token_hop_len + prompt_token_pad` (so chunk ends land on
+/// multiples of 25 tokens from the prompt start), later hops double up to `token_max_hop_len`;
+/// a chunk is taken once `hop + 3` tokens beyond the offset exist. The hop starts at 25 for every
+/// request (the official instance-wide mutation is deliberately not reproduced).
+#[derive(Debug, Clone)]
+pub struct StreamPlanner {
+    params: StreamParams,
+    prompt_token_pad: usize,
+    hop: usize,
+    token_offset: usize,
+}
+
+impl StreamPlanner {
+    pub fn new(params: StreamParams, n_prompt_tokens: usize) -> Self {
+        let h = params.token_hop_len.max(1);
+        let prompt_token_pad = n_prompt_tokens.div_ceil(h) * h - n_prompt_tokens;
+        StreamPlanner { params, prompt_token_pad, hop: params.token_hop_len, token_offset: 0 }
+    }
+
+    pub fn prompt_token_pad(&self) -> usize {
+        self.prompt_token_pad
+    }
+
+    pub fn token_offset(&self) -> usize {
+        self.token_offset
+    }
+
+    fn this_hop(&self) -> usize {
+        if self.token_offset == 0 {
+            self.hop + self.prompt_token_pad
+        } else {
+            self.hop
+        }
+    }
+
+    /// The next non-final chunk if `n_available` (pruned) tokens allow one; advances the state.
+    pub fn next_chunk(&mut self, n_available: usize) -> Option<FlowChunk> {
+        let hop = self.this_hop();
+        let look = self.params.pre_lookahead_len;
+        if n_available < self.token_offset + hop + look {
+            return None;
+        }
+        let ratio = self.params.token_mel_ratio;
+        let chunk = FlowChunk {
+            n_tokens: self.token_offset + hop + look,
+            token_offset: self.token_offset,
+            finalize: false,
+            block_frames: self.params.dit_block_frames,
+            mel_frames: ratio * (self.token_offset + hop),
+            first_new_frame: ratio * self.token_offset,
+        };
+        self.token_offset += hop;
+        self.hop = (self.hop * self.params.stream_scale_factor).min(self.params.token_max_hop_len);
+        Some(chunk)
+    }
+
+    /// The final call over all `n_total` tokens (full attention, zero look-ahead pad).
+    pub fn final_chunk(&self, n_total: usize) -> Result<FlowChunk> {
+        if n_total < self.token_offset {
+            return Err(Error::Input(format!(
+                "{n_total} tokens is fewer than the {} already vocoded",
+                self.token_offset
+            )));
+        }
+        let ratio = self.params.token_mel_ratio;
+        Ok(FlowChunk {
+            n_tokens: n_total,
+            token_offset: self.token_offset,
+            finalize: true,
+            block_frames: 0,
+            mel_frames: ratio * n_total,
+            first_new_frame: ratio * self.token_offset,
+        })
+    }
+}
+
+/// The whole schedule for a request whose LLM produced `n_total` (pruned) tokens: every
+/// non-final chunk, then the final call. Offline synthesis is the single final call
+/// (`StreamPlanner::new(..).final_chunk(n_total)`).
+pub fn plan_stream(params: StreamParams, n_prompt_tokens: usize, n_total: usize) -> Result<Vec<FlowChunk>> {
+    let mut planner = StreamPlanner::new(params, n_prompt_tokens);
+    let mut chunks = Vec::new();
+    while let Some(c) = planner.next_chunk(n_total) {
+        chunks.push(c);
+    }
+    chunks.push(planner.final_chunk(n_total)?);
+    Ok(chunks)
+}
+
+/// Frames after the speed change: Python `int(T / speed)`.
+pub fn speed_frames(frames: usize, speed: f64) -> usize {
+    (frames as f64 / speed) as usize
+}
+
+/// Speed control (§7.2): `F.interpolate(mel, size=int(T/speed), mode='linear',
+/// align_corners=False)` on a `[80, T]` mel, in float32 with torch's index arithmetic. Only valid
+/// for a non-streaming (single, final) flow call.
+pub fn speed_interpolate(mel: ArrayView2<f32>, speed: f64) -> Result<Array2<f32>> {
+    if !(speed.is_finite() && speed > 0.0) {
+        return Err(Error::Input(format!("speed must be a positive number, got {speed}")));
+    }
+    let (channels, t_in) = mel.dim();
+    let t_out = speed_frames(t_in, speed);
+    if t_out == 0 || t_in == 0 {
+        return Err(Error::Input(format!("speed {speed} leaves no mel frames ({t_in} in)")));
+    }
+    if t_out == t_in {
+        return Ok(mel.to_owned());
+    }
+    let scale = t_in as f32 / t_out as f32;
+    let mut out = Array2::<f32>::zeros((channels, t_out));
+    for j in 0..t_out {
+        let src = (scale * (j as f32 + 0.5) - 0.5).max(0.0);
+        let i0 = src as usize;
+        let i1 = if i0 < t_in - 1 { i0 + 1 } else { i0 };
+        let l1 = (src - i0 as f32).clamp(0.0, 1.0);
+        let l0 = 1.0 - l1;
+        for c in 0..channels {
+            // torch's AVX2 kernel contracts `v0·l0 + v1·l1` into fma(v0, l0, v1·l1); the scalar
+            // (ATEN_CPU_CAPABILITY=default) kernel does not and differs by an ulp.
+            out[[c, j]] = mel[[c, i0]].mul_add(l0, mel[[c, i1]] * l1);
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+#[allow(clippy::excessive_precision)] // reference values are kept as torch printed them
+mod tests {
+    use super::*;
+
+    // Reference bit patterns below were recorded with torch 2.15 on CPU (identical under
+    // ATEN_CPU_CAPABILITY=default/avx2/avx512):
+    //   t = torch.linspace(0, 1, 11); ts = 1 - torch.cos(t * 0.5 * torch.pi)
+    const TORCH_LINSPACE_11: [u32; 11] = [
+        0x00000000, 0x3dcccccd, 0x3e4ccccd, 0x3e99999a, 0x3ecccccd, 0x3f000000, 0x3f19999a, 0x3f333333,
+        0x3f4ccccd, 0x3f666666, 0x3f800000,
+    ];
+    const TORCH_COSINE_T_SPAN_10: [u32; 11] = [
+        0x00000000, 0x3c49b6c0, 0x3d4878f0, 0x3ddf37f8, 0x3e43910c, 0x3e95f61a, 0x3ed30dd2, 0x3f0bc747,
+        0x3f30e444, 0x3f57f3e9, 0x3f800000,
+    ];
+
+    #[test]
+    fn linspace_matches_torch_bits() {
+        let got: Vec<u32> = linspace_unit_f32(11).iter().map(|v| v.to_bits()).collect();
+        assert_eq!(got, TORCH_LINSPACE_11);
+    }
+
+    #[test]
+    fn cosine_schedule_matches_torch() {
+        let got = cosine_t_span(10);
+        for (i, (g, w)) in got.iter().zip(TORCH_COSINE_T_SPAN_10).enumerate() {
+            let w = f32::from_bits(w);
+            // cos may differ from torch's SLEEF kernel by an ulp; report exactness separately.
+            assert_eq!(g.to_bits(), w.to_bits(), "t[{i}] = {g:e}, torch {w:e}");
+        }
+    }
+
+    #[test]
+    fn speed_interpolation_matches_torch() {
+        // torch.manual_seed(3); m = torch.randn(2, 7);
+        // F.interpolate(m[None], size=int(7/speed), mode='linear')[0]   (AVX2 CPU kernel)
+        let m = ndarray::arr2(&[
+            [0.8032760620117188f32, 0.17483338713645935, 0.08897809684276581, -0.6137180328369141,
+             0.04618244990706444, -1.3682591915130615, 0.3374950885772705],
+            [1.0111159086227417, -1.435179352760315, 0.9774317741394043, 0.5220499634742737,
+             1.2379167079925537, -0.8646355867385864, 0.2989608347415924],
+        ]);
+        let cases: [(f64, Vec<Vec<u32>>); 2] = [
+            (1.5, vec![vec![1058098916, 982880336, 3172250795, 3197809940],
+                       vec![1035993782, 1064019579, 1066598365, 3188502373]]),
+            (0.8, vec![vec![1062052736, 1050007646, 1038953646, 3197948376, 3198576619, 3200952910,
+                            3213243126, 1051511848],
+                       vec![1065446463, 3212442582, 1046796996, 1060677062, 1062589030, 1058321367,
+                            3206905468, 1050218853]]),
+        ];
+        for (speed, want) in cases {
+            let got = speed_interpolate(m.view(), speed).unwrap();
+            assert_eq!(got.ncols(), want[0].len());
+            for c in 0..2 {
+                for (j, &w) in want[c].iter().enumerate() {
+                    let (g, w) = (got[[c, j]], f32::from_bits(w));
+                    assert_eq!(g.to_bits(), w.to_bits(), "speed {speed} [{c},{j}]: {g} vs {w}");
+                }
+            }
+        }
+    }
+}

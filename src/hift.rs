@@ -1,1 +1,453 @@
-//! TODO(owner): see docs/model-format.md
+//! The parts of HiFT that run natively (cosyvoice3.md §6.2–6.5, docs/model-format.md
+//! "f0 and source"):
+//!
+//! * [`F0Predictor`]: the causal conv f0 net in float64 (ORT has no float64 Conv on CPU, and the
+//!   official code runs it in float64 so that re-computed prefixes agree).
+//! * [`SourceGenerator`]: the NSF source (`SineGen2(causal=True)` + `SourceModuleHnNSF`) in
+//!   float32 in the official op order, with the replayed uniform noise of [`crate::rng`].
+//! * [`plan_hift_call`] / [`HiftStream`]: what to feed the `hift_decode` graph on final and
+//!   non-final calls, and which samples of each call are new.
+
+use ndarray::{s, Array2, Array3, ArrayView2, ArrayView3, Axis};
+use rayon::prelude::*;
+
+use crate::error::{Error, Result};
+use crate::rng::{SineNoise, SINE_NOISE_WIDTH};
+
+/// One conv layer of the f0 net, stored for an im2col product over time-major activations:
+/// `w_cols[j·C_in + c, o] = W[o, c, j]`.
+#[derive(Debug, Clone)]
+struct F0Conv {
+    in_channels: usize,
+    kernel: usize,
+    w_cols: Array2<f64>,
+    bias: Vec<f64>,
+}
+
+impl F0Conv {
+    fn new(name: &str, weight: ArrayView3<f64>, bias: &[f64]) -> Result<Self> {
+        let (out_ch, in_ch, kernel) = weight.dim();
+        if bias.len() != out_ch || kernel == 0 {
+            return Err(Error::Input(format!(
+                "f0 predictor {name}: weight {:?} and bias [{}] disagree",
+                weight.dim(),
+                bias.len()
+            )));
+        }
+        let mut w_cols = Array2::<f64>::zeros((kernel * in_ch, out_ch));
+        for o in 0..out_ch {
+            for c in 0..in_ch {
+                for j in 0..kernel {
+                    w_cols[[j * in_ch + c, o]] = weight[[o, c, j]];
+                }
+            }
+        }
+        Ok(F0Conv { in_channels: in_ch, kernel, w_cols, bias: bias.to_vec() })
+    }
+
+    fn out_channels(&self) -> usize {
+        self.bias.len()
+    }
+
+    /// Valid convolution of a time-major input `[T_in, C_in]` (already padded), then ELU.
+    /// Output `[T_in − k + 1, C_out]`. Rows are computed in parallel blocks; each output element
+    /// is the same dot product whatever the blocking.
+    fn forward_elu(&self, x: &Array2<f64>) -> Array2<f64> {
+        let (t_in, c_in) = x.dim();
+        debug_assert_eq!(c_in, self.in_channels);
+        let t_out = t_in + 1 - self.kernel;
+        let width = self.kernel * c_in;
+        let x = x.as_standard_layout();
+        let flat = x.as_slice().unwrap_or(&[]);
+        const BLOCK: usize = 64;
+        let n_blocks = t_out.div_ceil(BLOCK);
+        let blocks: Vec<Array2<f64>> = (0..n_blocks)
+            .into_par_iter()
+            .map(|b| {
+                let t0 = b * BLOCK;
+                let rows = BLOCK.min(t_out - t0);
+                // Row t of the im2col matrix is the contiguous window x[t..t+k, :].
+                let mut cols = Vec::with_capacity(rows * width);
+                for r in 0..rows {
+                    let start = (t0 + r) * c_in;
+                    cols.extend_from_slice(&flat[start..start + width]);
+                }
+                let cols = Array2::from_shape_vec((rows, width), cols).expect("im2col block shape");
+                let mut y = cols.dot(&self.w_cols);
+                for mut row in y.rows_mut() {
+                    for (v, &b) in row.iter_mut().zip(&self.bias) {
+                        let z = *v + b;
+                        *v = if z > 0.0 { z } else { z.exp_m1() };
+                    }
+                }
+                y
+            })
+            .collect();
+        let mut out = Array2::<f64>::zeros((t_out, self.out_channels()));
+        for (b, block) in blocks.iter().enumerate() {
+            out.slice_mut(s![b * BLOCK..b * BLOCK + block.nrows(), ..]).assign(block);
+        }
+        out
+    }
+}
+
+/// `CausalConvRNNF0Predictor` in float64: condnet.0 (k=4, 3 frames of right context), four causal
+/// k=3 convs (left pad 2), ELU after each, then `|Linear(C→1)|`.
+#[derive(Debug, Clone)]
+pub struct F0Predictor {
+    convs: Vec<F0Conv>,
+    classifier_w: Vec<f64>,
+    classifier_b: f64,
+}
+
+impl F0Predictor {
+    /// Frames of right context of condnet.0 (its kernel minus one).
+    pub fn look_right(&self) -> usize {
+        self.convs[0].kernel - 1
+    }
+
+    /// Builds the net from folded (weight-norm baked) float64 tensors: `condnet` holds
+    /// `(weight [out, in, k], bias [out])` for condnet.0, .2, .4, .6, .8 in order; the classifier
+    /// weight is `[1, C]` flattened, its bias one value.
+    pub fn new(
+        condnet: &[(ArrayView3<f64>, &[f64])],
+        classifier_w: &[f64],
+        classifier_b: f64,
+    ) -> Result<Self> {
+        if condnet.is_empty() {
+            return Err(Error::Input("f0 predictor: no condnet layers".into()));
+        }
+        let mut convs = Vec::with_capacity(condnet.len());
+        for (i, (w, b)) in condnet.iter().enumerate() {
+            let conv = F0Conv::new(&format!("condnet.{}", 2 * i), w.view(), b)?;
+            if let Some(prev) = convs.last() {
+                let prev: &F0Conv = prev;
+                if conv.in_channels != prev.out_channels() {
+                    return Err(Error::Input(format!(
+                        "f0 predictor condnet.{}: {} input channels after {} outputs",
+                        2 * i,
+                        conv.in_channels,
+                        prev.out_channels()
+                    )));
+                }
+            }
+            convs.push(conv);
+        }
+        let c = convs[convs.len() - 1].out_channels();
+        if classifier_w.len() != c {
+            return Err(Error::Input(format!(
+                "f0 predictor classifier has {} weights for {c} channels",
+                classifier_w.len()
+            )));
+        }
+        Ok(F0Predictor { convs, classifier_w: classifier_w.to_vec(), classifier_b })
+    }
+
+    /// Mel channels expected.
+    pub fn in_channels(&self) -> usize {
+        self.convs[0].in_channels
+    }
+
+    /// f0 in Hz, float64, for a mel `[80, T]`. `finalize`: zero right pad, T values; otherwise the
+    /// last `look_right()` frames are context only and T − 3 values come out.
+    pub fn predict_f64(&self, mel: ArrayView2<f32>, finalize: bool) -> Result<Vec<f64>> {
+        let (ch, t) = mel.dim();
+        let look = self.look_right();
+        if ch != self.in_channels() {
+            return Err(Error::Input(format!("f0 predictor: mel has {ch} channels, expected {}", self.in_channels())));
+        }
+        if !finalize && t <= look {
+            return Err(Error::Input(format!("f0 predictor: {t} frames leave nothing after {look} frames of context")));
+        }
+        // Time-major float64 input with the right zero pad of a final call.
+        let pad_right = if finalize { look } else { 0 };
+        let mut x = Array2::<f64>::zeros((t + pad_right, ch));
+        for (c, row) in mel.outer_iter().enumerate() {
+            for (i, &v) in row.iter().enumerate() {
+                x[[i, c]] = f64::from(v);
+            }
+        }
+        let mut h = self.convs[0].forward_elu(&x);
+        for conv in &self.convs[1..] {
+            let pad_left = conv.kernel - 1;
+            let mut padded = Array2::<f64>::zeros((h.nrows() + pad_left, h.ncols()));
+            padded.slice_mut(s![pad_left.., ..]).assign(&h);
+            h = conv.forward_elu(&padded);
+        }
+        Ok(h
+            .rows()
+            .into_iter()
+            .map(|row| {
+                let y: f64 = row.iter().zip(&self.classifier_w).map(|(a, w)| a * w).sum::<f64>() + self.classifier_b;
+                y.abs()
+            })
+            .collect())
+    }
+
+    /// [`Self::predict_f64`] cast to float32, as the official code casts f0 back to the mel dtype.
+    pub fn predict(&self, mel: ArrayView2<f32>, finalize: bool) -> Result<Vec<f32>> {
+        Ok(self.predict_f64(mel, finalize)?.into_iter().map(|v| v as f32).collect())
+    }
+}
+
+/// NSF source settings (manifest `config.hift`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SourceParams {
+    pub sample_rate: u32,
+    /// Samples per mel frame (480 = prod(upsample_rates) · istft_hop).
+    pub samples_per_frame: usize,
+    /// Harmonic overtones above the fundamental (8 → 9 sine components).
+    pub nb_harmonics: usize,
+    /// Sine amplitude (0.1).
+    pub nsf_alpha: f32,
+    /// Noise amplitude in voiced frames (0.003).
+    pub nsf_sigma: f32,
+    /// f0 above this (Hz) is voiced (10).
+    pub nsf_voiced_threshold: f32,
+}
+
+impl Default for SourceParams {
+    fn default() -> Self {
+        SourceParams {
+            sample_rate: 24_000,
+            samples_per_frame: 480,
+            nb_harmonics: 8,
+            nsf_alpha: 0.1,
+            nsf_sigma: 0.003,
+            nsf_voiced_threshold: 10.0,
+        }
+    }
+}
+
+/// Generates the NSF source signal from frame-rate f0 (§6.3), in float32 with torch's op order.
+#[derive(Clone)]
+pub struct SourceGenerator {
+    params: SourceParams,
+    l_linear_w: Vec<f32>,
+    l_linear_b: f32,
+    noise: SineNoise,
+}
+
+impl SourceGenerator {
+    /// `l_linear_w` is `hift.source.l_linear.weight` `[1, nb_harmonics + 1]` flattened,
+    /// `l_linear_b` its bias; `noise_offset` is the manifest's `sine_noise.offset`.
+    pub fn new(params: SourceParams, l_linear_w: &[f32], l_linear_b: f32, noise_offset: u64) -> Result<Self> {
+        let dim = params.nb_harmonics + 1;
+        if l_linear_w.len() != dim || dim > SINE_NOISE_WIDTH {
+            return Err(Error::Input(format!(
+                "source l_linear has {} weights for {dim} harmonics (at most {SINE_NOISE_WIDTH})",
+                l_linear_w.len()
+            )));
+        }
+        Ok(SourceGenerator { params, l_linear_w: l_linear_w.to_vec(), l_linear_b, noise: SineNoise::new(noise_offset) })
+    }
+
+    /// The source `[T · samples_per_frame]` for f0 `[T]` (Hz, float32).
+    ///
+    /// Order of operations, following `SineGen2._f02sine` / `forward` and `SourceModuleHnNSF`:
+    /// nearest ×480 upsample (torch index `floor(n · float(1/480))`); `fn = f0·h`;
+    /// `rad = (fn / sr) mod 1`; linear ×1/480 downsample (samples 480k+239.5, i.e. the frame's own
+    /// value; the `rand_ini` added to sample 0 is never sampled); cumulative sum over frames
+    /// (torch accumulates a float32 CPU cumsum in float64 and rounds each prefix to float32);
+    /// `(·2)·π`, `·480`; nearest ×480 upsample; `sin · alpha`; `uv = f0_up > threshold`;
+    /// `noise_amp = uv·sigma + ((1 − uv)·alpha)/3`; `sig = sines·uv + noise_amp·U`;
+    /// `tanh(l_linear(sig))`.
+    pub fn generate(&mut self, f0: &[f32]) -> Vec<f32> {
+        let p = self.params;
+        let hop = p.samples_per_frame;
+        let frames = f0.len();
+        let n_samples = frames * hop;
+        let dim = p.nb_harmonics + 1;
+        if frames == 0 {
+            return Vec::new();
+        }
+        let sr = p.sample_rate as f32;
+        let hop_f = hop as f32;
+        // torch nearest upsample: source index floor(dst · (float)(1/scale)), clamped.
+        let up_scale = (1.0f64 / hop as f64) as f32;
+        let nearest = |n: usize| ((n as f32 * up_scale).floor() as usize).min(frames - 1);
+        // torch linear downsample with scale_factor 1/hop: ratio (float)(1/(1/hop)).
+        let down_ratio = (1.0f64 / (1.0f64 / hop as f64)) as f32;
+        let rad_at = |n: usize, h: usize| -> f32 {
+            let fnv = f0[nearest(n)] * (h + 1) as f32;
+            let r = fnv / sr;
+            // torch.remainder(x, 1) for float: fmod, shifted into [0, 1) for negative values.
+            let m = r % 1.0;
+            if m < 0.0 { m + 1.0 } else { m }
+        };
+        let mut phase = vec![0f32; frames * dim];
+        let mut acc = vec![0f64; dim];
+        for k in 0..frames {
+            let src = (down_ratio * (k as f32 + 0.5) - 0.5).max(0.0);
+            let i0 = src as usize;
+            let i1 = if i0 < n_samples - 1 { i0 + 1 } else { i0 };
+            let l1 = (src - i0 as f32).clamp(0.0, 1.0);
+            let l0 = 1.0 - l1;
+            for h in 0..dim {
+                let rad = rad_at(i0, h) * l0 + rad_at(i1, h) * l1;
+                acc[h] += f64::from(rad);
+                let cum = acc[h] as f32;
+                phase[k * dim + h] = ((cum * 2.0) * std::f32::consts::PI) * hop_f;
+            }
+        }
+        let noise = self.noise.rows(n_samples);
+        let amp = p.nsf_alpha;
+        let unvoiced_amp = (1.0f32 * amp) / 3.0;
+        let mut out = Vec::with_capacity(n_samples);
+        for n in 0..n_samples {
+            let k = nearest(n);
+            let voiced = f0[k] > p.nsf_voiced_threshold;
+            let uv = if voiced { 1.0f32 } else { 0.0 };
+            let noise_amp = uv * p.nsf_sigma + if voiced { 0.0 } else { unvoiced_amp };
+            let mut y = f64::from(self.l_linear_b);
+            for h in 0..dim {
+                let sine = phase[k * dim + h].sin() * amp;
+                let sig = sine * uv + noise_amp * noise[n * SINE_NOISE_WIDTH + h];
+                y += f64::from(sig) * f64::from(self.l_linear_w[h]);
+            }
+            out.push((y as f32).tanh());
+        }
+        out
+    }
+}
+
+/// What one `hift_decode` call needs, for `acc_frames` accumulated mel frames (docs/model-format.md).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HiftCall {
+    pub finalize: bool,
+    /// f0 is predicted over all accumulated frames with this `finalize`; it yields `f0_frames`.
+    pub f0_frames: usize,
+    /// Frames whose source is generated (`= f0_frames`); the graph's `source` input is
+    /// `[1, 1, 480 · source_frames]`.
+    pub source_frames: usize,
+    /// The graph's `mel` input is `mel[:, :, ..mel_frames]` followed by `zero_pad_frames` zero
+    /// frames: `[1, 80, decode_frames + 4]`.
+    pub mel_frames: usize,
+    pub zero_pad_frames: usize,
+    /// Frames the graph turns into audio (its output has `480 · decode_frames` samples).
+    pub decode_frames: usize,
+    /// Samples dropped from the end of the graph output (480 on a non-final call).
+    pub drop_tail_samples: usize,
+    /// Samples this call yields in total from sample 0 (`480·T` or `480·(T − 8)`).
+    pub total_samples: usize,
+}
+
+/// The calling convention of `hift_decode` for `acc_frames` accumulated frames: a final call
+/// decodes all T frames (zero pad of `conv_pre_look_right` frames); a non-final call runs the f0
+/// net with `f0_look_right` frames of context, decodes T − 3 − 4 frames with the next 4 as
+/// conv_pre context, and drops the last frame's samples, giving `480·(T − 8)`.
+pub fn plan_hift_call(
+    acc_frames: usize,
+    finalize: bool,
+    f0_look_right: usize,
+    conv_pre_look_right: usize,
+    samples_per_frame: usize,
+) -> Result<HiftCall> {
+    if finalize {
+        if acc_frames == 0 {
+            return Err(Error::Input("hift: no mel frames to decode".into()));
+        }
+        return Ok(HiftCall {
+            finalize,
+            f0_frames: acc_frames,
+            source_frames: acc_frames,
+            mel_frames: acc_frames,
+            zero_pad_frames: conv_pre_look_right,
+            decode_frames: acc_frames,
+            drop_tail_samples: 0,
+            total_samples: samples_per_frame * acc_frames,
+        });
+    }
+    let held_back = f0_look_right + conv_pre_look_right + 1;
+    if acc_frames <= held_back {
+        return Err(Error::Input(format!(
+            "hift: a non-final call needs more than {held_back} mel frames, got {acc_frames}"
+        )));
+    }
+    let f0_frames = acc_frames - f0_look_right;
+    let decode_frames = f0_frames - conv_pre_look_right;
+    Ok(HiftCall {
+        finalize,
+        f0_frames,
+        source_frames: f0_frames,
+        mel_frames: f0_frames,
+        zero_pad_frames: 0,
+        decode_frames,
+        drop_tail_samples: samples_per_frame,
+        total_samples: samples_per_frame * (decode_frames - 1),
+    })
+}
+
+/// Everything the `hift_decode` graph needs for one call.
+#[derive(Debug, Clone)]
+pub struct HiftInputs {
+    pub plan: HiftCall,
+    /// f0 (Hz) of the `plan.f0_frames` frames, float32 as the official code casts it.
+    pub f0: Vec<f32>,
+    /// The graph's `mel` input `[1, 80, decode_frames + 4]`.
+    pub mel: Array3<f32>,
+    /// The graph's `source` input `[1, 1, 480 · source_frames]`.
+    pub source: Array3<f32>,
+}
+
+/// Runs the native part of one HiFT call over the accumulated mel `[80, T]`: f0 (with the
+/// call's `finalize`), the NSF source, and the mel slice/zero pad of [`plan_hift_call`]. The graph
+/// output (`480 · decode_frames` samples) must then lose `plan.drop_tail_samples` at the end.
+pub fn prepare_hift_inputs(
+    f0_net: &F0Predictor,
+    source: &mut SourceGenerator,
+    acc_mel: ArrayView2<f32>,
+    finalize: bool,
+    conv_pre_look_right: usize,
+) -> Result<HiftInputs> {
+    let (channels, frames) = acc_mel.dim();
+    let spf = source.params.samples_per_frame;
+    let plan = plan_hift_call(frames, finalize, f0_net.look_right(), conv_pre_look_right, spf)?;
+    let f0 = f0_net.predict(acc_mel, finalize)?;
+    debug_assert_eq!(f0.len(), plan.f0_frames);
+    let src = source.generate(&f0[..plan.source_frames]);
+    let mut mel = Array3::<f32>::zeros((1, channels, plan.mel_frames + plan.zero_pad_frames));
+    mel.slice_mut(s![0, .., ..plan.mel_frames]).assign(&acc_mel.slice(s![.., ..plan.mel_frames]));
+    let n = src.len();
+    let source = Array3::from_shape_vec((1, 1, n), src)
+        .map_err(|e| Error::Input(format!("hift source shape: {e}")))?;
+    Ok(HiftInputs { plan, f0, mel, source })
+}
+
+/// Per-request HiFT bookkeeping: the accumulated mel and how many samples were already emitted
+/// (official `hift_cache_dict[uuid]`: `mel` and `speech_offset`). Each call re-vocodes the whole
+/// accumulated mel; only the samples after `speech_offset` are new.
+#[derive(Debug, Clone)]
+pub struct HiftStream {
+    mel: Array2<f32>,
+    speech_offset: usize,
+}
+
+impl HiftStream {
+    pub fn new(mel_dim: usize) -> Self {
+        HiftStream { mel: Array2::zeros((mel_dim, 0)), speech_offset: 0 }
+    }
+
+    /// Appends the new frames `[80, n]` of a flow call.
+    pub fn push_mel(&mut self, frames: ArrayView2<f32>) -> Result<()> {
+        self.mel.append(Axis(1), frames).map_err(|e| Error::Input(format!("hift mel append: {e}")))
+    }
+
+    /// The accumulated mel `[80, T]`.
+    pub fn mel(&self) -> ArrayView2<'_, f32> {
+        self.mel.view()
+    }
+
+    pub fn speech_offset(&self) -> usize {
+        self.speech_offset
+    }
+
+    /// Takes the samples of a call's full output (from sample 0, after the tail drop) that were
+    /// not emitted before, and advances `speech_offset`.
+    pub fn take_new(&mut self, call_output: &[f32]) -> Vec<f32> {
+        let start = self.speech_offset.min(call_output.len());
+        let new = call_output[start..].to_vec();
+        self.speech_offset += new.len();
+        new
+    }
+}

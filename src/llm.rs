@@ -1,1 +1,390 @@
-//! TODO(owner): see docs/model-format.md
+//! Everything around the LLM graph except running it (cosyvoice3.md §4.1–4.4).
+//!
+//! * [`build_llm_input`]: the prefill embedding sequence `[sos] ++ text ++ [task_id] ++ prompt speech`
+//!   and the min/max decode lengths.
+//! * [`log_softmax`], [`Sampler`]: repetition-aware sampling (RAS) exactly as the official
+//!   `ras_sampling`/`nucleus_sampling`, with our own seeded generator for the draws.
+//! * [`decode`]: the token loop over any [`LlmStep`] (prefill once, then one embedding per step),
+//!   with the official `ignore_eos` quirk, stop rule and `max_len`.
+//! * [`SilentTokenFilter`]: the post-LLM silent-token pruning of `llm_job`.
+
+use crate::error::{Error, Result};
+use crate::rng::SamplingRng;
+
+/// Token ids and ratios that drive decoding (manifest `constants`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct LlmConstants {
+    /// Row of the speech embedding that starts the sequence (6561).
+    pub sos: i64,
+    /// Row of the speech embedding between text and prompt speech (6563).
+    pub task_id: i64,
+    /// `<|endofprompt|>`; it must occur in prompt text ++ tts text (151646).
+    pub endofprompt_id: i64,
+    /// Any sampled id in `[stop_token_min, stop_token_end)` ends decoding (6561..6761).
+    pub stop_token_min: i64,
+    pub stop_token_end: i64,
+    /// The one id masked while `step < min_len` (official quirk: 6561, which is sos, not eos).
+    pub ignore_eos_masked_id: i64,
+    /// `min_len = int(n_tts_text_tokens · min_token_text_ratio)`.
+    pub min_token_text_ratio: f64,
+    /// `max_len = int(n_tts_text_tokens · max_token_text_ratio)`.
+    pub max_token_text_ratio: f64,
+}
+
+impl Default for LlmConstants {
+    /// The official CosyVoice3 values.
+    fn default() -> Self {
+        LlmConstants {
+            sos: 6561,
+            task_id: 6563,
+            endofprompt_id: 151_646,
+            stop_token_min: 6561,
+            stop_token_end: 6761,
+            ignore_eos_masked_id: 6561,
+            min_token_text_ratio: 2.0,
+            max_token_text_ratio: 20.0,
+        }
+    }
+}
+
+impl LlmConstants {
+    /// Whether `id` ends decoding.
+    pub fn is_stop(&self, id: i64) -> bool {
+        (self.stop_token_min..self.stop_token_end).contains(&id)
+    }
+
+    /// `(min_len, max_len)` from the number of tts text tokens only (the prompt text does not
+    /// count), truncated like Python's `int()`.
+    pub fn length_bounds(&self, n_tts_text_tokens: usize) -> (usize, usize) {
+        let n = n_tts_text_tokens as f64;
+        ((n * self.min_token_text_ratio) as usize, (n * self.max_token_text_ratio) as usize)
+    }
+}
+
+/// Embedding rows for the LLM input. Implemented over `side.safetensors`
+/// (`llm.text_embedding`, `llm.speech_embedding`) by the model loader, and by [`DenseEmbeddings`].
+pub trait EmbeddingLookup {
+    /// Width of one row (the LLM hidden size).
+    fn hidden_size(&self) -> usize;
+    /// Copies row `id` of the Qwen text embedding into `out` (`hidden_size` values).
+    fn text_row(&self, id: i64, out: &mut [f32]) -> Result<()>;
+    /// Copies row `id` of the speech embedding (6761 rows: speech tokens, sos, eos, task, fill…).
+    fn speech_row(&self, id: i64, out: &mut [f32]) -> Result<()>;
+}
+
+/// Row-major in-memory embedding tables.
+#[derive(Debug, Clone)]
+pub struct DenseEmbeddings {
+    pub hidden: usize,
+    /// `[text_vocab, hidden]`
+    pub text: Vec<f32>,
+    /// `[speech_vocab, hidden]`
+    pub speech: Vec<f32>,
+}
+
+impl DenseEmbeddings {
+    fn row<'a>(table: &'a [f32], hidden: usize, id: i64, what: &str) -> Result<&'a [f32]> {
+        let rows = table.len() / hidden.max(1);
+        usize::try_from(id)
+            .ok()
+            .filter(|&r| r < rows)
+            .map(|r| &table[r * hidden..(r + 1) * hidden])
+            .ok_or_else(|| Error::Input(format!("{what} id {id} is outside the {rows}-row embedding table")))
+    }
+}
+
+impl EmbeddingLookup for DenseEmbeddings {
+    fn hidden_size(&self) -> usize {
+        self.hidden
+    }
+    fn text_row(&self, id: i64, out: &mut [f32]) -> Result<()> {
+        out.copy_from_slice(Self::row(&self.text, self.hidden, id, "text token")?);
+        Ok(())
+    }
+    fn speech_row(&self, id: i64, out: &mut [f32]) -> Result<()> {
+        out.copy_from_slice(Self::row(&self.speech, self.hidden, id, "speech token")?);
+        Ok(())
+    }
+}
+
+/// The prefill input of one request and its decode-length bounds.
+#[derive(Debug, Clone)]
+pub struct LlmInput {
+    /// `[seq_len, hidden]`, row-major.
+    pub embeds: Vec<f32>,
+    pub seq_len: usize,
+    pub hidden: usize,
+    /// While `step < min_len` the `ignore_eos_masked_id` logit is masked.
+    pub min_len: usize,
+    /// At most this many tokens are generated.
+    pub max_len: usize,
+}
+
+/// Builds `[speech_emb[sos]] ++ text_emb(prompt_text ++ tts_text) ++ [speech_emb[task_id]] ++
+/// speech_emb(prompt_speech)` (§4.1). There is no speaker-embedding slot. Fails when
+/// `<|endofprompt|>` is in neither text, as the official code asserts.
+pub fn build_llm_input<E: EmbeddingLookup + ?Sized>(
+    tables: &E,
+    prompt_text: &[i64],
+    tts_text: &[i64],
+    prompt_speech: &[i64],
+    constants: &LlmConstants,
+) -> Result<LlmInput> {
+    let has_endofprompt =
+        prompt_text.iter().chain(tts_text).any(|&t| t == constants.endofprompt_id);
+    if !has_endofprompt {
+        return Err(Error::Input(format!(
+            "<|endofprompt|> (id {}) is in neither the prompt text nor the text; CosyVoice3 needs \
+             it (prefix the instruction, e.g. \"You are a helpful assistant.<|endofprompt|>\")",
+            constants.endofprompt_id
+        )));
+    }
+    let hidden = tables.hidden_size();
+    let seq_len = 1 + prompt_text.len() + tts_text.len() + 1 + prompt_speech.len();
+    let mut embeds = vec![0f32; seq_len * hidden];
+    let mut rows = embeds.chunks_exact_mut(hidden);
+    let mut next = || rows.next().ok_or_else(|| Error::Input("embedding row count".into()));
+    tables.speech_row(constants.sos, next()?)?;
+    for &id in prompt_text.iter().chain(tts_text) {
+        tables.text_row(id, next()?)?;
+    }
+    tables.speech_row(constants.task_id, next()?)?;
+    for &id in prompt_speech {
+        tables.speech_row(id, next()?)?;
+    }
+    let (min_len, max_len) = constants.length_bounds(tts_text.len());
+    Ok(LlmInput { embeds, seq_len, hidden, min_len, max_len })
+}
+
+/// `log_softmax` in float32 with torch's op order: `(x − max) − ln Σ exp(x − max)`.
+pub fn log_softmax(logits: &[f32]) -> Vec<f32> {
+    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let sum: f64 = logits.iter().map(|&x| f64::from((x - max).exp())).sum();
+    let log_sum = (sum as f32).ln();
+    logits.iter().map(|&x| (x - max) - log_sum).collect()
+}
+
+/// `softmax` in float32 with torch's op order: `exp(x − max) · (1 / Σ)`.
+pub fn softmax(scores: &[f32]) -> Vec<f32> {
+    let max = scores.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let mut out: Vec<f32> = scores.iter().map(|&x| (x - max).exp()).collect();
+    let sum: f64 = out.iter().map(|&p| f64::from(p)).sum();
+    let inv = 1.0f32 / sum as f32;
+    out.iter_mut().for_each(|p| *p *= inv);
+    out
+}
+
+/// RAS parameters (manifest `constants.sampling`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SamplingParams {
+    pub top_p: f32,
+    pub top_k: usize,
+    pub win_size: usize,
+    pub tau_r: f64,
+}
+
+impl Default for SamplingParams {
+    /// The official values: top_p 0.8, top_k 25, win_size 10, tau_r 0.1.
+    fn default() -> Self {
+        SamplingParams { top_p: 0.8, top_k: 25, win_size: 10, tau_r: 0.1 }
+    }
+}
+
+impl SamplingParams {
+    /// Greedy decoding expressed as RAS: one candidate and a repetition threshold that is never met.
+    pub fn greedy() -> Self {
+        SamplingParams { top_p: 0.8, top_k: 1, win_size: 10, tau_r: f64::INFINITY }
+    }
+}
+
+/// The nucleus candidates of `probs`: indices in descending probability (stable: ties keep the
+/// lower index first), taken while `cum < top_p` and `count < top_k`, so the token that crosses
+/// `top_p` is included. `cum` is a float32 running sum, compared with `top_p` as float32, as the
+/// official loop does with 0-dim float32 tensors.
+pub fn nucleus_candidates(probs: &[f32], top_p: f32, top_k: usize) -> Vec<(usize, f32)> {
+    let mut order: Vec<usize> = (0..probs.len()).collect();
+    // slice::sort_by is stable; descending by probability.
+    order.sort_by(|&a, &b| probs[b].total_cmp(&probs[a]));
+    let mut kept = Vec::with_capacity(top_k.min(probs.len()));
+    let mut cum = 0f32;
+    for idx in order {
+        if cum < top_p && kept.len() < top_k {
+            cum += probs[idx];
+            kept.push((idx, probs[idx]));
+        } else {
+            break;
+        }
+    }
+    kept
+}
+
+/// Repetition-aware sampler with its own seeded generator.
+#[derive(Clone)]
+pub struct Sampler {
+    pub params: SamplingParams,
+    rng: SamplingRng,
+}
+
+impl Sampler {
+    pub fn new(params: SamplingParams, seed: u64) -> Self {
+        Sampler { params, rng: SamplingRng::new(seed) }
+    }
+
+    /// Draws one index from unnormalised weights (`torch.multinomial` semantics: zero weights are
+    /// never drawn). A single candidate is returned without consuming a draw.
+    fn multinomial(&mut self, candidates: &[(usize, f32)]) -> Result<usize> {
+        let positive: Vec<&(usize, f32)> = candidates.iter().filter(|(_, p)| *p > 0.0).collect();
+        match positive.as_slice() {
+            [] => Err(Error::Input("sampling: every candidate has probability 0".into())),
+            [(only, _)] => Ok(*only),
+            _ => {
+                let total: f64 = positive.iter().map(|(_, p)| f64::from(*p)).sum();
+                let target = self.rng.uniform() * total;
+                let mut cum = 0f64;
+                for (idx, p) in &positive {
+                    cum += f64::from(*p);
+                    if target < cum {
+                        return Ok(*idx);
+                    }
+                }
+                Ok(positive[positive.len() - 1].0)
+            }
+        }
+    }
+
+    /// Official `ras_sampling` over log-probabilities `logp` (modified in place, as the official
+    /// code does: a repeated id is set to −inf before the fallback draw). `decoded` holds the
+    /// tokens this request has emitted so far (unpruned).
+    pub fn sample(&mut self, logp: &mut [f32], decoded: &[i64]) -> Result<i64> {
+        let probs = softmax(logp);
+        let kept = nucleus_candidates(&probs, self.params.top_p, self.params.top_k);
+        let drawn = self.multinomial(&kept)?;
+        let window = &decoded[decoded.len().saturating_sub(self.params.win_size)..];
+        let repeats = window.iter().filter(|&&t| t == drawn as i64).count();
+        if repeats as f64 >= self.params.win_size as f64 * self.params.tau_r {
+            logp[drawn] = f32::NEG_INFINITY;
+            let probs = softmax(logp);
+            let all: Vec<(usize, f32)> = probs.into_iter().enumerate().collect();
+            return Ok(self.multinomial(&all)? as i64);
+        }
+        Ok(drawn as i64)
+    }
+}
+
+/// One LLM forward over the exported graph (prefill once, then one embedding per step), keeping
+/// its own KV cache. Both return the logits `[speech_vocab]` of the last position.
+pub trait LlmStep {
+    /// Runs the whole prefill sequence `embeds` (`[seq, hidden]`, row-major) from an empty cache.
+    fn prefill(&mut self, embeds: &[f32], seq: usize) -> Result<Vec<f32>>;
+    /// Feeds one embedding (`[hidden]`) after the cached positions.
+    fn step(&mut self, embed: &[f32]) -> Result<Vec<f32>>;
+}
+
+/// Why decoding ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Termination {
+    /// A stop id was sampled (not emitted).
+    StopToken(i64),
+    /// `max_len` tokens were emitted.
+    MaxLen,
+    /// The token callback asked to stop.
+    Cancelled,
+}
+
+/// All tokens emitted (before silent-token pruning) and why decoding ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DecodeOutcome {
+    pub tokens: Vec<i64>,
+    pub termination: Termination,
+}
+
+/// The decoding loop of `inference_wrapper` (HF path, §4.2): prefill, then per step log-softmax,
+/// the `ignore_eos` mask while `step < min_len` (only `ignore_eos_masked_id`), RAS, stop on any id
+/// in the stop range, at most `max_len` tokens. Every emitted token is passed to `on_token`
+/// as soon as it is sampled; returning `false` cancels.
+pub fn decode<S, E, F>(
+    llm: &mut S,
+    input: &LlmInput,
+    tables: &E,
+    sampler: &mut Sampler,
+    constants: &LlmConstants,
+    mut on_token: F,
+) -> Result<DecodeOutcome>
+where
+    S: LlmStep + ?Sized,
+    E: EmbeddingLookup + ?Sized,
+    F: FnMut(i64) -> bool,
+{
+    let mut tokens: Vec<i64> = Vec::new();
+    let mut embed = vec![0f32; input.hidden];
+    let vocab = usize::try_from(constants.stop_token_end).unwrap_or(0);
+    for step in 0..input.max_len {
+        let logits = if step == 0 {
+            llm.prefill(&input.embeds, input.seq_len)?
+        } else {
+            llm.step(&embed)?
+        };
+        if logits.len() != vocab {
+            return Err(Error::Runtime(format!(
+                "llm returned {} logits, expected {vocab}",
+                logits.len()
+            )));
+        }
+        let mut logp = log_softmax(&logits);
+        if step < input.min_len {
+            if let Some(v) = usize::try_from(constants.ignore_eos_masked_id).ok().and_then(|i| logp.get_mut(i)) {
+                *v = f32::NEG_INFINITY;
+            }
+        }
+        let top = sampler.sample(&mut logp, &tokens)?;
+        if constants.is_stop(top) {
+            return Ok(DecodeOutcome { tokens, termination: Termination::StopToken(top) });
+        }
+        tokens.push(top);
+        if !on_token(top) {
+            return Ok(DecodeOutcome { tokens, termination: Termination::Cancelled });
+        }
+        if step + 1 < input.max_len {
+            tables.speech_row(top, &mut embed)?;
+        }
+    }
+    Ok(DecodeOutcome { tokens, termination: Termination::MaxLen })
+}
+
+/// The official silent-token filter between LLM and flow (§4.4): a token from the silent list is
+/// dropped once more than `max_run` consecutive silent tokens have been seen; any other token
+/// resets the run. The LLM itself still conditions on dropped tokens.
+#[derive(Debug, Clone)]
+pub struct SilentTokenFilter {
+    silent: Vec<i64>,
+    max_run: usize,
+    run: usize,
+}
+
+impl SilentTokenFilter {
+    pub fn new(silent: &[i64], max_run: usize) -> Self {
+        SilentTokenFilter { silent: silent.to_vec(), max_run, run: 0 }
+    }
+
+    /// The CosyVoice3 list `[1, 2, 28, 29, 55, 248, 494, 2241, 2242, 2322, 2323]`, run limit 5.
+    pub fn official() -> Self {
+        Self::new(&[1, 2, 28, 29, 55, 248, 494, 2241, 2242, 2322, 2323], 5)
+    }
+
+    /// Whether `token` goes on to the flow.
+    pub fn accept(&mut self, token: i64) -> bool {
+        if self.silent.contains(&token) {
+            self.run += 1;
+            self.run <= self.max_run
+        } else {
+            self.run = 0;
+            true
+        }
+    }
+
+    /// Filters a whole sequence (fresh state).
+    pub fn filter_all(silent: &[i64], max_run: usize, tokens: &[i64]) -> Vec<i64> {
+        let mut f = Self::new(silent, max_run);
+        tokens.iter().copied().filter(|&t| f.accept(t)).collect()
+    }
+}

@@ -1,0 +1,211 @@
+//! Flow-side logic: the streaming schedule and HiFT call plan against the golden stream case,
+//! the cond input against the golden `flow_cond`, and the CFM loop with a scripted estimator
+//! (which checks the batch layout, CFG and time bookkeeping, not DiT parity).
+
+use std::path::{Path, PathBuf};
+
+use cosy::flow::{
+    build_cond, cosine_t_span, flow_front_tokens, plan_stream, solve_cfm, strip_prompt, CfmParams, CfmRequest,
+    Estimator, StreamParams, MEL_DIM,
+};
+use cosy::hift::{plan_hift_call, HiftStream};
+use ndarray::{Array1, Array2, Array3, ArrayView1, ArrayView2, ArrayView3, Axis};
+
+const CASES: [&str; 5] = ["en", "zh", "num", "p16k", "stream"];
+
+fn reference_dir() -> Option<PathBuf> {
+    let dir = std::env::var_os("COSY_REFERENCE_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/reference"));
+    if dir.join("golden").is_dir() {
+        Some(dir)
+    } else {
+        eprintln!("SKIP: reference folder {} not found (set COSY_REFERENCE_DIR)", dir.display());
+        None
+    }
+}
+
+fn read_meta(dir: &Path, case: &str) -> serde_json::Value {
+    let text = std::fs::read_to_string(dir.join(format!("golden/{case}/meta.json"))).expect("meta.json");
+    serde_json::from_str(&text).expect("json")
+}
+
+fn as_usize(v: &serde_json::Value) -> usize {
+    v.as_u64().expect("unsigned number") as usize
+}
+
+#[test]
+fn flow_and_hift_schedule_matches_golden_calls() {
+    let Some(dir) = reference_dir() else { return };
+    for case in CASES {
+        let meta = read_meta(&dir, case);
+        let n_prompt = as_usize(&meta["n_prompt_speech_token"]);
+        let n_total = as_usize(&meta["n_speech_token"]);
+        let stream = meta["stream"].as_bool().expect("stream flag");
+        let chunks = if stream {
+            plan_stream(StreamParams::default(), n_prompt, n_total).expect("plan")
+        } else {
+            vec![cosy::flow::StreamPlanner::new(StreamParams::default(), n_prompt).final_chunk(n_total).expect("final")]
+        };
+        let flow_calls = meta["flow_calls"].as_array().expect("flow_calls");
+        assert_eq!(chunks.len(), flow_calls.len(), "case {case}");
+        let hift_calls = meta["hift_calls"].as_array().expect("hift_calls");
+        let mut hift = HiftStream::new(MEL_DIM);
+        let mut chunk_samples = Vec::new();
+        for ((chunk, call), hcall) in chunks.iter().zip(flow_calls).zip(hift_calls) {
+            assert_eq!(chunk.n_tokens, as_usize(&call["token_len"]), "case {case}");
+            assert_eq!(n_prompt, as_usize(&call["prompt_token_len"]));
+            assert_eq!(chunk.finalize, call["finalize"].as_bool().expect("finalize"));
+            let streaming = call["streaming"].as_bool().expect("streaming");
+            assert_eq!(chunk.block_frames == 50, streaming, "case {case}: attention mode");
+            assert_eq!(chunk.mel_frames, as_usize(&call["mel_frames"]), "case {case}");
+            // HiFT runs over the accumulated new frames.
+            hift.push_mel(Array2::<f32>::zeros((MEL_DIM, chunk.new_frames())).view()).expect("push");
+            let acc = hift.mel().ncols();
+            assert_eq!(acc, as_usize(&hcall["mel_frames"]), "case {case}");
+            let plan = plan_hift_call(acc, chunk.finalize, 3, 4, 480).expect("hift plan");
+            assert_eq!(plan.total_samples, as_usize(&hcall["samples"]), "case {case}");
+            assert_eq!(plan.decode_frames * 480 - plan.drop_tail_samples, plan.total_samples);
+            assert_eq!(plan.mel_frames + plan.zero_pad_frames, plan.decode_frames + 4);
+            let fake_output = vec![0f32; plan.total_samples];
+            chunk_samples.push(hift.take_new(&fake_output).len());
+        }
+        assert_eq!(chunk_samples.iter().sum::<usize>(), as_usize(&meta["n_samples"]), "case {case}");
+        if stream {
+            assert_eq!(chunk_samples, vec![42240, 48000, 27840]);
+            let path = dir.join("golden/stream/chunk_samples.npy");
+            let want: Vec<i64> =
+                cosy::npy::read(&path).expect("npy").to_i64(&path).expect("ints").iter().copied().collect();
+            assert_eq!(chunk_samples.iter().map(|&n| n as i64).collect::<Vec<_>>(), want);
+        }
+    }
+}
+
+#[test]
+fn stream_planner_hops_double_to_the_maximum() {
+    // P = 77 → pad 23: hops 48, 50, 100, 100; every chunk end is a multiple of 25 from the prompt start.
+    let chunks = plan_stream(StreamParams::default(), 77, 400).expect("plan");
+    let offsets: Vec<usize> = chunks.iter().map(|c| c.token_offset).collect();
+    assert_eq!(offsets, vec![0, 48, 98, 198, 298]);
+    for c in &chunks[..chunks.len() - 1] {
+        assert_eq!((77 + c.n_tokens - 3) % 25, 0);
+        assert_eq!(c.new_frames(), c.mel_frames - 2 * c.token_offset);
+    }
+    let last = chunks.last().expect("final");
+    assert!(last.finalize && last.block_frames == 0 && last.n_tokens == 400);
+    // Too few tokens for any chunk: only the final call.
+    assert_eq!(plan_stream(StreamParams::default(), 77, 50).expect("plan").len(), 1);
+}
+
+#[test]
+fn flow_front_tokens_pad_only_final_calls() {
+    assert_eq!(flow_front_tokens(&[1, 2], &[3, 4, 5, 6], true, 3), vec![1, 2, 3, 4, 5, 6, -1, -1, -1]);
+    assert_eq!(flow_front_tokens(&[1, 2], &[3, 4, 5, 6], false, 3), vec![1, 2, 3, 4, 5, 6]);
+}
+
+#[test]
+fn cond_matches_golden_flow_cond() {
+    let Some(dir) = reference_dir() else { return };
+    for case in ["en", "zh", "num", "p16k"] {
+        let prompt = cosy::npy::read(&dir.join(format!("golden/{case}/prompt_feat.npy"))).expect("npy").to_f32();
+        let want = cosy::npy::read(&dir.join(format!("golden/{case}/flow_cond.npy"))).expect("npy").to_f32();
+        let prompt = prompt.index_axis(Axis(0), 0).into_dimensionality::<ndarray::Ix2>().expect("2d").to_owned();
+        let want = want.index_axis(Axis(0), 0).into_dimensionality::<ndarray::Ix2>().expect("2d").to_owned();
+        let got = build_cond(prompt.view(), want.ncols()).expect("cond");
+        assert_eq!(got, want, "case {case}");
+        let stripped = strip_prompt(got.view(), prompt.nrows()).expect("strip");
+        assert_eq!(stripped.ncols(), want.ncols() - prompt.nrows());
+        assert!(stripped.iter().all(|&v| v == 0.0));
+    }
+}
+
+/// A fake estimator: conditional rows return `mu + cond + spks` (per channel), unconditional rows
+/// return `x`. It asserts the batch layout the official solver builds.
+struct LayoutCheckingEstimator {
+    calls: Vec<f32>,
+    block_frames_seen: Vec<i64>,
+    n_requests: usize,
+}
+
+impl Estimator for LayoutCheckingEstimator {
+    fn run(
+        &mut self,
+        x: ArrayView3<f32>,
+        mask: ArrayView3<f32>,
+        mu: ArrayView3<f32>,
+        t: ArrayView1<f32>,
+        spks: ArrayView2<f32>,
+        cond: ArrayView3<f32>,
+        block_frames: i64,
+    ) -> cosy::Result<Array3<f32>> {
+        let n = self.n_requests;
+        assert_eq!(x.dim().0, 2 * n);
+        assert!(mask.iter().all(|&m| m == 1.0));
+        assert!(t.iter().all(|&v| v == t[0]), "one t for every row");
+        for i in 0..n {
+            assert_eq!(x.index_axis(Axis(0), i), x.index_axis(Axis(0), n + i), "x shared by the CFG pair");
+            assert!(mu.index_axis(Axis(0), n + i).iter().all(|&v| v == 0.0));
+            assert!(cond.index_axis(Axis(0), n + i).iter().all(|&v| v == 0.0));
+            assert!(spks.index_axis(Axis(0), n + i).iter().all(|&v| v == 0.0));
+        }
+        self.calls.push(t[0]);
+        self.block_frames_seen.push(block_frames);
+        let mut v = x.to_owned();
+        for i in 0..n {
+            for c in 0..MEL_DIM {
+                for f in 0..x.dim().2 {
+                    v[[i, c, f]] = mu[[i, c, f]] + cond[[i, c, f]] + spks[[i, c]];
+                }
+            }
+        }
+        Ok(v)
+    }
+}
+
+#[test]
+fn cfm_solver_batches_cfg_pairs_and_follows_the_schedule() {
+    let frames = 7;
+    let make = |seed: f32| {
+        let mu = Array2::from_shape_fn((MEL_DIM, frames), |(c, f)| seed + 0.01 * c as f32 - 0.02 * f as f32);
+        let cond = Array2::from_shape_fn((MEL_DIM, frames), |(c, f)| if f < 2 { 0.5 - 0.001 * c as f32 } else { 0.0 });
+        let spks = Array1::from_shape_fn(MEL_DIM, |c| 0.1 * seed - 0.002 * c as f32);
+        // More noise columns than frames: only the first `frames` are used.
+        let noise = Array2::from_shape_fn((MEL_DIM, frames + 5), |(c, f)| ((c * 31 + f * 7) % 13) as f32 / 13.0 - 0.5);
+        (mu, cond, spks, noise)
+    };
+    let a = make(1.0);
+    let b = make(-2.0);
+    let requests = [
+        CfmRequest { mu: a.0.view(), spks: a.2.view(), cond: a.1.view(), noise: a.3.view() },
+        CfmRequest { mu: b.0.view(), spks: b.2.view(), cond: b.1.view(), noise: b.3.view() },
+    ];
+    let mut est = LayoutCheckingEstimator { calls: Vec::new(), block_frames_seen: Vec::new(), n_requests: 2 };
+    let out = solve_cfm(&mut est, &requests, &CfmParams::default(), 50).expect("solve");
+    assert_eq!(est.calls.len(), 10);
+    assert!(est.block_frames_seen.iter().all(|&b| b == 50));
+    // The t fed at step k is the accumulated t, equal to the schedule up to float rounding.
+    let span = cosine_t_span(10);
+    for (k, &t) in est.calls.iter().enumerate() {
+        assert!((t - span[k]).abs() < 1e-6, "step {k}: t {t} vs {}", span[k]);
+    }
+    // With v_cond = g (constant) and v_uncond = x, each step is x ← x + dt·(1.7·g − 0.7·x):
+    // check against a float64 evaluation of the same recursion.
+    for (req, (mu, cond, spks, noise)) in out.iter().zip([&a, &b]) {
+        for c in 0..MEL_DIM {
+            for f in 0..frames {
+                let g = f64::from(mu[[c, f]] + cond[[c, f]] + spks[c]);
+                let mut x = f64::from(noise[[c, f]]);
+                for k in 0..10 {
+                    let dt = f64::from(span[k + 1]) - f64::from(span[k]);
+                    x += dt * (1.7 * g - 0.7 * x);
+                }
+                assert!((f64::from(req[[c, f]]) - x).abs() < 1e-5, "[{c},{f}] {} vs {x}", req[[c, f]]);
+            }
+        }
+    }
+    // Mismatched frame counts are refused.
+    let short = make(0.0);
+    let mu_short = short.0.slice(ndarray::s![.., ..5]).to_owned();
+    let bad = [CfmRequest { mu: mu_short.view(), ..requests[0] }];
+    assert!(solve_cfm(&mut est, &bad, &CfmParams::default(), 0).is_err());
+}
