@@ -1,1 +1,622 @@
-//! TODO(owner): see docs/model-format.md
+//! Run-time configuration: `config.toml`, `COSY_*` environment variables and command-line flags.
+//!
+//! Precedence, lowest first: built-in defaults < config file < environment < flags. Every setting
+//! has one dotted key (`runtime.providers`, `stages.dit.precision`, ...) and every source goes
+//! through the same setter, so a bad value is refused with the same message wherever it came from:
+//! the key, the value, where it came from and what is allowed. Unknown keys are refused too.
+//!
+//! Relative paths in a config file are resolved against the file's folder; relative paths from the
+//! environment or flags against the current directory.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use crate::error::{Error, Result};
+
+/// Numeric precision a stage runs in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Precision {
+    Fp32,
+    Fp16,
+    Bf16,
+}
+
+impl Precision {
+    pub const ALL: [Precision; 3] = [Precision::Fp32, Precision::Fp16, Precision::Bf16];
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Precision::Fp32 => "fp32",
+            Precision::Fp16 => "fp16",
+            Precision::Bf16 => "bf16",
+        }
+    }
+    pub fn parse(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|p| p.as_str() == s.trim().to_ascii_lowercase())
+    }
+}
+
+impl fmt::Display for Precision {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// An ONNX Runtime execution provider cosy knows how to configure.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum ProviderKind {
+    TensorRt,
+    Cuda,
+    Cpu,
+}
+
+impl ProviderKind {
+    pub const ALL: [ProviderKind; 3] = [ProviderKind::TensorRt, ProviderKind::Cuda, ProviderKind::Cpu];
+    /// The short name used in config files and flags.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ProviderKind::TensorRt => "tensorrt",
+            ProviderKind::Cuda => "cuda",
+            ProviderKind::Cpu => "cpu",
+        }
+    }
+    /// The name ONNX Runtime uses.
+    pub fn ort_name(self) -> &'static str {
+        match self {
+            ProviderKind::TensorRt => "TensorrtExecutionProvider",
+            ProviderKind::Cuda => "CUDAExecutionProvider",
+            ProviderKind::Cpu => "CPUExecutionProvider",
+        }
+    }
+    pub fn parse(s: &str) -> Option<Self> {
+        let s = s.trim().to_ascii_lowercase();
+        match s.as_str() {
+            "trt" => Some(ProviderKind::TensorRt),
+            _ => Self::ALL.into_iter().find(|p| p.as_str() == s),
+        }
+    }
+}
+
+impl fmt::Display for ProviderKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The configurable groups of graphs. `flow` is the flow front end (`flow_front`), `dit` the
+/// estimator, `hift` the vocoder (`hift_decode`), `frontend` the two copied graphs (campplus and
+/// the speech tokenizer).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum StageGroup {
+    Llm,
+    Flow,
+    Dit,
+    Hift,
+    Frontend,
+}
+
+impl StageGroup {
+    pub const ALL: [StageGroup; 5] =
+        [StageGroup::Llm, StageGroup::Flow, StageGroup::Dit, StageGroup::Hift, StageGroup::Frontend];
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StageGroup::Llm => "llm",
+            StageGroup::Flow => "flow",
+            StageGroup::Dit => "dit",
+            StageGroup::Hift => "hift",
+            StageGroup::Frontend => "frontend",
+        }
+    }
+    pub fn parse(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|g| g.as_str() == s)
+    }
+    /// The group a manifest graph (stage) name belongs to.
+    pub fn of_graph(graph: &str) -> Option<Self> {
+        match graph {
+            "llm" => Some(StageGroup::Llm),
+            "flow_front" => Some(StageGroup::Flow),
+            "dit" => Some(StageGroup::Dit),
+            "hift_decode" => Some(StageGroup::Hift),
+            "campplus" | "speech_tokenizer" => Some(StageGroup::Frontend),
+            _ => None,
+        }
+    }
+}
+
+/// Per-group overrides; `None` inherits the `[runtime]` value.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct StageSettings {
+    pub precision: Option<Precision>,
+    pub providers: Option<Vec<ProviderKind>>,
+}
+
+/// `[runtime]`: where ONNX Runtime is and how sessions are made.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RuntimeSettings {
+    /// Path of `libonnxruntime.so`; `None`: `$ORT_DYLIB_PATH`, then `.ort/libonnxruntime.so`.
+    pub ort_library: Option<PathBuf>,
+    /// Providers in priority order; ONNX Runtime gives each node to the first that takes it.
+    pub providers: Vec<ProviderKind>,
+    /// When a provider that was asked for cannot be used: `false` is an error, `true` a warning
+    /// and the next provider (CPU last) is used.
+    pub allow_fallback: bool,
+    pub precision: Precision,
+    pub device_id: u32,
+    /// Intra-op threads for CPU work; 0 lets ONNX Runtime choose.
+    pub threads: usize,
+    /// TensorRT engine cache folder.
+    pub engine_cache: PathBuf,
+    /// CUDA memory arena limit in bytes; 0 means no limit.
+    pub cuda_mem_limit: u64,
+    /// CUDA graphs for stages whose shapes are fixed between calls.
+    pub cuda_graphs: bool,
+}
+
+/// `[sampling]`: LLM sampling (defaults are the official CosyVoice3 values).
+#[derive(Debug, Clone, PartialEq)]
+pub struct SamplingSettings {
+    pub seed: u64,
+    pub top_p: f64,
+    pub top_k: usize,
+    pub win_size: usize,
+    pub tau_r: f64,
+}
+
+/// `[streaming]`: chunking of the token stream into audio.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StreamingSettings {
+    pub enabled: bool,
+    pub token_hop_len: usize,
+    pub token_max_hop_len: usize,
+    pub stream_scale_factor: usize,
+}
+
+/// `[output]`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OutputSettings {
+    /// Audio device for `cosy say`: "default", "none" (no playback) or a device name.
+    pub device: String,
+}
+
+/// The whole configuration after all sources were applied.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    /// The exported model folder (docs/model-format.md).
+    pub model_dir: PathBuf,
+    pub runtime: RuntimeSettings,
+    pub stages: BTreeMap<StageGroup, StageSettings>,
+    pub sampling: SamplingSettings,
+    pub streaming: StreamingSettings,
+    pub output: OutputSettings,
+    /// The config file that was read, if any.
+    pub source_file: Option<PathBuf>,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            model_dir: PathBuf::from("models/cosyvoice3"),
+            runtime: RuntimeSettings {
+                ort_library: None,
+                providers: vec![ProviderKind::Cpu],
+                allow_fallback: false,
+                precision: Precision::Fp32,
+                device_id: 0,
+                threads: 0,
+                engine_cache: PathBuf::from("engines"),
+                cuda_mem_limit: 0,
+                cuda_graphs: false,
+            },
+            stages: StageGroup::ALL.into_iter().map(|g| (g, StageSettings::default())).collect(),
+            sampling: SamplingSettings { seed: 0, top_p: 0.8, top_k: 25, win_size: 10, tau_r: 0.1 },
+            streaming: StreamingSettings {
+                enabled: false,
+                token_hop_len: 25,
+                token_max_hop_len: 100,
+                stream_scale_factor: 2,
+            },
+            output: OutputSettings { device: "default".into() },
+            source_file: None,
+        }
+    }
+}
+
+/// Every key a config file may set (the `stages.<group>.*` keys for each group).
+pub const KEYS: &[&str] = &[
+    "model.dir",
+    "runtime.ort_library",
+    "runtime.providers",
+    "runtime.allow_fallback",
+    "runtime.precision",
+    "runtime.device_id",
+    "runtime.threads",
+    "runtime.engine_cache",
+    "runtime.cuda_mem_limit",
+    "runtime.cuda_graphs",
+    "stages.<llm|flow|dit|hift|frontend>.precision",
+    "stages.<llm|flow|dit|hift|frontend>.providers",
+    "sampling.seed",
+    "sampling.top_p",
+    "sampling.top_k",
+    "sampling.win_size",
+    "sampling.tau_r",
+    "streaming.enabled",
+    "streaming.token_hop_len",
+    "streaming.token_max_hop_len",
+    "streaming.stream_scale_factor",
+    "output.device",
+];
+
+/// Environment variables and the key each one sets.
+pub const ENV_VARS: &[(&str, &str)] = &[
+    ("COSY_MODEL", "model.dir"),
+    ("COSY_ORT_LIBRARY", "runtime.ort_library"),
+    ("COSY_PROVIDERS", "runtime.providers"),
+    ("COSY_ALLOW_FALLBACK", "runtime.allow_fallback"),
+    ("COSY_PRECISION", "runtime.precision"),
+    ("COSY_DEVICE_ID", "runtime.device_id"),
+    ("COSY_THREADS", "runtime.threads"),
+    ("COSY_ENGINE_CACHE", "runtime.engine_cache"),
+    ("COSY_SEED", "sampling.seed"),
+    ("COSY_OUTPUT_DEVICE", "output.device"),
+];
+
+/// The environment variable naming the config file when `--config` is not given.
+pub const CONFIG_ENV: &str = "COSY_CONFIG";
+
+/// Where a value came from, for error messages.
+#[derive(Debug, Clone)]
+pub enum Origin {
+    File(PathBuf),
+    Env(&'static str),
+    Flag(String),
+}
+
+impl fmt::Display for Origin {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Origin::File(p) => write!(f, "{}", p.display()),
+            Origin::Env(v) => write!(f, "environment {v}"),
+            Origin::Flag(s) => write!(f, "flag {s}"),
+        }
+    }
+}
+
+/// A value as given: a TOML value from a file, or text from the environment or a flag.
+#[derive(Debug, Clone)]
+pub enum RawValue {
+    Toml(toml::Value),
+    Text(String),
+}
+
+impl fmt::Display for RawValue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RawValue::Toml(v) => write!(f, "{v}"),
+            RawValue::Text(s) => write!(f, "{s:?}"),
+        }
+    }
+}
+
+/// What [`Config::load`] reads besides the built-in defaults.
+#[derive(Debug, Clone, Default)]
+pub struct LoadOptions {
+    /// `--config`; a given file must exist.
+    pub config_file: Option<PathBuf>,
+    /// Use `./config.toml` when no file is named (the CLI does; tests usually do not).
+    pub default_file: Option<PathBuf>,
+    /// The environment, as (name, value) pairs; only `COSY_*` names are looked at.
+    pub env: Vec<(String, String)>,
+    /// Flag settings as (key, value), applied last in order.
+    pub flags: Vec<(String, String)>,
+}
+
+impl LoadOptions {
+    /// Options holding this process's `COSY_*` environment.
+    pub fn from_process_env() -> Self {
+        LoadOptions {
+            env: std::env::vars().filter(|(k, _)| k.starts_with("COSY_")).collect(),
+            ..Default::default()
+        }
+    }
+}
+
+impl Config {
+    /// Builds the configuration: defaults, then the config file, the environment, the flags.
+    pub fn load(opts: &LoadOptions) -> Result<Config> {
+        let mut cfg = Config::default();
+        let env_file = opts.env.iter().find(|(k, _)| k == CONFIG_ENV).map(|(_, v)| PathBuf::from(v));
+        let named = opts.config_file.clone().or(env_file);
+        let file = match named {
+            Some(p) => {
+                if !p.is_file() {
+                    return Err(Error::Config(format!("config file {} does not exist", p.display())));
+                }
+                Some(p)
+            }
+            None => opts.default_file.clone().filter(|p| p.is_file()),
+        };
+        if let Some(path) = file {
+            cfg.apply_file(&path)?;
+        }
+        for (var, key) in ENV_VARS {
+            if let Some((_, value)) = opts.env.iter().find(|(k, _)| k == var) {
+                cfg.set(key, &RawValue::Text(value.clone()), &Origin::Env(var), None)?;
+            }
+        }
+        let known_env: Vec<&str> = ENV_VARS.iter().map(|(v, _)| *v).chain([CONFIG_ENV]).collect();
+        for (name, value) in &opts.env {
+            // A misspelt variable would otherwise be ignored without a word.
+            if name.starts_with("COSY_") && !known_env.contains(&name.as_str()) && !IGNORED_ENV.contains(&name.as_str())
+            {
+                return Err(Error::Config(format!(
+                    "environment {name}={value:?}: unknown variable; known: {}",
+                    known_env.join(", ")
+                )));
+            }
+        }
+        for (key, value) in &opts.flags {
+            cfg.set(key, &RawValue::Text(value.clone()), &Origin::Flag(key.clone()), None)?;
+        }
+        Ok(cfg)
+    }
+
+    /// Reads one TOML file over the current values.
+    pub fn apply_file(&mut self, path: &Path) -> Result<()> {
+        let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
+        let table: toml::Table = toml::from_str(&text)
+            .map_err(|e| Error::Config(format!("{}: not valid TOML: {}", path.display(), e.message())))?;
+        let base = path.parent().map(Path::to_path_buf).unwrap_or_default();
+        let origin = Origin::File(path.to_path_buf());
+        let mut leaves = Vec::new();
+        flatten("", &toml::Value::Table(table), &mut leaves);
+        for (key, value) in leaves {
+            self.set(&key, &RawValue::Toml(value), &origin, Some(&base))?;
+        }
+        self.source_file = Some(path.to_path_buf());
+        Ok(())
+    }
+
+    /// Sets one dotted key. `base` resolves relative paths (the config file's folder).
+    pub fn set(&mut self, key: &str, value: &RawValue, origin: &Origin, base: Option<&Path>) -> Result<()> {
+        let bad = |allowed: &str| {
+            Error::Config(format!("{origin}: {key} = {value}: invalid value; allowed: {allowed}"))
+        };
+        let path_value = |v: &RawValue| -> Result<PathBuf> {
+            let s = text_of(v).ok_or_else(|| bad("a path (string)"))?;
+            let p = PathBuf::from(s);
+            Ok(match base {
+                Some(b) if p.is_relative() => b.join(p),
+                _ => p,
+            })
+        };
+        match key {
+            "model.dir" => self.model_dir = path_value(value)?,
+            "runtime.ort_library" => {
+                let s = text_of(value).ok_or_else(|| bad("a path (string); empty for the default"))?;
+                self.runtime.ort_library = if s.is_empty() { None } else { Some(path_value(value)?) };
+            }
+            "runtime.providers" => {
+                self.runtime.providers = providers_of(value).ok_or_else(|| bad(PROVIDERS_ALLOWED))?
+            }
+            "runtime.allow_fallback" => self.runtime.allow_fallback = bool_of(value).ok_or_else(|| bad("true, false"))?,
+            "runtime.precision" => {
+                self.runtime.precision =
+                    text_of(value).and_then(|s| Precision::parse(&s)).ok_or_else(|| bad("fp32, fp16, bf16"))?
+            }
+            "runtime.device_id" => {
+                self.runtime.device_id = int_of(value)
+                    .and_then(|v| u32::try_from(v).ok())
+                    .ok_or_else(|| bad("an integer >= 0"))?
+            }
+            "runtime.threads" => {
+                self.runtime.threads = int_of(value)
+                    .and_then(|v| usize::try_from(v).ok())
+                    .filter(|&v| v <= 1024)
+                    .ok_or_else(|| bad("an integer 0..=1024 (0: ONNX Runtime's choice)"))?
+            }
+            "runtime.engine_cache" => self.runtime.engine_cache = path_value(value)?,
+            "runtime.cuda_mem_limit" => {
+                self.runtime.cuda_mem_limit = int_of(value)
+                    .and_then(|v| u64::try_from(v).ok())
+                    .ok_or_else(|| bad("bytes as an integer >= 0 (0: no limit)"))?
+            }
+            "runtime.cuda_graphs" => self.runtime.cuda_graphs = bool_of(value).ok_or_else(|| bad("true, false"))?,
+            "sampling.seed" => {
+                self.sampling.seed =
+                    int_of(value).and_then(|v| u64::try_from(v).ok()).ok_or_else(|| bad("an integer >= 0"))?
+            }
+            "sampling.top_p" => {
+                self.sampling.top_p =
+                    float_of(value).filter(|&v| v > 0.0 && v <= 1.0).ok_or_else(|| bad("a number in (0, 1]"))?
+            }
+            "sampling.top_k" => self.sampling.top_k = positive(value).ok_or_else(|| bad("an integer >= 1"))?,
+            "sampling.win_size" => self.sampling.win_size = positive(value).ok_or_else(|| bad("an integer >= 1"))?,
+            "sampling.tau_r" => {
+                self.sampling.tau_r =
+                    float_of(value).filter(|&v| (0.0..=1.0).contains(&v)).ok_or_else(|| bad("a number in [0, 1]"))?
+            }
+            "streaming.enabled" => self.streaming.enabled = bool_of(value).ok_or_else(|| bad("true, false"))?,
+            "streaming.token_hop_len" => {
+                self.streaming.token_hop_len = positive(value).ok_or_else(|| bad("an integer >= 1"))?
+            }
+            "streaming.token_max_hop_len" => {
+                self.streaming.token_max_hop_len = positive(value).ok_or_else(|| bad("an integer >= 1"))?
+            }
+            "streaming.stream_scale_factor" => {
+                self.streaming.stream_scale_factor = positive(value).ok_or_else(|| bad("an integer >= 1"))?
+            }
+            "output.device" => {
+                self.output.device = text_of(value)
+                    .filter(|s| !s.is_empty())
+                    .ok_or_else(|| bad("\"default\", \"none\" or a device name"))?
+            }
+            _ => {
+                let parts: Vec<&str> = key.split('.').collect();
+                let group = match parts.as_slice() {
+                    ["stages", g, _] => StageGroup::parse(g),
+                    _ => None,
+                };
+                let Some(group) = group else {
+                    return Err(Error::Config(format!(
+                        "{origin}: {key} = {value}: unknown key; known keys: {}",
+                        KEYS.join(", ")
+                    )));
+                };
+                let stage = self.stages.entry(group).or_default();
+                match parts[2] {
+                    "precision" => {
+                        let s = text_of(value).ok_or_else(|| bad("fp32, fp16, bf16, or \"\" to inherit"))?;
+                        stage.precision = if s.is_empty() {
+                            None
+                        } else {
+                            Some(Precision::parse(&s).ok_or_else(|| bad("fp32, fp16, bf16, or \"\" to inherit"))?)
+                        };
+                    }
+                    "providers" | "provider" => {
+                        if text_of(value).is_some_and(|s| s.is_empty()) {
+                            stage.providers = None;
+                        } else {
+                            stage.providers = Some(providers_of(value).ok_or_else(|| bad(PROVIDERS_ALLOWED))?);
+                        }
+                    }
+                    _ => {
+                        return Err(Error::Config(format!(
+                            "{origin}: {key} = {value}: unknown key; a stage has: precision, providers"
+                        )))
+                    }
+                }
+            }
+        }
+        self.check_consistency().map_err(|msg| Error::Config(format!("{origin}: {key} = {value}: {msg}")))
+    }
+
+    fn check_consistency(&self) -> std::result::Result<(), String> {
+        if self.streaming.token_max_hop_len < self.streaming.token_hop_len {
+            return Err(format!(
+                "streaming.token_max_hop_len ({}) must be >= streaming.token_hop_len ({})",
+                self.streaming.token_max_hop_len, self.streaming.token_hop_len
+            ));
+        }
+        Ok(())
+    }
+
+    /// The precision a group runs in (its override, else `runtime.precision`).
+    pub fn precision_for(&self, group: StageGroup) -> Precision {
+        self.stages.get(&group).and_then(|s| s.precision).unwrap_or(self.runtime.precision)
+    }
+
+    /// The providers, in priority order, for a group (its override, else `runtime.providers`).
+    pub fn providers_for(&self, group: StageGroup) -> Vec<ProviderKind> {
+        self.stages
+            .get(&group)
+            .and_then(|s| s.providers.clone())
+            .unwrap_or_else(|| self.runtime.providers.clone())
+    }
+
+    /// The ONNX Runtime library to load: config/env `runtime.ort_library`, then `$ORT_DYLIB_PATH`,
+    /// then `.ort/libonnxruntime.so` (where `scripts/setup-ort.sh` puts it) under `search_root`.
+    pub fn ort_library_path(&self, search_root: &Path) -> (PathBuf, &'static str) {
+        if let Some(p) = &self.runtime.ort_library {
+            return (p.clone(), "runtime.ort_library");
+        }
+        if let Ok(p) = std::env::var("ORT_DYLIB_PATH") {
+            if !p.is_empty() {
+                return (PathBuf::from(p), "ORT_DYLIB_PATH");
+            }
+        }
+        (search_root.join(".ort").join("libonnxruntime.so"), "default location")
+    }
+}
+
+/// `COSY_*` variables that are not settings (used by scripts and tests).
+const IGNORED_ENV: &[&str] = &["COSY_VENV", "COSY_SHARED", "COSY_LOG"];
+
+const PROVIDERS_ALLOWED: &str =
+    "a list of tensorrt, cuda, cpu in priority order (array, or comma-separated text), without repeats";
+
+fn flatten(prefix: &str, value: &toml::Value, out: &mut Vec<(String, toml::Value)>) {
+    match value {
+        toml::Value::Table(t) => {
+            for (k, v) in t {
+                let key = if prefix.is_empty() { k.clone() } else { format!("{prefix}.{k}") };
+                flatten(&key, v, out);
+            }
+        }
+        other => out.push((prefix.to_string(), other.clone())),
+    }
+}
+
+fn text_of(v: &RawValue) -> Option<String> {
+    match v {
+        RawValue::Toml(toml::Value::String(s)) | RawValue::Text(s) => Some(s.trim().to_string()),
+        _ => None,
+    }
+}
+
+fn bool_of(v: &RawValue) -> Option<bool> {
+    match v {
+        RawValue::Toml(toml::Value::Boolean(b)) => Some(*b),
+        RawValue::Text(s) => match s.trim().to_ascii_lowercase().as_str() {
+            "true" | "1" | "yes" | "on" => Some(true),
+            "false" | "0" | "no" | "off" => Some(false),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+fn int_of(v: &RawValue) -> Option<i64> {
+    match v {
+        RawValue::Toml(toml::Value::Integer(i)) => Some(*i),
+        RawValue::Text(s) => s.trim().parse().ok(),
+        _ => None,
+    }
+}
+
+fn positive(v: &RawValue) -> Option<usize> {
+    int_of(v).filter(|&i| i >= 1).and_then(|i| usize::try_from(i).ok())
+}
+
+fn float_of(v: &RawValue) -> Option<f64> {
+    match v {
+        RawValue::Toml(toml::Value::Float(f)) => Some(*f),
+        RawValue::Toml(toml::Value::Integer(i)) => Some(*i as f64),
+        RawValue::Text(s) => s.trim().parse().ok(),
+        _ => None,
+    }
+    .filter(|f: &f64| f.is_finite())
+}
+
+fn providers_of(v: &RawValue) -> Option<Vec<ProviderKind>> {
+    let names: Vec<String> = match v {
+        RawValue::Toml(toml::Value::Array(items)) => {
+            items.iter().map(|i| i.as_str().map(str::to_string)).collect::<Option<_>>()?
+        }
+        RawValue::Toml(toml::Value::String(s)) | RawValue::Text(s) => s.split(',').map(str::to_string).collect(),
+        _ => return None,
+    };
+    let mut out = Vec::new();
+    for n in names {
+        let p = ProviderKind::parse(&n)?;
+        if out.contains(&p) {
+            return None;
+        }
+        out.push(p);
+    }
+    (!out.is_empty()).then_some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn providers_parse_lists_and_refuse_repeats() {
+        let v = RawValue::Text("tensorrt, CUDA,cpu".into());
+        assert_eq!(providers_of(&v), Some(vec![ProviderKind::TensorRt, ProviderKind::Cuda, ProviderKind::Cpu]));
+        assert_eq!(providers_of(&RawValue::Text("cuda,cuda".into())), None);
+        assert_eq!(providers_of(&RawValue::Text("rocm".into())), None);
+        assert_eq!(providers_of(&RawValue::Text("".into())), None);
+    }
+}

@@ -5,7 +5,10 @@
 //! → hift → pipeline (streaming) → audio (wav, playback). The binary in `main.rs` is a thin CLI.
 
 pub mod audio;
+pub mod cli;
 pub mod config;
+pub mod doctor;
+pub mod engines;
 pub mod error;
 pub mod flow;
 pub mod frontend;

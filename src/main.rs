@@ -1,4 +1,27 @@
+//! `cosy`: the command-line front end. Parsing and error reporting only; the work is in the library.
+
+use clap::Parser;
+use cosy::cli::{exit_code, one_line, run, Cli};
+use tracing_subscriber::EnvFilter;
+
 fn main() {
-    eprintln!("cosy: not yet implemented");
-    std::process::exit(1);
+    // clap prints usage errors itself and exits with 2.
+    let cli = Cli::parse();
+    let filter = std::env::var("COSY_LOG")
+        .ok()
+        .and_then(|f| EnvFilter::try_new(f).ok())
+        .unwrap_or_else(|| EnvFilter::new(format!("cosy={0},ort={0}", cli.log_filter())).add_directive(
+            // Everything else (ort internals at info) only when asked for.
+            "warn".parse().unwrap_or_default(),
+        ));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .without_time()
+        .with_target(false)
+        .init();
+    if let Err(err) = run(cli) {
+        eprintln!("cosy: {}", one_line(&err));
+        std::process::exit(exit_code(&err));
+    }
 }

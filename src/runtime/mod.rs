@@ -1,1 +1,16 @@
 //! Sessions, execution providers and the TensorRT engine cache.
+//!
+//! Start with [`env::init`] (or let [`SessionFactory::new`] do it), then
+//! [`SessionFactory::open`] per stage; run the session directly (`stage.session.run(...)`) or
+//! through an IoBinding ([`StageSession::binding`]) when values should stay on the device.
+
+pub mod binding;
+pub mod engine_cache;
+pub mod env;
+pub mod factory;
+pub mod providers;
+
+pub use binding::StageBinding;
+pub use engine_cache::{CacheKey, EngineCache, EntryState};
+pub use env::{init, OrtRuntime};
+pub use factory::{SessionFactory, StagePlan, StageSession};

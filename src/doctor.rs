@@ -1,0 +1,282 @@
+//! `cosy doctor`: what this machine, library, configuration and model folder give, and what is
+//! wrong with them. Every check runs even after an earlier one failed, so one run names every
+//! problem; the report lists them at the end.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use ort::session::Session;
+
+use crate::config::{Config, Precision, ProviderKind, StageGroup};
+use crate::error::Error;
+use crate::model::{check_graph_io, ModelDir};
+use crate::runtime::engine_cache::EntryState;
+use crate::runtime::env::{self, OrtRuntime};
+use crate::runtime::{providers, SessionFactory};
+
+/// Options for [`run`].
+#[derive(Debug, Clone, Default)]
+pub struct DoctorOptions {
+    /// Skip sha256 of the files and opening the graphs (sizes and names only).
+    pub quick: bool,
+}
+
+/// The report: sections of text, then the problems found.
+#[derive(Debug, Default)]
+pub struct DoctorReport {
+    pub lines: Vec<String>,
+    pub problems: Vec<Error>,
+}
+
+impl DoctorReport {
+    fn section(&mut self, title: &str) {
+        self.lines.push(String::new());
+        self.lines.push(format!("== {title}"));
+    }
+    fn line(&mut self, s: impl Into<String>) {
+        self.lines.push(format!("  {}", s.into()));
+    }
+    fn problem(&mut self, e: Error) {
+        self.lines.push(format!("  PROBLEM: {e}"));
+        self.problems.push(e);
+    }
+    /// The whole report as text.
+    pub fn render(&self) -> String {
+        let mut s = self.lines.join("\n");
+        s.push('\n');
+        if self.problems.is_empty() {
+            s.push_str("\nno problems found\n");
+        } else {
+            s.push_str(&format!("\n{} problem(s):\n", self.problems.len()));
+            for p in &self.problems {
+                s.push_str(&format!("  - {p}\n"));
+            }
+        }
+        s
+    }
+}
+
+/// Runs every check.
+pub fn run(config: &Config, opts: &DoctorOptions) -> DoctorReport {
+    let mut r = DoctorReport::default();
+    r.lines.push("cosy doctor".into());
+
+    r.section("configuration");
+    match &config.source_file {
+        Some(f) => r.line(format!("config file: {}", f.display())),
+        None => r.line("config file: none (built-in defaults)"),
+    }
+    r.line(format!("model folder: {}", config.model_dir.display()));
+    r.line(format!(
+        "providers: {} (fallback {})",
+        join(&config.runtime.providers),
+        if config.runtime.allow_fallback { "allowed" } else { "not allowed" }
+    ));
+    r.line(format!("precision: {}, device id: {}, threads: {}", config.runtime.precision, config.runtime.device_id, config.runtime.threads));
+
+    r.section("ONNX Runtime");
+    let (lib, how) = env::locate_library(config);
+    let runtime = match env::init(config) {
+        Ok(rt) => {
+            r.line(format!("library: {} (found by {})", rt.library.display(), rt.found_by));
+            r.line(format!("version: {}", rt.version));
+            Some(rt)
+        }
+        Err(e) => {
+            r.line(format!("library: {} (from {how})", lib.display()));
+            r.problem(e);
+            None
+        }
+    };
+
+    r.section("execution providers");
+    if let Some(rt) = runtime {
+        for kind in ProviderKind::ALL {
+            let compiled = providers::compiled_in(kind);
+            let usable = if compiled { providers::try_register(rt, kind) } else { Err("not compiled in".to_string()) };
+            let state = match &usable {
+                Ok(()) => "usable".to_string(),
+                Err(e) => format!("not usable: {e}"),
+            };
+            r.line(format!("{:<9} compiled in: {:<3}  {state}", kind.as_str(), if compiled { "yes" } else { "no" }));
+        }
+    } else {
+        r.line("(ONNX Runtime not loaded)");
+    }
+    match providers::tensorrt_version() {
+        Some(v) => r.line(format!("TensorRT library: {v}")),
+        None => r.line("TensorRT library: not found (libnvinfer.so.10)"),
+    }
+
+    r.section("GPUs");
+    let gpus = providers::gpus();
+    if gpus.is_empty() {
+        r.line("none seen (nvidia-smi found no NVIDIA GPU)");
+    }
+    for g in &gpus {
+        r.line(format!("{}: {} ({} MiB, driver {})", g.index, g.name, g.memory_mib, g.driver));
+    }
+
+    r.section("model folder");
+    let model = match ModelDir::open(&config.model_dir) {
+        Ok(m) => m,
+        Err(e) => {
+            r.problem(e);
+            return r;
+        }
+    };
+    let m = &model.manifest;
+    r.line(format!("{}: format {} version {}", model.root.display(), m.format, m.format_version));
+    if let Some(v) = m.exporter.get("version").and_then(|v| v.as_str()) {
+        r.line(format!("exporter {v}"));
+    }
+    let stages: Vec<&str> = m.graphs.keys().map(String::as_str).collect();
+    r.line(format!("stages: {}", stages.join(", ")));
+    let missing = model.missing_stages();
+    if !missing.is_empty() {
+        r.line(format!("note: no graph for {} (this folder cannot synthesise speech)", missing.join(", ")));
+    }
+    let file_problems = model.check_files(!opts.quick);
+    let n_files = model.listed_files().len();
+    if file_problems.is_empty() {
+        r.line(format!("{n_files} files present{}", if opts.quick { " (sizes checked)" } else { ", sizes and sha256 match" }));
+    }
+    let bad_files: BTreeSet<String> = file_problems.iter().map(|p| p.split(':').next().unwrap_or("").to_string()).collect();
+    for p in file_problems {
+        r.problem(Error::model(&model.root, p));
+    }
+
+    let Some(rt) = runtime else { return r };
+    let model = Arc::new(model);
+    let factory = SessionFactory::with_runtime(rt, config, model.clone());
+
+    r.section("graphs (I/O against the manifest)");
+    if opts.quick {
+        r.line("skipped (--quick)");
+    } else {
+        for (stage, spec) in &model.manifest.graphs {
+            for (prec, v) in &spec.variants {
+                let label = format!("stage {stage} ({prec})");
+                if bad_files.contains(&label) {
+                    r.line(format!("{stage} {prec}: not opened (file problem above)"));
+                    continue;
+                }
+                match open_on_cpu(rt, &model.path_of(&v.file)) {
+                    Ok(s) => {
+                        let problems = check_graph_io(stage, spec, s.inputs(), s.outputs());
+                        if problems.is_empty() {
+                            r.line(format!("{stage} {prec}: {} inputs, {} outputs match", spec.inputs.len(), spec.outputs.len()));
+                        }
+                        for p in problems {
+                            r.problem(Error::model(&model.root, format!("{} ({prec}): {}", p, v.file)));
+                        }
+                    }
+                    Err(e) => r.problem(Error::model(&model.root, format!("stage {stage} ({prec}): {} does not open: {e}", v.file))),
+                }
+            }
+        }
+    }
+
+    r.section("stages (provider and precision each would get)");
+    for stage in model.manifest.graphs.keys() {
+        let plan = match factory.plan(stage) {
+            Ok(p) => p,
+            Err(e) => {
+                r.problem(e);
+                continue;
+            }
+        };
+        let mut line = format!(
+            "{stage:<17} [{}] providers {} -> {} {}",
+            plan.group.as_str(),
+            join(&plan.providers),
+            plan.precision,
+            plan.variant_file
+        );
+        if let Some(n) = &plan.note {
+            line.push_str(&format!(" ({n})"));
+        }
+        // Opening with a working TensorRT would build engines (`cosy engines build` does that);
+        // without it, opening shows what the stage really gets.
+        let would_build = plan.providers.contains(&ProviderKind::TensorRt) && providers::compiled_in(ProviderKind::TensorRt);
+        if opts.quick || would_build || bad_files.iter().any(|b| b.starts_with(&format!("stage {stage} "))) {
+            r.line(line);
+            continue;
+        }
+        match factory.open(stage) {
+            Ok(s) => {
+                line.push_str(&format!("  => opened on {} ({})", s.provider_used, s.precision));
+                r.line(line);
+                for f in &s.fallbacks {
+                    r.line(format!("    fallback: {f}"));
+                }
+            }
+            Err(e) => {
+                r.line(line);
+                r.problem(e);
+            }
+        }
+    }
+
+    r.section("TensorRT engine cache");
+    r.line(format!("folder: {}", factory.cache.root.display()));
+    let current = current_keys(&factory);
+    match factory.cache.entries() {
+        Ok(entries) if entries.is_empty() => r.line("empty"),
+        Ok(entries) => {
+            for e in entries {
+                let name = e.dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+                let state = match &e.state {
+                    EntryState::Valid if current.contains(&name) => "valid, matches this model/GPU/library".to_string(),
+                    EntryState::Valid => "valid, stale (for another model, GPU or library; `cosy engines clean`)".to_string(),
+                    EntryState::Incomplete => "incomplete (build did not finish; rebuilt on next use)".to_string(),
+                    EntryState::Corrupt(why) => format!("corrupt: {why} (rebuilt on next use)"),
+                };
+                r.line(format!("{name}  {}  {state}", human_bytes(e.bytes)));
+            }
+        }
+        Err(e) => r.problem(e),
+    }
+    r
+}
+
+/// Cache folder names the current model, hardware and library would use, for every stage and
+/// precision.
+pub fn current_keys(factory: &SessionFactory) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    for stage in factory.model.manifest.graphs.keys() {
+        if StageGroup::of_graph(stage).is_none() {
+            continue;
+        }
+        for p in Precision::ALL {
+            if let Ok(k) = factory.cache_key(stage, p) {
+                out.insert(k.dir_name());
+            }
+        }
+    }
+    out
+}
+
+fn open_on_cpu(rt: &OrtRuntime, path: &std::path::Path) -> Result<Session, ort::Error> {
+    Session::builder(&rt.env)?.commit_from_file(path)
+}
+
+fn join(p: &[ProviderKind]) -> String {
+    p.iter().map(|k| k.as_str()).collect::<Vec<_>>().join(", ")
+}
+
+/// `1.5 GiB`-style sizes.
+pub fn human_bytes(n: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = n as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u < UNITS.len() - 1 {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{n} B")
+    } else {
+        format!("{v:.1} {}", UNITS[u])
+    }
+}

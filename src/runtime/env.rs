@@ -1,0 +1,145 @@
+//! Loading ONNX Runtime and the one process-wide `Environment`.
+//!
+//! `ort` (load-dynamic) would load the library lazily on first use and panic if it is missing or
+//! too old. We find the library ourselves, read its version with a plain `dlopen`, refuse it with
+//! a message that says how to fix it, and only then hand it to `ort::init_from`.
+
+use std::ffi::CStr;
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, OnceLock};
+
+use ort::environment::Environment;
+
+use crate::config::Config;
+use crate::error::{Error, Result};
+
+/// The oldest ONNX Runtime minor version (1.x) cosy works with (ort's `api-31` feature).
+pub const MIN_ORT_MINOR: u32 = 31;
+
+/// How to get a suitable library; appended to every load error.
+pub const ORT_FIX: &str = "fix: run scripts/setup-ort.sh (CPU) or scripts/setup-ort.sh --gpu (CUDA + TensorRT), \
+or point runtime.ort_library in config.toml / COSY_ORT_LIBRARY / ORT_DYLIB_PATH at libonnxruntime.so 1.31 or newer";
+
+/// The loaded library and the environment every session shares.
+pub struct OrtRuntime {
+    pub env: Environment,
+    /// Absolute path of the library that was loaded.
+    pub library: PathBuf,
+    /// Its version string, e.g. `1.31.1`.
+    pub version: String,
+    /// Which setting named it (`runtime.ort_library`, `ORT_DYLIB_PATH`, `default location`).
+    pub found_by: &'static str,
+}
+
+impl std::fmt::Debug for OrtRuntime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OrtRuntime").field("library", &self.library).field("version", &self.version).finish()
+    }
+}
+
+static RUNTIME: OnceLock<OrtRuntime> = OnceLock::new();
+static INIT_LOCK: Mutex<()> = Mutex::new(());
+
+/// Where the library is looked for: config/env/`ORT_DYLIB_PATH`, else `.ort/libonnxruntime.so`
+/// beside the config file, in the current directory, or beside the executable's build folder.
+pub fn locate_library(config: &Config) -> (PathBuf, &'static str) {
+    let (first, how) = config.ort_library_path(Path::new("."));
+    if how != "default location" {
+        return (first, how);
+    }
+    let mut roots: Vec<PathBuf> = Vec::new();
+    if let Some(dir) = config.source_file.as_ref().and_then(|f| f.parent()) {
+        roots.push(dir.to_path_buf());
+    }
+    roots.push(PathBuf::from("."));
+    if let Ok(exe) = std::env::current_exe() {
+        // target/<profile>/cosy -> the checkout two or three levels up.
+        roots.extend(exe.ancestors().skip(1).take(4).map(Path::to_path_buf));
+    }
+    for r in &roots {
+        let p = r.join(".ort").join("libonnxruntime.so");
+        if p.exists() {
+            return (p, how);
+        }
+    }
+    (first, how)
+}
+
+/// Reads the version of an ONNX Runtime library without keeping it loaded and checks it.
+pub fn probe_library(path: &Path, found_by: &str) -> Result<String> {
+    if !path.exists() {
+        return Err(Error::Runtime(format!(
+            "ONNX Runtime library not found at {} (from {found_by}); {ORT_FIX}",
+            path.display()
+        )));
+    }
+    // SAFETY: loading a shared library runs its initialisers; libonnxruntime's are benign, and
+    // this is the same library ort loads right after.
+    let lib = unsafe { libloading::Library::new(path) }.map_err(|e| {
+        Error::Runtime(format!("cannot load ONNX Runtime library {}: {e}; {ORT_FIX}", path.display()))
+    })?;
+    // SAFETY: OrtGetApiBase has this signature in every ONNX Runtime release; the returned
+    // struct and string are static inside the library, which stays loaded while we read them.
+    let version = unsafe {
+        let get_base: libloading::Symbol<unsafe extern "C" fn() -> *const ort::sys::OrtApiBase> =
+            lib.get(b"OrtGetApiBase").map_err(|_| {
+                Error::Runtime(format!("{} is not an ONNX Runtime library (no OrtGetApiBase); {ORT_FIX}", path.display()))
+            })?;
+        let base = get_base();
+        if base.is_null() {
+            return Err(Error::Runtime(format!("{}: OrtGetApiBase returned null; {ORT_FIX}", path.display())));
+        }
+        let v = ((*base).GetVersionString)();
+        if v.is_null() {
+            return Err(Error::Runtime(format!("{}: no version string; {ORT_FIX}", path.display())));
+        }
+        CStr::from_ptr(v).to_string_lossy().into_owned()
+    };
+    let minor = version.split('.').nth(1).and_then(|m| m.parse::<u32>().ok()).unwrap_or(0);
+    if !version.starts_with("1.") || minor < MIN_ORT_MINOR {
+        return Err(Error::Runtime(format!(
+            "ONNX Runtime at {} is version {version}; cosy needs 1.{MIN_ORT_MINOR} or newer; {ORT_FIX}",
+            path.display()
+        )));
+    }
+    Ok(version)
+}
+
+/// Loads ONNX Runtime as the configuration says (once per process) and returns the shared runtime.
+pub fn init(config: &Config) -> Result<&'static OrtRuntime> {
+    let (path, how) = locate_library(config);
+    init_from(&path, how)
+}
+
+/// Loads the library at `path` (once per process). Later calls return the runtime loaded first;
+/// one that names a different library gets a warning, since a process cannot switch libraries.
+pub fn init_from(path: &Path, found_by: &'static str) -> Result<&'static OrtRuntime> {
+    let _guard = INIT_LOCK.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(rt) = RUNTIME.get() {
+        let same = std::fs::canonicalize(path).map(|p| p == rt.library).unwrap_or(false);
+        if !same {
+            tracing::warn!(
+                "ONNX Runtime is already loaded from {}; ignoring {}",
+                rt.library.display(),
+                path.display()
+            );
+        }
+        return Ok(rt);
+    }
+    let version = probe_library(path, found_by)?;
+    let library = std::fs::canonicalize(path).map_err(|e| Error::io(path, e))?;
+    let builder = ort::init_from(&library)
+        .map_err(|e| Error::Runtime(format!("cannot load {}: {e}; {ORT_FIX}", library.display())))?;
+    let env = builder
+        .with_name("cosy")
+        .with_telemetry(false)
+        .build()
+        .map_err(|e| Error::Runtime(format!("cannot create the ONNX Runtime environment: {e}")))?;
+    tracing::debug!("ONNX Runtime {version} loaded from {}", library.display());
+    Ok(RUNTIME.get_or_init(|| OrtRuntime { env, library, version, found_by }))
+}
+
+/// The runtime if it was already initialised.
+pub fn current() -> Option<&'static OrtRuntime> {
+    RUNTIME.get()
+}

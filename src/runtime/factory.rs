@@ -1,0 +1,413 @@
+//! Opening a stage's graph as an ONNX Runtime session with the configured providers.
+//!
+//! Providers are registered in the configured priority order (ONNX Runtime gives each node to the
+//! first provider that takes it; CPU takes the rest). A provider that cannot be registered, or
+//! with which the session cannot be created, is an error naming the provider and the reason —
+//! unless `runtime.allow_fallback` is set, in which case it is a warning and the next provider is
+//! tried (CPU last). The provider that really got the stage is recorded in [`StageSession`].
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use ort::ep::{self, ExecutionProvider};
+use ort::session::Session;
+
+use crate::config::{Config, Precision, ProviderKind, StageGroup};
+use crate::error::{Error, Result};
+use crate::model::{GraphSpec, ModelDir, Variant};
+use crate::runtime::engine_cache::{CacheKey, EngineCache};
+use crate::runtime::env::{self, OrtRuntime};
+use crate::runtime::providers;
+
+/// An open session for one stage and how it was made.
+pub struct StageSession {
+    pub stage: String,
+    pub session: Session,
+    /// The provider that got the stage: the first one that registered and ran.
+    pub provider_used: ProviderKind,
+    /// All providers registered, in priority order (nodes the first rejects go to the next).
+    pub providers_registered: Vec<ProviderKind>,
+    /// The precision the stage actually runs in.
+    pub precision: Precision,
+    /// The graph file that was loaded.
+    pub graph_file: PathBuf,
+    /// One line per provider that was asked for but not used, with the reason (fallback only).
+    pub fallbacks: Vec<String>,
+    /// The TensorRT cache folder, when TensorRT was registered.
+    pub engine_dir: Option<PathBuf>,
+    pub(crate) device_id: u32,
+}
+
+impl std::fmt::Debug for StageSession {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StageSession")
+            .field("stage", &self.stage)
+            .field("provider_used", &self.provider_used)
+            .field("precision", &self.precision)
+            .field("graph_file", &self.graph_file)
+            .finish()
+    }
+}
+
+/// What a stage would get, before any session is made (`cosy doctor`).
+#[derive(Debug, Clone)]
+pub struct StagePlan {
+    pub stage: String,
+    pub group: StageGroup,
+    pub providers: Vec<ProviderKind>,
+    /// The precision asked for.
+    pub requested: Precision,
+    /// Graph loaded and precision it gives when the first provider is used.
+    pub variant_file: String,
+    pub precision: Precision,
+    /// Why the precision differs from the one asked for, if it does.
+    pub note: Option<String>,
+}
+
+/// Hardware facts in the TensorRT cache key, looked up once.
+#[derive(Debug, Clone)]
+pub struct HardwareFacts {
+    pub gpu: String,
+    pub trt_version: String,
+}
+
+/// Makes sessions for the stages of one model folder under one configuration.
+pub struct SessionFactory {
+    pub runtime: &'static OrtRuntime,
+    pub config: Config,
+    pub model: Arc<ModelDir>,
+    pub cache: EngineCache,
+    hardware: Mutex<Option<HardwareFacts>>,
+}
+
+impl SessionFactory {
+    /// Loads ONNX Runtime if needed and prepares to open the model's stages.
+    pub fn new(config: &Config, model: Arc<ModelDir>) -> Result<Self> {
+        let runtime = env::init(config)?;
+        Ok(Self::with_runtime(runtime, config, model))
+    }
+
+    pub fn with_runtime(runtime: &'static OrtRuntime, config: &Config, model: Arc<ModelDir>) -> Self {
+        SessionFactory {
+            runtime,
+            config: config.clone(),
+            model,
+            cache: EngineCache::new(config.runtime.engine_cache.clone()),
+            hardware: Mutex::new(None),
+        }
+    }
+
+    /// GPU name and TensorRT version (cached; `nvidia-smi` and `dlopen` are not free).
+    pub fn hardware(&self) -> HardwareFacts {
+        let mut g = self.hardware.lock().unwrap_or_else(|p| p.into_inner());
+        g.get_or_insert_with(|| HardwareFacts {
+            gpu: providers::gpu_name(self.config.runtime.device_id),
+            trt_version: providers::tensorrt_version().unwrap_or_else(|| "none".into()),
+        })
+        .clone()
+    }
+
+    fn group_of(&self, stage: &str) -> Result<StageGroup> {
+        StageGroup::of_graph(stage)
+            .ok_or_else(|| Error::model(&self.model.root, format!("unknown stage {stage:?}")))
+    }
+
+    /// Which graph file to load and what precision results, for a given first provider.
+    /// TensorRT builds from the fp32 graph and applies the precision as a build flag; the other
+    /// providers load the precision's variant, or fp32 (with a note) when there is none.
+    fn choose_variant<'g>(
+        &self,
+        stage: &str,
+        spec: &'g GraphSpec,
+        primary: ProviderKind,
+        requested: Precision,
+    ) -> Result<(&'g Variant, Precision, Option<String>)> {
+        let fp32 = spec.variant(Precision::Fp32);
+        if primary == ProviderKind::TensorRt {
+            if let Some(v) = fp32 {
+                return Ok((v, requested, None));
+            }
+        }
+        if let Some(v) = spec.variant(requested) {
+            return Ok((v, requested, None));
+        }
+        match fp32 {
+            Some(v) => Ok((
+                v,
+                Precision::Fp32,
+                Some(format!("stage {stage} has no {requested} graph for {primary}; running fp32")),
+            )),
+            None => Err(Error::model(
+                &self.model.root,
+                format!("stage {stage} has neither a {requested} nor an fp32 graph"),
+            )),
+        }
+    }
+
+    /// What `open(stage)` would do, without doing it.
+    pub fn plan(&self, stage: &str) -> Result<StagePlan> {
+        let group = self.group_of(stage)?;
+        let spec = self.model.graph(stage)?;
+        let providers = self.config.providers_for(group);
+        let requested = self.config.precision_for(group);
+        let primary = providers.first().copied().unwrap_or(ProviderKind::Cpu);
+        let (variant, precision, note) = self.choose_variant(stage, spec, primary, requested)?;
+        Ok(StagePlan {
+            stage: stage.to_string(),
+            group,
+            providers,
+            requested,
+            variant_file: variant.file.clone(),
+            precision,
+            note,
+        })
+    }
+
+    /// The TensorRT cache key of a stage at a precision.
+    pub fn cache_key(&self, stage: &str, precision: Precision) -> Result<CacheKey> {
+        let spec = self.model.graph(stage)?;
+        let graph = spec
+            .variant(Precision::Fp32)
+            .or_else(|| spec.variant(precision))
+            .ok_or_else(|| Error::model(&self.model.root, format!("stage {stage} has no graph for TensorRT")))?;
+        let hw = self.hardware();
+        Ok(build_cache_key(stage, spec, graph, precision, &hw.gpu, &self.runtime.version, &hw.trt_version))
+    }
+
+    /// Opens a stage: registers the providers, loads the graph, records what it got.
+    pub fn open(&self, stage: &str) -> Result<StageSession> {
+        let group = self.group_of(stage)?;
+        let spec = self.model.graph(stage)?;
+        let requested = self.config.precision_for(group);
+        let allow_fallback = self.config.runtime.allow_fallback;
+        let mut candidates = self.config.providers_for(group);
+        let mut fallbacks: Vec<String> = Vec::new();
+
+        loop {
+            let primary = candidates.first().copied().unwrap_or(ProviderKind::Cpu);
+            let (variant, precision, note) = self.choose_variant(stage, spec, primary, requested)?;
+            if let Some(n) = &note {
+                tracing::warn!("{n}");
+            }
+            let graph_file = self.model.path_of(&variant.file);
+
+            let mut builder = Session::builder(&self.runtime.env)?;
+            if self.config.runtime.threads > 0 {
+                builder = builder.with_intra_threads(self.config.runtime.threads).map_err(ort::Error::from)?;
+            }
+            let mut registered = Vec::new();
+            let mut engine: Option<CacheKey> = None;
+            let mut engine_dir = None;
+            for &p in &candidates {
+                let result = self.register(&mut builder, stage, spec, p, precision, &mut engine, &mut engine_dir);
+                match result {
+                    Ok(()) => registered.push(p),
+                    Err(reason) => {
+                        let msg = format!("stage {stage}: provider {p} cannot be used: {reason}");
+                        if !allow_fallback {
+                            return Err(Error::Provider {
+                                provider: p.to_string(),
+                                msg: format!("stage {stage}: cannot be used: {reason}; {}", hint(p)),
+                            });
+                        }
+                        tracing::warn!("{msg}; falling back (runtime.allow_fallback = true)");
+                        fallbacks.push(msg);
+                    }
+                }
+            }
+            // If this attempt's first registered provider is not the one the variant was chosen
+            // for (it failed to register), choose again for the provider actually first.
+            let first = registered.first().copied().unwrap_or(ProviderKind::Cpu);
+            if first != primary {
+                candidates.retain(|p| registered.contains(p));
+                if candidates.is_empty() {
+                    candidates.push(ProviderKind::Cpu);
+                }
+                continue;
+            }
+
+            match builder.commit_from_file(&graph_file) {
+                Ok(session) => {
+                    if let Some(key) = &engine {
+                        match self.cache.finish(key) {
+                            Ok(true) => {}
+                            Ok(false) => tracing::info!(
+                                "stage {stage}: TensorRT wrote no engine yet (it builds on the first run)"
+                            ),
+                            Err(e) => tracing::warn!("stage {stage}: cannot record the engine cache: {e}"),
+                        }
+                    }
+                    if first != ProviderKind::Cpu || !fallbacks.is_empty() {
+                        tracing::info!("stage {stage}: running on {first} ({precision})");
+                    }
+                    if !fallbacks.is_empty() {
+                        tracing::warn!("stage {stage}: running on {first} instead of the configured provider");
+                    }
+                    return Ok(StageSession {
+                        stage: stage.to_string(),
+                        session,
+                        provider_used: first,
+                        providers_registered: registered,
+                        precision,
+                        graph_file,
+                        fallbacks,
+                        engine_dir,
+                        device_id: self.config.runtime.device_id,
+                    });
+                }
+                Err(e) => {
+                    if first != ProviderKind::Cpu && allow_fallback {
+                        let msg = format!("stage {stage}: provider {first} cannot create the session: {e}");
+                        tracing::warn!("{msg}; falling back (runtime.allow_fallback = true)");
+                        fallbacks.push(msg);
+                        candidates.retain(|p| *p != first);
+                        if candidates.is_empty() {
+                            candidates.push(ProviderKind::Cpu);
+                        }
+                        continue;
+                    }
+                    if first != ProviderKind::Cpu {
+                        return Err(Error::Provider {
+                            provider: first.to_string(),
+                            msg: format!("stage {stage}: cannot create the session: {e}; {}", hint(first)),
+                        });
+                    }
+                    return Err(Error::Runtime(format!(
+                        "stage {stage}: cannot open {}: {e}",
+                        graph_file.display()
+                    )));
+                }
+            }
+        }
+    }
+
+    /// Registers one provider with its options; the error says why it cannot be used.
+    #[allow(clippy::too_many_arguments)]
+    fn register(
+        &self,
+        builder: &mut ort::session::builder::SessionBuilder,
+        stage: &str,
+        spec: &GraphSpec,
+        kind: ProviderKind,
+        precision: Precision,
+        engine: &mut Option<CacheKey>,
+        engine_dir: &mut Option<PathBuf>,
+    ) -> std::result::Result<(), String> {
+        let rt = &self.config.runtime;
+        if !providers::compiled_in(kind) {
+            return Err(format!(
+                "the loaded ONNX Runtime ({}) was built without {}",
+                self.runtime.library.display(),
+                kind.ort_name()
+            ));
+        }
+        let r = match kind {
+            ProviderKind::Cpu => ep::CPU::default().register(builder),
+            ProviderKind::Cuda => {
+                let mut cuda = ep::CUDA::default().with_device_id(rt.device_id as i32);
+                if rt.cuda_mem_limit > 0 {
+                    cuda = cuda.with_memory_limit(rt.cuda_mem_limit as usize);
+                }
+                // CUDA graphs replay fixed-shape work only; a dynamic-shape stage would fail.
+                if rt.cuda_graphs && spec.has_fixed_shapes() {
+                    cuda = cuda.with_cuda_graph(true);
+                }
+                cuda.register(builder)
+            }
+            ProviderKind::TensorRt => {
+                let key = self.cache_key(stage, precision).map_err(|e| e.to_string())?;
+                let (dir, reused) = self.cache.prepare(&key).map_err(|e| e.to_string())?;
+                if reused {
+                    tracing::info!("stage {stage}: loading TensorRT engine from {}", dir.display());
+                } else {
+                    tracing::info!("stage {stage}: building TensorRT engine into {} (this takes a while)", dir.display());
+                }
+                let dir_s = dir.to_string_lossy().into_owned();
+                let mut trt = ep::TensorRT::default()
+                    .with_device_id(rt.device_id as i32)
+                    .with_engine_cache(true)
+                    .with_engine_cache_path(&dir_s)
+                    .with_engine_cache_prefix(stage)
+                    .with_timing_cache(true)
+                    .with_timing_cache_path(&dir_s)
+                    .with_fp16(precision == Precision::Fp16)
+                    .with_bf16(precision == Precision::Bf16);
+                if layer_norm_fp32(stage, precision) {
+                    trt = trt.with_layer_norm_fp32_fallback(true);
+                }
+                if let Some((min, opt, max)) = profile_strings(spec) {
+                    trt = trt.with_profile_min_shapes(min).with_profile_opt_shapes(opt).with_profile_max_shapes(max);
+                }
+                *engine = Some(key);
+                *engine_dir = Some(dir);
+                trt.register(builder)
+            }
+        };
+        r.map_err(|e| e.to_string())
+    }
+}
+
+/// The DiT keeps LayerNorm in fp32 under reduced precision (its residual stream overflows fp16).
+fn layer_norm_fp32(stage: &str, precision: Precision) -> bool {
+    stage == "dit" && precision != Precision::Fp32
+}
+
+/// TensorRT profile options (`name:1x80x4,other:...`) from the manifest, sorted by input name.
+pub fn profile_strings(spec: &GraphSpec) -> Option<(String, String, String)> {
+    if spec.trt_profile.is_empty() {
+        return None;
+    }
+    let dims = |d: &[i64]| d.iter().map(i64::to_string).collect::<Vec<_>>().join("x");
+    let mut min = Vec::new();
+    let mut opt = Vec::new();
+    let mut max = Vec::new();
+    for (name, p) in &spec.trt_profile {
+        min.push(format!("{name}:{}", dims(&p.min)));
+        opt.push(format!("{name}:{}", dims(&p.opt)));
+        max.push(format!("{name}:{}", dims(&p.max)));
+    }
+    Some((min.join(","), opt.join(","), max.join(",")))
+}
+
+/// The cache key from its parts (also used by tests to show each part matters).
+pub fn build_cache_key(
+    stage: &str,
+    spec: &GraphSpec,
+    graph: &Variant,
+    precision: Precision,
+    gpu: &str,
+    ort_version: &str,
+    trt_version: &str,
+) -> CacheKey {
+    let profiles = spec
+        .trt_profile
+        .iter()
+        .map(|(name, p)| format!("{name}:{:?}/{:?}/{:?}", p.min, p.opt, p.max))
+        .collect();
+    let mut options = Vec::new();
+    if layer_norm_fp32(stage, precision) {
+        options.push("layer_norm_fp32_fallback".to_string());
+    }
+    CacheKey {
+        stage: stage.to_string(),
+        graph_sha256: graph.sha256.to_ascii_lowercase(),
+        precision: precision.as_str().to_string(),
+        gpu: gpu.to_string(),
+        ort_version: ort_version.to_string(),
+        trt_version: trt_version.to_string(),
+        profiles,
+        options,
+    }
+}
+
+/// How to make a provider usable, or how to run without it.
+fn hint(p: ProviderKind) -> String {
+    match p {
+        ProviderKind::Cpu => "the CPU provider is part of every ONNX Runtime build; the library may be damaged".into(),
+        _ => format!(
+            "fix: install the GPU build with scripts/setup-ort.sh --gpu (needs CUDA 13{} and an NVIDIA GPU), \
+or drop {p} from runtime.providers / --provider, or set runtime.allow_fallback = true (COSY_ALLOW_FALLBACK=1) to fall back with a warning",
+            if p == ProviderKind::TensorRt { " and TensorRT 10" } else { "" }
+        ),
+    }
+}

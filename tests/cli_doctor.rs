@@ -1,0 +1,214 @@
+//! `cosy doctor`, `cosy engines`, the stubs and error reporting, through the real binary.
+
+mod common;
+
+use assert_cmd::Command;
+use common::{edit_manifest, fixture_model_dir, writable_model_dir};
+use predicates::prelude::*;
+
+/// `cosy` run in an empty folder (so no ./config.toml is picked up) with a private engine cache.
+fn cosy(cwd: &std::path::Path) -> Command {
+    let mut c = Command::cargo_bin("cosy").unwrap();
+    c.current_dir(cwd);
+    for (k, _) in std::env::vars() {
+        if k.starts_with("COSY_") && k != "COSY_SHARED" {
+            c.env_remove(k);
+        }
+    }
+    c.env("COSY_ENGINE_CACHE", cwd.join("engines"));
+    c
+}
+
+#[test]
+fn doctor_on_a_good_model_folder() {
+    let Some(model) = fixture_model_dir() else { return };
+    let cwd = tempfile::tempdir().unwrap();
+    cosy(cwd.path())
+        .args(["doctor", "--model"])
+        .arg(model.path())
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("version: 1.3"))
+        .stdout(predicate::str::contains("cpu       compiled in: yes  usable"))
+        .stdout(predicate::str::contains("format cosy-model version 1"))
+        .stdout(predicate::str::contains("sizes and sha256 match"))
+        .stdout(predicate::str::contains("campplus fp32: 1 inputs, 1 outputs match"))
+        .stdout(predicate::str::contains("speech_tokenizer fp32: 2 inputs, 1 outputs match"))
+        .stdout(predicate::str::contains("=> opened on cpu (fp32)"))
+        .stdout(predicate::str::contains("no problems found"));
+}
+
+#[test]
+fn doctor_names_a_missing_file() {
+    let Some(dir) = writable_model_dir() else { return };
+    std::fs::remove_file(dir.path().join("campplus.onnx")).unwrap();
+    let cwd = tempfile::tempdir().unwrap();
+    cosy(cwd.path())
+        .args(["doctor", "--model"])
+        .arg(dir.path())
+        .assert()
+        .code(2)
+        .stdout(predicate::str::contains("stage campplus (fp32): campplus.onnx is missing"))
+        .stderr(predicate::str::starts_with("cosy: doctor found"))
+        .stderr(predicate::str::contains("campplus.onnx is missing"));
+}
+
+#[test]
+fn doctor_names_a_wrong_hash() {
+    let Some(dir) = writable_model_dir() else { return };
+    edit_manifest(dir.path(), |m| {
+        m["graphs"]["speech_tokenizer"]["variants"]["fp32"]["sha256"] = serde_json::json!("0".repeat(64));
+    });
+    let cwd = tempfile::tempdir().unwrap();
+    cosy(cwd.path())
+        .args(["doctor", "--model"])
+        .arg(dir.path())
+        .assert()
+        .code(2)
+        .stdout(predicate::str::contains("speech_tokenizer_v3.onnx sha256 mismatch"))
+        .stderr(predicate::str::contains("sha256 mismatch"));
+}
+
+#[test]
+fn doctor_names_a_wrong_input_name() {
+    let Some(dir) = writable_model_dir() else { return };
+    edit_manifest(dir.path(), |m| {
+        m["graphs"]["campplus"]["inputs"][0]["name"] = serde_json::json!("fbank");
+    });
+    let cwd = tempfile::tempdir().unwrap();
+    cosy(cwd.path())
+        .args(["doctor", "--model"])
+        .arg(dir.path())
+        .assert()
+        .code(2)
+        .stdout(predicate::str::contains("stage campplus: input \"fbank\" is not in the graph (graph has: input)"))
+        .stderr(predicate::str::contains("fbank"));
+}
+
+#[test]
+fn doctor_refuses_a_wrong_format_version() {
+    let Some(dir) = writable_model_dir() else { return };
+    edit_manifest(dir.path(), |m| m["format_version"] = serde_json::json!(2));
+    let cwd = tempfile::tempdir().unwrap();
+    cosy(cwd.path())
+        .args(["doctor", "--quick", "--model"])
+        .arg(dir.path())
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("format_version is 2, this cosy reads version 1"));
+}
+
+#[test]
+fn missing_onnx_runtime_says_how_to_fix_it() {
+    let cwd = tempfile::tempdir().unwrap();
+    cosy(cwd.path())
+        .env("COSY_ORT_LIBRARY", cwd.path().join("nope/libonnxruntime.so"))
+        .args(["doctor", "--quick"])
+        .assert()
+        .code(1)
+        .stderr(predicate::str::contains("ONNX Runtime library not found at"))
+        .stderr(predicate::str::contains("nope/libonnxruntime.so"))
+        .stderr(predicate::str::contains("scripts/setup-ort.sh"));
+    // A file that is not a library is refused the same way (no panic).
+    let fake = cwd.path().join("libonnxruntime.so");
+    std::fs::write(&fake, b"not a library").unwrap();
+    cosy(cwd.path())
+        .env("COSY_ORT_LIBRARY", &fake)
+        .args(["engines", "build"])
+        .assert()
+        .code(1)
+        .stderr(predicate::str::contains("cannot load ONNX Runtime library"))
+        .stderr(predicate::str::contains("panicked").not());
+}
+
+#[test]
+fn gpu_provider_on_cpu_library_fails_or_falls_back() {
+    let Some(model) = fixture_model_dir() else { return };
+    let cwd = tempfile::tempdir().unwrap();
+    cosy(cwd.path())
+        .args(["doctor", "--provider", "cuda,cpu", "--model"])
+        .arg(model.path())
+        .assert()
+        .code(1)
+        .stderr(predicate::str::contains("execution provider cuda"))
+        .stderr(predicate::str::contains("built without CUDAExecutionProvider"));
+    cosy(cwd.path())
+        .env("COSY_ALLOW_FALLBACK", "1")
+        .args(["doctor", "--provider", "cuda,cpu", "--model"])
+        .arg(model.path())
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("=> opened on cpu"))
+        .stdout(predicate::str::contains("fallback: stage campplus: provider cuda cannot be used"))
+        .stderr(predicate::str::contains("falling back"));
+}
+
+#[test]
+fn config_errors_are_one_line_with_exit_code_2() {
+    let cwd = tempfile::tempdir().unwrap();
+    let out = cosy(cwd.path()).args(["--precision", "fp8", "doctor"]).assert().code(2).get_output().stderr.clone();
+    let text = String::from_utf8(out).unwrap();
+    assert_eq!(text.lines().count(), 1, "{text}");
+    assert!(text.starts_with("cosy: config: flag runtime.precision") && text.contains("fp32, fp16, bf16"), "{text}");
+    cosy(cwd.path()).args(["--set", "runtime.thread=2", "doctor"]).assert().code(2).stderr(predicate::str::contains("unknown key"));
+    // clap usage errors also exit 2.
+    cosy(cwd.path()).arg("frobnicate").assert().code(2);
+}
+
+#[test]
+fn synthesis_commands_are_stubs_for_now() {
+    let cwd = tempfile::tempdir().unwrap();
+    for cmd in ["say", "file", "profile"] {
+        cosy(cwd.path())
+            .args([cmd, "hello"])
+            .assert()
+            .code(1)
+            .stderr(predicate::str::contains(format!("cosy {cmd}` is not yet implemented")));
+    }
+}
+
+#[test]
+fn completions_are_generated() {
+    let cwd = tempfile::tempdir().unwrap();
+    cosy(cwd.path())
+        .args(["completions", "bash"])
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("_cosy()").and(predicate::str::contains("engines")));
+}
+
+#[test]
+fn engines_list_and_clean_handle_corrupt_entries() {
+    let cwd = tempfile::tempdir().unwrap();
+    let cache = cwd.path().join("engines");
+    let broken = cache.join("dit-0123456789abcdef");
+    std::fs::create_dir_all(&broken).unwrap();
+    std::fs::write(broken.join("dit.engine"), b"partial").unwrap();
+    std::fs::write(broken.join("key.json"), b"{ truncated").unwrap();
+    cosy(cwd.path())
+        .args(["engines", "list"])
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("dit-0123456789abcdef"))
+        .stdout(predicate::str::contains("corrupt: key.json is unreadable"));
+    cosy(cwd.path())
+        .args(["engines", "clean"])
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("1 entry removed"));
+    assert!(!broken.exists());
+    cosy(cwd.path()).args(["engines", "list"]).assert().success().stdout(predicate::str::contains("is empty"));
+}
+
+#[test]
+fn engines_build_needs_tensorrt() {
+    let Some(model) = fixture_model_dir() else { return };
+    let cwd = tempfile::tempdir().unwrap();
+    cosy(cwd.path())
+        .args(["engines", "build", "--model"])
+        .arg(model.path())
+        .assert()
+        .code(1)
+        .stderr(predicate::str::contains("execution provider tensorrt"))
+        .stderr(predicate::str::contains("setup-ort.sh --gpu"));
+}

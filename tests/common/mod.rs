@@ -1,0 +1,201 @@
+//! Shared test helpers: a valid model folder to run against, and inputs for its graphs.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+
+use cosy::model::{sha256_file, Dim, GraphSpec, Manifest};
+use ort::value::{DynValue, Tensor};
+
+/// The shared reference folder: `$COSY_SHARED`, else `../shared` beside the checkout.
+pub fn shared_dir() -> Option<PathBuf> {
+    let p = std::env::var_os("COSY_SHARED")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared"));
+    p.join("reference/tiny-official").is_dir().then_some(p)
+}
+
+/// Where a model folder for the tests comes from.
+pub enum ModelSource {
+    /// The exported tiny fixture, `tests/fixtures/tiny/` (all stages).
+    Fixture(PathBuf),
+    /// Built here from the two official frontend graphs in the shared reference folder.
+    Built(tempfile::TempDir),
+}
+
+impl ModelSource {
+    pub fn path(&self) -> &Path {
+        match self {
+            ModelSource::Fixture(p) => p,
+            ModelSource::Built(t) => t.path(),
+        }
+    }
+}
+
+/// A valid model folder: `tests/fixtures/tiny` when it exists, else one built in a temp folder
+/// from `campplus.onnx` and `speech_tokenizer_v3.onnx`; `None` (with the reason printed) when
+/// neither is available.
+pub fn fixture_model_dir() -> Option<ModelSource> {
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tiny");
+    if fixture.join("manifest.json").is_file() {
+        return Some(ModelSource::Fixture(fixture));
+    }
+    let Some(shared) = shared_dir() else {
+        eprintln!("SKIP: no tests/fixtures/tiny and no shared reference folder (set COSY_SHARED)");
+        return None;
+    };
+    let dir = tempfile::tempdir().expect("temp dir");
+    build_frontend_model(&shared.join("reference/tiny-official"), dir.path());
+    Some(ModelSource::Built(dir))
+}
+
+/// A writable copy of the fixture model folder (for breaking it).
+pub fn writable_model_dir() -> Option<tempfile::TempDir> {
+    let src = fixture_model_dir()?;
+    if let ModelSource::Built(t) = src {
+        return Some(t);
+    }
+    let dir = tempfile::tempdir().expect("temp dir");
+    for e in std::fs::read_dir(src.path()).expect("read fixture") {
+        let e = e.expect("entry");
+        if e.path().is_file() {
+            std::fs::copy(e.path(), dir.path().join(e.file_name())).expect("copy");
+        }
+    }
+    Some(dir)
+}
+
+fn file_entry(dir: &Path, name: &str) -> serde_json::Value {
+    let p = dir.join(name);
+    serde_json::json!({
+        "file": name,
+        "sha256": sha256_file(&p).expect("hash"),
+        "bytes": std::fs::metadata(&p).expect("meta").len(),
+    })
+}
+
+/// Writes a format-1 manifest listing the two official frontend graphs (copied into `dst`).
+pub fn build_frontend_model(official: &Path, dst: &Path) {
+    for f in ["campplus.onnx", "speech_tokenizer_v3.onnx"] {
+        std::fs::copy(official.join(f), dst.join(f)).expect("copy graph");
+    }
+    let manifest = serde_json::json!({
+        "format": "cosy-model",
+        "format_version": 1,
+        "exporter": {"version": "test"},
+        "graphs": {
+            "campplus": {
+                "inputs": [{"name": "input", "dtype": "float32", "shape": ["batch", "frames", 80]}],
+                "outputs": [{"name": "output", "dtype": "float32", "shape": ["batch", 192]}],
+                "variants": {"fp32": file_entry(dst, "campplus.onnx")}
+            },
+            "speech_tokenizer": {
+                "inputs": [
+                    {"name": "feats", "dtype": "float32", "shape": ["batch", 128, "frames"]},
+                    {"name": "feats_length", "dtype": "int32", "shape": ["batch"]}
+                ],
+                "outputs": [{"name": "indices", "dtype": "int32", "shape": ["batch", "tokens"]}],
+                "variants": {"fp32": file_entry(dst, "speech_tokenizer_v3.onnx")}
+            }
+        },
+        "files": {}
+    });
+    std::fs::write(dst.join("manifest.json"), serde_json::to_string_pretty(&manifest).expect("json")).expect("write manifest");
+}
+
+/// Reads, edits and writes back a manifest.
+pub fn edit_manifest(dir: &Path, edit: impl FnOnce(&mut serde_json::Value)) {
+    let p = dir.join("manifest.json");
+    let mut v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&p).expect("read")).expect("json");
+    edit(&mut v);
+    std::fs::write(&p, serde_json::to_string_pretty(&v).expect("json")).expect("write");
+}
+
+/// Deterministic values in [-1, 1).
+fn wave(n: usize, salt: usize) -> Vec<f32> {
+    (0..n).map(|i| (((i * 7919 + salt * 104729) % 2000) as f32 / 1000.0) - 1.0).collect()
+}
+
+/// Size of a named (dynamic) dimension for a test run.
+fn named_dim(stage: &str, name: &str) -> i64 {
+    let n = name.to_ascii_lowercase();
+    if n.contains("past") {
+        return 0; // an empty KV cache (prefill)
+    }
+    match stage {
+        "campplus" => if n == "batch" { 1 } else { 60 },
+        "speech_tokenizer" => if n == "batch" { 1 } else { 200 },
+        "dit" => if n == "batch" { 2 } else { 8 },
+        "flow_front" => if n == "batch" { 1 } else { 7 },
+        _ => if n == "batch" { 1 } else { 4 },
+    }
+}
+
+/// Inputs for one run of a stage's graph, from the manifest's I/O (values chosen so each graph
+/// can run: ones for masks, a valid time step, token ids in range, consistent lengths).
+pub fn inputs_for(stage: &str, spec: &GraphSpec) -> Vec<(String, DynValue)> {
+    let shape_of = |dims: &[Dim]| -> Vec<i64> {
+        dims.iter()
+            .map(|d| match d {
+                Dim::Fixed(n) => *n,
+                Dim::Named(s) => named_dim(stage, s),
+            })
+            .collect()
+    };
+    let mut shapes: Vec<(String, Vec<i64>)> = spec.inputs.iter().map(|t| (t.name.clone(), shape_of(&t.shape))).collect();
+    // hift: the source covers at least the decoded frames (mel frames - 4), 480 samples each.
+    if let Some(mel_frames) = shapes.iter().find(|(n, _)| n == "mel").map(|(_, s)| s[2]) {
+        if let Some((_, s)) = shapes.iter_mut().find(|(n, _)| n == "source") {
+            *s = vec![1, 1, 480 * (mel_frames - 4).max(1)];
+        }
+    }
+    let mut out = Vec::new();
+    for (i, t) in spec.inputs.iter().enumerate() {
+        let shape = shapes[i].1.clone();
+        let n: usize = shape.iter().map(|&d| d as usize).product();
+        let dims: Vec<usize> = shape.iter().map(|&d| d as usize).collect();
+        let v: DynValue = match t.dtype.as_str() {
+            "float32" => {
+                let data = match t.name.as_str() {
+                    "mask" => vec![1.0; n],
+                    "t" => vec![0.5; n],
+                    _ => wave(n, i),
+                };
+                Tensor::from_array((dims, data)).expect("tensor").into_dyn()
+            }
+            "int64" => {
+                let data: Vec<i64> = match t.name.as_str() {
+                    "block_frames" => vec![0; n],
+                    _ => (0..n as i64).map(|k| k % 100).collect(),
+                };
+                Tensor::from_array((dims, data)).expect("tensor").into_dyn()
+            }
+            "int32" => {
+                // Lengths: the length of the matching time axis (the last dim of the first input).
+                let len = shapes[0].1.last().copied().unwrap_or(1) as i32;
+                Tensor::from_array((dims, vec![len; n])).expect("tensor").into_dyn()
+            }
+            other => panic!("no test input recipe for dtype {other}"),
+        };
+        out.push((t.name.clone(), v));
+    }
+    out
+}
+
+/// A config pointing at a model folder, an engine cache in `cache`, and the repo's ORT library.
+pub fn config_for(model: &Path, cache: &Path) -> cosy::config::Config {
+    let mut c = cosy::config::Config::default();
+    c.model_dir = model.to_path_buf();
+    c.runtime.engine_cache = cache.to_path_buf();
+    c.runtime.threads = 1;
+    c
+}
+
+/// Loads a model folder's manifest (test shorthand).
+pub fn manifest(dir: &Path) -> Manifest {
+    cosy::model::ModelDir::open(dir).expect("open model").manifest
+}
+
+/// Path of the `cosy` binary built for the integration tests.
+pub fn cosy_bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_cosy"))
+}

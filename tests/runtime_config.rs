@@ -1,0 +1,127 @@
+//! Config precedence (defaults < file < env < flags) and refusal of unknown keys and bad values.
+
+use std::path::PathBuf;
+
+use cosy::config::{Config, LoadOptions, Precision, ProviderKind, StageGroup};
+use cosy::Error;
+
+fn write(dir: &std::path::Path, text: &str) -> PathBuf {
+    let p = dir.join("cosy.toml");
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
+fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+    pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+}
+
+fn config_err(opts: &LoadOptions) -> String {
+    match Config::load(opts) {
+        Err(Error::Config(m)) => m,
+        Err(other) => panic!("expected a config error, got {other}"),
+        Ok(c) => panic!("expected a config error, got {c:?}"),
+    }
+}
+
+#[test]
+fn defaults_then_file_then_env_then_flags() {
+    let d = tempfile::tempdir().unwrap();
+    let file = write(
+        d.path(),
+        "[model]\ndir = \"m\"\n[runtime]\nprecision = \"fp16\"\nproviders = [\"cuda\", \"cpu\"]\nthreads = 3\n[stages.dit]\nprecision = \"bf16\"\n",
+    );
+    // Defaults only.
+    let c = Config::load(&LoadOptions::default()).unwrap();
+    assert_eq!(c.runtime.precision, Precision::Fp32);
+    assert_eq!(c.runtime.providers, vec![ProviderKind::Cpu]);
+
+    // File over defaults; relative paths resolve against the file's folder.
+    let mut opts = LoadOptions { config_file: Some(file.clone()), ..Default::default() };
+    let c = Config::load(&opts).unwrap();
+    assert_eq!(c.model_dir, d.path().join("m"));
+    assert_eq!(c.runtime.precision, Precision::Fp16);
+    assert_eq!(c.runtime.threads, 3);
+    assert_eq!(c.providers_for(StageGroup::Llm), vec![ProviderKind::Cuda, ProviderKind::Cpu]);
+    assert_eq!(c.precision_for(StageGroup::Dit), Precision::Bf16);
+    assert_eq!(c.precision_for(StageGroup::Llm), Precision::Fp16);
+    assert_eq!(c.sampling.top_k, 25, "untouched keys keep their defaults");
+
+    // Env over file.
+    opts.env = env(&[("COSY_PRECISION", "fp32"), ("COSY_MODEL", "/x/model"), ("COSY_PROVIDERS", "tensorrt,cuda,cpu")]);
+    let c = Config::load(&opts).unwrap();
+    assert_eq!(c.runtime.precision, Precision::Fp32);
+    assert_eq!(c.model_dir, PathBuf::from("/x/model"));
+    assert_eq!(c.runtime.providers, vec![ProviderKind::TensorRt, ProviderKind::Cuda, ProviderKind::Cpu]);
+    assert_eq!(c.precision_for(StageGroup::Dit), Precision::Bf16, "a stage override is more specific");
+
+    // Flags over env.
+    opts.flags = vec![("runtime.precision".into(), "bf16".into()), ("stages.dit.precision".into(), "".into())];
+    let c = Config::load(&opts).unwrap();
+    assert_eq!(c.runtime.precision, Precision::Bf16);
+    assert_eq!(c.precision_for(StageGroup::Dit), Precision::Bf16);
+    opts.flags = vec![("runtime.precision".into(), "fp16".into()), ("stages.dit.precision".into(), "".into())];
+    assert_eq!(Config::load(&opts).unwrap().precision_for(StageGroup::Dit), Precision::Fp16, "\"\" inherits again");
+
+    // COSY_CONFIG names the file when no --config is given.
+    let c = Config::load(&LoadOptions { env: env(&[("COSY_CONFIG", file.to_str().unwrap())]), ..Default::default() }).unwrap();
+    assert_eq!(c.source_file.as_deref(), Some(file.as_path()));
+}
+
+#[test]
+fn the_committed_config_toml_is_valid_and_equals_the_defaults() {
+    let file = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("config.toml");
+    let c = Config::load(&LoadOptions { config_file: Some(file.clone()), ..Default::default() }).unwrap();
+    let mut d = Config::default();
+    // Paths in the file are relative to it.
+    d.model_dir = file.parent().unwrap().join("models/cosyvoice3");
+    d.runtime.engine_cache = file.parent().unwrap().join("engines");
+    d.source_file = Some(file);
+    assert_eq!(c, d, "config.toml documents exactly the built-in defaults");
+}
+
+#[test]
+fn unknown_keys_are_refused_with_the_key_and_the_known_ones() {
+    let d = tempfile::tempdir().unwrap();
+    let file = write(d.path(), "[runtime]\nprovider = [\"cpu\"]\n");
+    let m = config_err(&LoadOptions { config_file: Some(file), ..Default::default() });
+    assert!(m.contains("runtime.provider") && m.contains("unknown key") && m.contains("runtime.providers"), "{m}");
+
+    let file = write(d.path(), "[stages.vocoder]\nprecision = \"fp16\"\n");
+    let m = config_err(&LoadOptions { config_file: Some(file), ..Default::default() });
+    assert!(m.contains("stages.vocoder.precision") && m.contains("unknown key"), "{m}");
+
+    let m = config_err(&LoadOptions { env: env(&[("COSY_PRECISON", "fp16")]), ..Default::default() });
+    assert!(m.contains("COSY_PRECISON") && m.contains("COSY_PRECISION"), "{m}");
+}
+
+#[test]
+fn bad_values_are_refused_with_key_value_and_allowed_set() {
+    let d = tempfile::tempdir().unwrap();
+    let cases: &[(&str, &str, &str)] = &[
+        ("[runtime]\nprecision = \"fp8\"\n", "runtime.precision = \"fp8\"", "fp32, fp16, bf16"),
+        ("[runtime]\nproviders = [\"rocm\"]\n", "runtime.providers = [\"rocm\"]", "tensorrt, cuda, cpu"),
+        ("[runtime]\nproviders = [\"cpu\", \"cpu\"]\n", "runtime.providers", "without repeats"),
+        ("[runtime]\nthreads = -1\n", "runtime.threads = -1", "0..=1024"),
+        ("[runtime]\nallow_fallback = \"maybe\"\n", "runtime.allow_fallback", "true, false"),
+        ("[sampling]\ntop_p = 1.5\n", "sampling.top_p = 1.5", "(0, 1]"),
+        ("[sampling]\ntop_k = 0\n", "sampling.top_k = 0", ">= 1"),
+        ("[streaming]\ntoken_hop_len = 50\ntoken_max_hop_len = 10\n", "token_max_hop_len", "must be >="),
+        ("[model]\ndir = 3\n", "model.dir = 3", "path"),
+    ];
+    for (text, key_value, allowed) in cases {
+        let file = write(d.path(), text);
+        let m = config_err(&LoadOptions { config_file: Some(file.clone()), ..Default::default() });
+        assert!(m.contains(key_value), "{text}: message lacks {key_value:?}: {m}");
+        assert!(m.contains(allowed), "{text}: message lacks {allowed:?}: {m}");
+        assert!(m.contains(&file.display().to_string()), "names the file: {m}");
+    }
+    let m = config_err(&LoadOptions { env: env(&[("COSY_DEVICE_ID", "gpu0")]), ..Default::default() });
+    assert!(m.contains("environment COSY_DEVICE_ID") && m.contains("\"gpu0\""), "{m}");
+    let m = config_err(&LoadOptions { flags: vec![("runtime.precision".into(), "half".into())], ..Default::default() });
+    assert!(m.contains("flag runtime.precision") && m.contains("fp32, fp16, bf16"), "{m}");
+    let m = config_err(&LoadOptions { config_file: Some(d.path().join("absent.toml")), ..Default::default() });
+    assert!(m.contains("absent.toml") && m.contains("does not exist"), "{m}");
+    let file = write(d.path(), "[runtime\nx=");
+    let m = config_err(&LoadOptions { config_file: Some(file), ..Default::default() });
+    assert!(m.contains("not valid TOML"), "{m}");
+}

@@ -1,0 +1,162 @@
+//! Session factory on the CPU library: every graph opens and runs, provider errors and fallback,
+//! IoBinding, and graph I/O validation.
+
+mod common;
+
+use std::sync::Arc;
+
+use common::{config_for, fixture_model_dir, inputs_for};
+use cosy::config::{Precision, ProviderKind};
+use cosy::model::{check_graph_io, ModelDir};
+use cosy::runtime::SessionFactory;
+use cosy::Error;
+
+fn factory(model: &std::path::Path, cache: &std::path::Path, edit: impl FnOnce(&mut cosy::config::Config)) -> SessionFactory {
+    let mut cfg = config_for(model, cache);
+    edit(&mut cfg);
+    let dir = Arc::new(ModelDir::open(model).expect("model folder opens"));
+    SessionFactory::new(&cfg, dir).expect("ONNX Runtime loads")
+}
+
+#[test]
+fn every_graph_opens_and_runs_on_cpu() {
+    let Some(model) = fixture_model_dir() else { return };
+    let cache = tempfile::tempdir().unwrap();
+    let f = factory(model.path(), cache.path(), |_| {});
+    let stages: Vec<String> = f.model.manifest.graphs.keys().cloned().collect();
+    assert!(stages.contains(&"campplus".to_string()) && stages.contains(&"speech_tokenizer".to_string()));
+    for stage in stages {
+        let spec = f.model.graph(&stage).unwrap().clone();
+        let mut s = f.open(&stage).unwrap_or_else(|e| panic!("{stage}: {e}"));
+        assert_eq!(s.provider_used, ProviderKind::Cpu, "{stage}");
+        assert_eq!(s.precision, Precision::Fp32, "{stage}");
+        assert!(s.fallbacks.is_empty());
+        assert!(check_graph_io(&stage, &spec, s.session.inputs(), s.session.outputs()).is_empty());
+        let inputs = inputs_for(&stage, &spec);
+        let outputs = s.session.run(inputs).unwrap_or_else(|e| panic!("{stage} run: {e}"));
+        for o in &spec.outputs {
+            let v = outputs.get(&o.name).unwrap_or_else(|| panic!("{stage}: no output {}", o.name));
+            let shape = v.dtype().tensor_shape().expect("tensor").to_vec();
+            assert_eq!(shape.len(), o.shape.len(), "{stage} {} rank", o.name);
+            for (d, want) in shape.iter().zip(&o.shape) {
+                if let cosy::model::Dim::Fixed(n) = want {
+                    assert_eq!(d, n, "{stage} {} fixed dim", o.name);
+                }
+            }
+            if o.dtype == "float32" {
+                let (_, data) = v.try_extract_tensor::<f32>().unwrap();
+                assert!(!data.is_empty() && data.iter().all(|x| x.is_finite()), "{stage} {} finite", o.name);
+            }
+        }
+        if stage == "campplus" {
+            let out = outputs.get("output").unwrap().try_extract_array::<f32>().unwrap();
+            assert_eq!(out.shape(), &[1, 192]);
+            assert!(out.iter().any(|&x| x != 0.0), "campplus embedding is not all zeros");
+        }
+        if stage == "speech_tokenizer" {
+            let (shape, ids) = outputs.get("indices").unwrap().try_extract_tensor::<i32>().unwrap();
+            assert_eq!(shape[0], 1);
+            assert!(shape[1] > 0);
+            assert!(ids.iter().all(|&t| (0..6561).contains(&t)), "token ids in the codebook");
+        }
+    }
+}
+
+#[test]
+fn cuda_on_the_cpu_library_is_a_clear_error() {
+    let Some(model) = fixture_model_dir() else { return };
+    let cache = tempfile::tempdir().unwrap();
+    for kind in [ProviderKind::Cuda, ProviderKind::TensorRt] {
+        let f = factory(model.path(), cache.path(), |c| c.runtime.providers = vec![kind, ProviderKind::Cpu]);
+        if cosy::runtime::providers::compiled_in(kind) {
+            eprintln!("SKIP: the loaded library has {kind}");
+            return;
+        }
+        let err = f.open("campplus").expect_err("asking for a GPU provider on the CPU library must fail");
+        match &err {
+            Error::Provider { provider, msg } => {
+                assert_eq!(provider, kind.as_str());
+                assert!(msg.contains("built without") && msg.contains(kind.ort_name()), "{msg}");
+                assert!(msg.contains("setup-ort.sh --gpu") && msg.contains("allow_fallback"), "says how to fix: {msg}");
+            }
+            other => panic!("wrong error kind: {other}"),
+        }
+    }
+}
+
+#[test]
+fn fallback_runs_on_cpu_and_says_so() {
+    let Some(model) = fixture_model_dir() else { return };
+    let cache = tempfile::tempdir().unwrap();
+    if cosy::runtime::providers::compiled_in(ProviderKind::Cuda) {
+        eprintln!("SKIP: the loaded library has CUDA");
+        return;
+    }
+    let f = factory(model.path(), cache.path(), |c| {
+        c.runtime.providers = vec![ProviderKind::TensorRt, ProviderKind::Cuda];
+        c.runtime.allow_fallback = true;
+        c.runtime.precision = Precision::Fp16;
+    });
+    let mut s = f.open("campplus").expect("fallback opens on CPU");
+    assert_eq!(s.provider_used, ProviderKind::Cpu);
+    assert_eq!(s.fallbacks.len(), 2, "{:?}", s.fallbacks);
+    assert!(s.fallbacks[0].contains("tensorrt") && s.fallbacks[1].contains("cuda"), "{:?}", s.fallbacks);
+    // No fp16 campplus graph: CPU runs the fp32 one and the session says so.
+    assert_eq!(s.precision, Precision::Fp32);
+    let spec = f.model.graph("campplus").unwrap().clone();
+    let out = s.session.run(inputs_for("campplus", &spec)).expect("runs");
+    assert_eq!(out.get("output").unwrap().try_extract_array::<f32>().unwrap().shape(), &[1, 192]);
+}
+
+#[test]
+fn per_stage_provider_override_applies() {
+    let Some(model) = fixture_model_dir() else { return };
+    let cache = tempfile::tempdir().unwrap();
+    if cosy::runtime::providers::compiled_in(ProviderKind::Cuda) {
+        return;
+    }
+    let f = factory(model.path(), cache.path(), |c| {
+        c.stages.get_mut(&cosy::config::StageGroup::Frontend).unwrap().providers = Some(vec![ProviderKind::Cuda]);
+    });
+    assert!(matches!(f.open("campplus"), Err(Error::Provider { .. })));
+}
+
+#[test]
+fn io_binding_matches_a_plain_run() {
+    let Some(model) = fixture_model_dir() else { return };
+    let cache = tempfile::tempdir().unwrap();
+    let f = factory(model.path(), cache.path(), |_| {});
+    let spec = f.model.graph("campplus").unwrap().clone();
+    let mut s = f.open("campplus").unwrap();
+    let plain: Vec<f32> = {
+        let out = s.session.run(inputs_for("campplus", &spec)).unwrap();
+        out.get("output").unwrap().try_extract_tensor::<f32>().unwrap().1.to_vec()
+    };
+    let mut b = s.binding().unwrap();
+    for (name, v) in inputs_for("campplus", &spec) {
+        b.bind_input(&name, &v).unwrap();
+    }
+    b.bind_all_outputs_on_device(&s).unwrap();
+    // Twice: a binding is reused across steps.
+    for _ in 0..2 {
+        let out = b.run(&mut s).unwrap();
+        let (shape, data) = out.get("output").unwrap().try_extract_tensor::<f32>().unwrap();
+        assert_eq!(&shape[..], &[1, 192]);
+        assert_eq!(data, &plain[..]);
+    }
+}
+
+#[test]
+fn wrong_input_name_is_caught_against_the_graph() {
+    let Some(model) = fixture_model_dir() else { return };
+    let cache = tempfile::tempdir().unwrap();
+    let f = factory(model.path(), cache.path(), |_| {});
+    let mut spec = f.model.graph("speech_tokenizer").unwrap().clone();
+    let s = f.open("speech_tokenizer").unwrap();
+    spec.inputs[0].name = "speech_feats".into();
+    spec.outputs[0].dtype = "int64".into();
+    let problems = check_graph_io("speech_tokenizer", &spec, s.session.inputs(), s.session.outputs());
+    assert!(problems.iter().any(|p| p.contains("\"speech_feats\" is not in the graph")), "{problems:?}");
+    assert!(problems.iter().any(|p| p.contains("\"feats\" is not in the manifest")), "{problems:?}");
+    assert!(problems.iter().any(|p| p.contains("indices has dtype int32 in the graph, manifest says int64")), "{problems:?}");
+}
