@@ -42,11 +42,12 @@ impl TextTokenizer {
         Ok(tokenizer)
     }
 
-    /// Token ids of `text` (no special tokens added around it).
+    /// Token ids of `text`. Encoded like the official HF call (`add_special_tokens=True`); the Qwen2
+    /// post-processor adds no BOS/EOS, so the ids are exactly the text's tokens.
     pub fn encode(&self, text: &str) -> Result<Vec<u32>> {
         let enc = self
             .inner
-            .encode(text, false)
+            .encode(text, true)
             .map_err(|e| Error::Input(format!("cannot tokenize text ({e}): {text:?}")))?;
         Ok(enc.get_ids().to_vec())
     }
