@@ -72,7 +72,7 @@ pub fn resample(input: &[f32], from_rate: u32, to_rate: u32) -> Vec<f32> {
     padded.resize(input.len() + 2 * w + orig_us, 0.0);
 
     let n_blocks = (padded.len() - n_taps) / orig_us + 1;
-    let target_len = ((new as u128 * input.len() as u128 + orig as u128 - 1) / orig as u128) as usize;
+    let target_len = (new as u128 * input.len() as u128).div_ceil(orig as u128) as usize;
     let mut out = Vec::with_capacity(n_blocks * new as usize);
     'blocks: for i in 0..n_blocks {
         let frame = &padded[i * orig_us..i * orig_us + n_taps];
