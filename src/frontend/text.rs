@@ -1,0 +1,238 @@
+//! The official text frontend's rules (`CosyVoiceFrontEnd.text_normalize` and
+//! `cosyvoice/utils/frontend_utils.py`), without the FST text normaliser.
+//!
+//! * Text holding both `<|` and `|>` (or empty) bypasses everything and stays one segment.
+//! * Otherwise it is trimmed, a [`Normalizer`] runs (identity by default; a wetext-like TN can plug
+//!   in later), and the language is picked by [`contains_chinese`]:
+//!   * zh: drop `\n`, [`replace_blank`], ²→平方 ³→立方, `.`→`。`, ` - `→`，`, drop （）【】 and
+//!     backticks, `——`→space, a trailing run of `，,、` becomes `。`; split by characters;
+//!   * en: [`spell_out_numbers`]; split by tokenizer length.
+//! * [`split_paragraph`] cuts after end marks and greedily merges; segments made only of
+//!   punctuation/symbols are dropped.
+
+use std::sync::OnceLock;
+
+use regex::Regex;
+
+use crate::frontend::numbers::digits_to_words;
+
+/// Which rule set the text gets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lang {
+    Zh,
+    En,
+}
+
+/// Text normalisation (numbers, dates, units … to words) run before the post rules.
+/// The official frontend uses ttsfrd or wetext here; without either it does nothing.
+pub trait Normalizer: Send + Sync {
+    fn normalize(&self, text: &str, lang: Lang) -> String;
+}
+
+/// The normaliser the official code has when neither ttsfrd nor wetext is installed.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct IdentityNormalizer;
+
+impl Normalizer for IdentityNormalizer {
+    fn normalize(&self, text: &str, _lang: Lang) -> String {
+        text.to_string()
+    }
+}
+
+/// Sentence-splitting limits (the official call uses the defaults).
+#[derive(Debug, Clone, Copy)]
+pub struct SplitOptions {
+    pub token_max_n: usize,
+    pub token_min_n: usize,
+    pub merge_len: usize,
+    pub comma_split: bool,
+}
+
+impl Default for SplitOptions {
+    fn default() -> Self {
+        Self { token_max_n: 80, token_min_n: 60, merge_len: 20, comma_split: false }
+    }
+}
+
+/// True when the text has a CJK unified ideograph (U+4E00..=U+9FFF).
+pub fn contains_chinese(text: &str) -> bool {
+    text.chars().any(|c| ('\u{4e00}'..='\u{9fff}').contains(&c))
+}
+
+/// True when the text skips the frontend: it holds both `<|` and `|>` (a special-token markup).
+pub fn bypasses_frontend(text: &str) -> bool {
+    text.contains("<|") && text.contains("|>")
+}
+
+/// Drops each space unless both neighbours are non-space ASCII (keeps spaces between English
+/// words inside Chinese text). Like the Python original, the left neighbour of index 0 is the
+/// last character; a trailing space (impossible after trimming) is dropped.
+pub fn replace_blank(text: &str) -> String {
+    let chars: Vec<char> = text.chars().collect();
+    let n = chars.len();
+    let keeps = |c: Option<&char>| c.is_some_and(|c| c.is_ascii() && *c != ' ');
+    chars
+        .iter()
+        .enumerate()
+        .filter(|&(i, &c)| {
+            c != ' ' || (keeps(chars.get(i + 1)) && keeps(chars.get(if i == 0 { n - 1 } else { i - 1 })))
+        })
+        .map(|(_, &c)| c)
+        .collect()
+}
+
+/// Characters Python's `str.isdigit` accepts that we handle: ASCII digits, plus superscript and
+/// subscript digits (which inflect then drops, reading a run of only those as "zero").
+fn is_python_digit(c: char) -> bool {
+    c.is_ascii_digit() || matches!(c, '¹' | '²' | '³' | '⁰' | '⁴'..='⁹' | '₀'..='₉')
+}
+
+/// Replaces every digit run with its English words (`inflect.number_to_words`), e.g.
+/// "Room 42B" → "Room forty-twoB".
+pub fn spell_out_numbers(text: &str) -> String {
+    let mut out = String::with_capacity(text.len() * 2);
+    let mut run = String::new();
+    for c in text.chars() {
+        if is_python_digit(c) {
+            run.push(c);
+            continue;
+        }
+        if !run.is_empty() {
+            out.push_str(&digits_to_words(&run));
+            run.clear();
+        }
+        out.push(c);
+    }
+    if !run.is_empty() {
+        out.push_str(&digits_to_words(&run));
+    }
+    out
+}
+
+fn trailing_comma_run() -> &'static Regex {
+    static RE: OnceLock<Regex> = OnceLock::new();
+    RE.get_or_init(|| Regex::new(r"[，,、]+$").expect("static regex"))
+}
+
+fn only_punctuation() -> &'static Regex {
+    static RE: OnceLock<Regex> = OnceLock::new();
+    RE.get_or_init(|| Regex::new(r"^[\p{P}\p{S}]*$").expect("static regex"))
+}
+
+/// True for segments made only of punctuation and symbols (or empty); the frontend drops them.
+pub fn is_only_punctuation(text: &str) -> bool {
+    only_punctuation().is_match(text)
+}
+
+/// The Chinese post rules applied after normalisation (before splitting).
+pub fn zh_post_rules(text: &str) -> String {
+    let text = text.replace('\n', "");
+    let text = replace_blank(&text);
+    let text = text.replace('²', "平方").replace('³', "立方");
+    let text = text.replace('.', "。").replace(" - ", "，");
+    let text = text.replace(['（', '）', '【', '】', '`'], "").replace("——", " ");
+    trailing_comma_run().replace(&text, "。").into_owned()
+}
+
+/// `split_paragraph`: cut after each end mark (a following `"` or `”` stays attached), then
+/// merge greedily: the running segment is flushed when adding the next piece would exceed
+/// `token_max_n` and it already exceeds `token_min_n`; a last piece shorter than `merge_len`
+/// joins the previous segment. Length is characters for zh and `token_len` for en. A missing
+/// final end mark (`。` zh, `.` en) is appended first.
+pub fn split_paragraph(text: &str, lang: Lang, token_len: &dyn Fn(&str) -> usize, opts: SplitOptions) -> Vec<String> {
+    let length = |s: &str| match lang {
+        Lang::Zh => s.chars().count(),
+        Lang::En => token_len(s),
+    };
+    let mut marks: Vec<char> = match lang {
+        Lang::Zh => vec!['。', '？', '！', '；', '：', '、', '.', '?', '!', ';'],
+        Lang::En => vec!['.', '?', '!', ';', ':'],
+    };
+    if opts.comma_split {
+        marks.extend(['，', ',']);
+    }
+    let mut chars: Vec<char> = text.chars().collect();
+    let Some(&last) = chars.last() else { return Vec::new() };
+    if !marks.contains(&last) {
+        chars.push(if lang == Lang::Zh { '。' } else { '.' });
+    }
+
+    let mut pieces: Vec<String> = Vec::new();
+    let mut start = 0;
+    for (i, &c) in chars.iter().enumerate() {
+        if !marks.contains(&c) {
+            continue;
+        }
+        if i > start {
+            pieces.push(chars[start..=i].iter().collect());
+        }
+        // An empty piece (e.g. "!!") drops its mark, as the original does.
+        match chars.get(i + 1) {
+            Some(&q) if q == '"' || q == '”' => {
+                // The original pops the previous piece to attach the quote; with none (text
+                // starting with a mark and a quote) it would crash; we keep the quote alone.
+                match pieces.last_mut() {
+                    Some(p) => p.push(q),
+                    None => pieces.push(q.to_string()),
+                }
+                start = i + 2;
+            }
+            _ => start = i + 1,
+        }
+    }
+
+    let mut segments: Vec<String> = Vec::new();
+    let mut current = String::new();
+    for piece in pieces {
+        let joined = format!("{current}{piece}");
+        if length(&joined) > opts.token_max_n && length(&current) > opts.token_min_n {
+            segments.push(std::mem::take(&mut current));
+        }
+        current.push_str(&piece);
+    }
+    if !current.is_empty() {
+        match segments.last_mut() {
+            Some(prev) if length(&current) < opts.merge_len => prev.push_str(&current),
+            _ => segments.push(current),
+        }
+    }
+    segments
+}
+
+/// Result of the text frontend on one input.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Normalized {
+    /// The whole text after the rules (what `text_normalize(split=False)` returns).
+    pub text: String,
+    /// The sentence segments (what `text_normalize(split=True)` returns).
+    pub segments: Vec<String>,
+}
+
+/// Runs the frontend on `text`. `enabled = false` (the official `text_frontend=False`), empty
+/// text and `<|…|>` markup all return the text unchanged as a single segment.
+pub fn normalize(text: &str, enabled: bool, normalizer: &dyn Normalizer, token_len: &dyn Fn(&str) -> usize) -> Normalized {
+    if !enabled || text.is_empty() || bypasses_frontend(text) {
+        return Normalized { text: text.to_string(), segments: vec![text.to_string()] };
+    }
+    let trimmed = text.trim();
+    let (processed, lang) = if contains_chinese(trimmed) {
+        (zh_post_rules(&normalizer.normalize(trimmed, Lang::Zh)), Lang::Zh)
+    } else {
+        (spell_out_numbers(&normalizer.normalize(trimmed, Lang::En)), Lang::En)
+    };
+    let segments = split_paragraph(&processed, lang, token_len, SplitOptions::default())
+        .into_iter()
+        .filter(|s| !is_only_punctuation(s))
+        .collect();
+    Normalized { text: processed, segments }
+}
+
+/// The sentence segments of `text` (official `text_normalize(text, split=True)`).
+pub fn normalize_and_split(
+    text: &str,
+    enabled: bool,
+    normalizer: &dyn Normalizer,
+    token_len: &dyn Fn(&str) -> usize,
+) -> Vec<String> {
+    normalize(text, enabled, normalizer, token_len).segments
+}
