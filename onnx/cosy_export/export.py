@@ -86,7 +86,7 @@ def _fp16_generic(fp32_path: Path, out_path: Path) -> None:
         fp16 = float16.convert_float_to_float16(
             model,
             keep_io_types=True,
-            op_block_list=["LayerNormalization", "Softmax", "ReduceMean", "Pow", "Sqrt", "Range", "Cos", "Sin"],
+            op_block_list=["LayerNormalization", "Softmax", "ReduceMean", "Pow", "Sqrt", "Range", "Cos", "Sin", "Cast"],
         )
     finally:
         float16.remove_unnecessary_cast_node = cleanup

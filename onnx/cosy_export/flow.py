@@ -521,4 +521,29 @@ def make_dit_mixed_fp16(fp32_path: Path | str, out_path: Path | str) -> None:
         mixed = float16.convert_float_to_float16(
             model, keep_io_types=True, op_block_list=op_block, node_block_list=dit_mixed_fp32_nodes(model)
         )
+    _restore_fp32_outputs(model, mixed)
+    onnx.checker.check_model(mixed)
     onnx.save(mixed, str(out_path))
+
+
+def _restore_fp32_outputs(fp32: Any, mixed: Any) -> None:
+    """onnxconverter-common relabels a graph output as float16 even when the node producing it was
+    kept in float32 (here: the final projection outside the blocks). Put the declared type back
+    (the runtime contract is fp32 I/O for every variant), casting only if the producer really is
+    fp16."""
+    import onnx
+    from onnx import helper
+
+    original = {o.name: o.type.tensor_type.elem_type for o in fp32.graph.output}
+    kept_fp32 = set(dit_mixed_fp32_nodes(fp32))
+    producers = {out: n for n in mixed.graph.node for out in n.output}
+    for out in mixed.graph.output:
+        want = original.get(out.name)
+        if want is None or out.type.tensor_type.elem_type == want:
+            continue
+        node = producers.get(out.name)
+        if node is not None and node.name not in kept_fp32:
+            inner = out.name + "_fp16"
+            node.output[list(node.output).index(out.name)] = inner
+            mixed.graph.node.append(helper.make_node("Cast", [inner], [out.name], to=want, name=out.name + "_to_fp32"))
+        out.type.tensor_type.elem_type = want
