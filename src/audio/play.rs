@@ -645,3 +645,93 @@ fn merge_ranges(ranges: impl Iterator<Item = (u32, u32)>) -> Vec<(u32, u32)> {
     }
     merged
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cpal::SupportedBufferSize::Unknown;
+
+    fn range(channels: u16, min: u32, max: u32, format: SampleFormat) -> SupportedStreamConfigRange {
+        SupportedStreamConfigRange::new(channels, min, max, Unknown, format)
+    }
+
+    fn pick(ranges: &[SupportedStreamConfigRange]) -> (u16, u32, SampleFormat) {
+        let c = choose_config(ranges, MODEL_SAMPLE_RATE).expect("a config");
+        (c.channels(), c.sample_rate(), c.sample_format())
+    }
+
+    #[test]
+    fn config_prefers_the_model_rate_then_f32_then_mono() {
+        let ranges = [
+            range(2, 8_000, 192_000, SampleFormat::F32),
+            range(1, 8_000, 192_000, SampleFormat::I16),
+            range(1, 8_000, 192_000, SampleFormat::F32),
+            range(1, 44_100, 44_100, SampleFormat::F32),
+        ];
+        assert_eq!(pick(&ranges), (1, 24_000, SampleFormat::F32));
+        // A stereo-only device keeps the rate and gets 2 channels.
+        assert_eq!(pick(&ranges[..1]), (2, 24_000, SampleFormat::F32));
+        // An exact rate beats a better sample format.
+        let ranges = [range(1, 48_000, 48_000, SampleFormat::F32), range(2, 24_000, 24_000, SampleFormat::I16)];
+        assert_eq!(pick(&ranges), (2, 24_000, SampleFormat::I16));
+    }
+
+    #[test]
+    fn config_falls_back_to_the_nearest_rate_and_skips_unusable_formats() {
+        let ranges = [range(2, 44_100, 44_100, SampleFormat::I16), range(2, 48_000, 48_000, SampleFormat::F32)];
+        assert_eq!(pick(&ranges), (2, 44_100, SampleFormat::I16));
+        let ranges = [range(2, 22_050, 22_050, SampleFormat::I16), range(2, 48_000, 96_000, SampleFormat::F32)];
+        assert_eq!(pick(&ranges), (2, 22_050, SampleFormat::I16));
+        let ranges = [range(2, 32_000, 96_000, SampleFormat::I32)];
+        assert_eq!(pick(&ranges), (2, 32_000, SampleFormat::I32));
+        assert!(choose_config(&[range(2, 24_000, 24_000, SampleFormat::DsdU8)], MODEL_SAMPLE_RATE).is_none());
+        assert!(choose_config(&[], MODEL_SAMPLE_RATE).is_none());
+    }
+
+    fn shared_with(samples: &[f32], producer_done: bool) -> Shared {
+        Shared {
+            queue: Mutex::new(Queue {
+                samples: samples.iter().copied().collect(),
+                capacity: 100,
+                producer_done,
+                tail_silence: 0,
+                device_error: None,
+            }),
+            changed: Condvar::new(),
+            cancelled: AtomicBool::new(false),
+            events: Arc::new(PlaybackEvents::default()),
+        }
+    }
+
+    #[test]
+    fn callback_copies_mono_to_every_channel_and_pads_with_silence() {
+        let shared = shared_with(&[0.5, -0.25], true);
+        let marker = shared.events.next_seq();
+        let mut out = [7i16; 9]; // 3 frames of 3 channels
+        fill_output(&shared, &mut out, 3);
+        assert_eq!(out, [16384, 16384, 16384, -8192, -8192, -8192, 0, 0, 0]);
+        let events = &shared.events;
+        assert_eq!((events.callbacks(), events.frames_played(), events.silence_frames()), (1, 2, 1));
+        assert!(events.first_samples_seq().unwrap() > marker);
+        assert_eq!(shared.lock().tail_silence, 1);
+
+        let mut out = [1.0f32; 4];
+        fill_output(&shared, &mut out, 2);
+        assert_eq!(out, [0.0; 4]);
+        assert_eq!((events.callbacks(), events.frames_played(), events.silence_frames()), (2, 2, 3));
+        assert_eq!(shared.lock().tail_silence, 3);
+    }
+
+    #[test]
+    fn callback_outputs_silence_once_cancelled() {
+        let shared = shared_with(&[0.5; 10], false);
+        shared.cancelled.store(true, Ordering::SeqCst);
+        let mut out = [1.0f32; 4];
+        fill_output(&shared, &mut out, 1);
+        assert_eq!(out, [0.0; 4]);
+        assert_eq!(shared.events.frames_played(), 0);
+        assert_eq!(shared.events.first_samples_seq(), None);
+        // Silence before the producer is done is an underrun, not drain tail.
+        assert_eq!(shared.lock().tail_silence, 0);
+    }
+}
