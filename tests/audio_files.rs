@@ -14,17 +14,34 @@ use cosy::Error;
 const RATE: u32 = 24_000;
 
 fn sine(n: usize, freq: f32, rate: u32, amp: f32) -> Vec<f32> {
-    (0..n).map(|i| amp * (2.0 * std::f32::consts::PI * freq * i as f32 / rate as f32).sin()).collect()
+    (0..n)
+        .map(|i| amp * (2.0 * std::f32::consts::PI * freq * i as f32 / rate as f32).sin())
+        .collect()
 }
 
 /// Values that exercise rounding, clamping and NaN.
 fn edge_samples() -> Vec<f32> {
-    vec![0.0, 1.0, -1.0, 1.5, -2.0, 0.5, -0.5, 1.0 / 32767.0 * 0.49, 1.0 / 32767.0 * 0.51, -1.0 / 32767.0 * 0.51, f32::NAN, 0.25]
+    vec![
+        0.0,
+        1.0,
+        -1.0,
+        1.5,
+        -2.0,
+        0.5,
+        -0.5,
+        1.0 / 32767.0 * 0.49,
+        1.0 / 32767.0 * 0.51,
+        -1.0 / 32767.0 * 0.51,
+        f32::NAN,
+        0.25,
+    ]
 }
 
 fn dir_entries(dir: &Path) -> Vec<String> {
-    let mut names: Vec<String> =
-        fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    let mut names: Vec<String> = fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
     names.sort();
     names
 }
@@ -47,7 +64,10 @@ fn format_names_parse_and_unknown_ones_list_the_allowed_set() {
 #[test]
 fn int16_conversion_rounds_clamps_and_maps_nan_to_zero() {
     let got: Vec<i16> = edge_samples().into_iter().map(f32_to_i16).collect();
-    assert_eq!(got, vec![0, 32767, -32767, 32767, -32767, 16384, -16384, 0, 1, -1, 0, 8192]);
+    assert_eq!(
+        got,
+        vec![0, 32767, -32767, 32767, -32767, 16384, -16384, 0, 1, -1, 0, 8192]
+    );
 }
 
 #[test]
@@ -87,7 +107,10 @@ fn pcm_file_is_raw_little_endian_int16() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("out.pcm");
     write_audio_atomic(&path, &[0.0, 1.0, -1.0, 0.5, -1.0 / 32767.0], RATE, OutputFormat::Pcm16).unwrap();
-    assert_eq!(fs::read(&path).unwrap(), vec![0, 0, 0xff, 0x7f, 0x01, 0x80, 0x00, 0x40, 0xff, 0xff]);
+    assert_eq!(
+        fs::read(&path).unwrap(),
+        vec![0, 0, 0xff, 0x7f, 0x01, 0x80, 0x00, 0x40, 0xff, 0xff]
+    );
 }
 
 #[test]
@@ -96,7 +119,11 @@ fn overwriting_replaces_the_old_file_whole() {
     let path = dir.path().join("out.wav");
     write_audio_atomic(&path, &sine(5000, 300.0, RATE, 0.5), RATE, OutputFormat::Wav16).unwrap();
     write_audio_atomic(&path, &[0.25; 10], RATE, OutputFormat::Wav16).unwrap();
-    let read: Vec<i16> = hound::WavReader::open(&path).unwrap().samples::<i16>().map(|s| s.unwrap()).collect();
+    let read: Vec<i16> = hound::WavReader::open(&path)
+        .unwrap()
+        .samples::<i16>()
+        .map(|s| s.unwrap())
+        .collect();
     assert_eq!(read, vec![8192; 10]);
     assert_eq!(dir_entries(dir.path()), vec!["out.wav"]);
 }
@@ -129,13 +156,17 @@ fn unwritable_folder_error_names_the_path_and_leaves_nothing() {
         let file_as_folder = dir.path().join("plainfile");
         fs::write(&file_as_folder, b"x").unwrap();
         let path = file_as_folder.join("out.wav");
-        let msg = write_audio_atomic(&path, &[0.0; 10], RATE, OutputFormat::Wav16).unwrap_err().to_string();
+        let msg = write_audio_atomic(&path, &[0.0; 10], RATE, OutputFormat::Wav16)
+            .unwrap_err()
+            .to_string();
         assert!(msg.contains(&path.display().to_string()), "{msg}");
         assert_eq!(msg.lines().count(), 1, "{msg}");
         assert_eq!(dir_entries(dir.path()), vec!["locked", "plainfile"]);
     } else {
         let path = locked.join("out.wav");
-        let msg = write_audio_atomic(&path, &[0.0; 10], RATE, OutputFormat::Wav16).unwrap_err().to_string();
+        let msg = write_audio_atomic(&path, &[0.0; 10], RATE, OutputFormat::Wav16)
+            .unwrap_err()
+            .to_string();
         assert!(msg.contains(&path.display().to_string()), "{msg}");
         assert!(msg.contains("not writable"), "{msg}");
         assert_eq!(msg.lines().count(), 1, "{msg}");
@@ -153,7 +184,10 @@ struct FailAfter {
 impl Write for FailAfter {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
         if self.budget == 0 {
-            return Err(io::Error::new(io::ErrorKind::StorageFull, "No space left on device (simulated)"));
+            return Err(io::Error::new(
+                io::ErrorKind::StorageFull,
+                "No space left on device (simulated)",
+            ));
         }
         let n = buf.len().min(self.budget);
         self.budget -= n;
@@ -180,9 +214,16 @@ fn disk_full_midway_leaves_no_partial_file_and_keeps_an_old_output() {
             let err = write_audio_atomic_with(&path, &samples, RATE, format, |inner| FailAfter { inner, budget })
                 .unwrap_err();
             let msg = err.to_string();
-            assert!(msg.contains(&path.display().to_string()) && msg.contains("disk is full"), "{format} {budget}: {msg}");
+            assert!(
+                msg.contains(&path.display().to_string()) && msg.contains("disk is full"),
+                "{format} {budget}: {msg}"
+            );
             assert_eq!(msg.lines().count(), 1);
-            assert!(dir_entries(dir.path()).is_empty(), "{format} {budget}: {:?}", dir_entries(dir.path()));
+            assert!(
+                dir_entries(dir.path()).is_empty(),
+                "{format} {budget}: {:?}",
+                dir_entries(dir.path())
+            );
 
             // An existing file at the destination stays untouched.
             fs::write(&path, b"previous").unwrap();
@@ -209,7 +250,11 @@ fn streaming_writer_appends_chunks_and_finish_renames_into_place() {
     assert_eq!(writer.samples_written(), samples.len() as u64);
     writer.finish().unwrap();
     assert_eq!(dir_entries(dir.path()), vec!["stream.wav"]);
-    let read: Vec<i16> = hound::WavReader::open(&path).unwrap().samples::<i16>().map(|s| s.unwrap()).collect();
+    let read: Vec<i16> = hound::WavReader::open(&path)
+        .unwrap()
+        .samples::<i16>()
+        .map(|s| s.unwrap())
+        .collect();
     assert_eq!(read, samples.iter().map(|&x| f32_to_i16(x)).collect::<Vec<_>>());
 }
 
@@ -248,13 +293,18 @@ fn streaming_writer_dropped_without_finish_leaves_nothing() {
 fn streaming_writer_failure_is_reported_once_and_cleaned_up() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("full.wav");
-    let mut writer =
-        WavStreamWriter::create_with(&path, RATE, OutputFormat::Wav16, |inner| FailAfter { inner, budget: 3000 })
-            .unwrap();
+    let mut writer = WavStreamWriter::create_with(&path, RATE, OutputFormat::Wav16, |inner| FailAfter {
+        inner,
+        budget: 3000,
+    })
+    .unwrap();
     let chunk = sine(1000, 440.0, RATE, 0.5); // 2000 bytes per chunk
     writer.append(&chunk).unwrap();
     let msg = writer.append(&chunk).unwrap_err().to_string();
-    assert!(msg.contains(&path.display().to_string()) && msg.contains("disk is full"), "{msg}");
+    assert!(
+        msg.contains(&path.display().to_string()) && msg.contains("disk is full"),
+        "{msg}"
+    );
     let again = writer.append(&chunk).unwrap_err().to_string();
     assert!(again.contains("already failed"), "{again}");
     assert!(writer.finish().is_err());
@@ -303,7 +353,11 @@ fn resampler_reproduces_a_sine_at_other_rates() {
             out.extend(r.process(chunk));
         }
         out.extend(r.flush());
-        assert_eq!(out.len(), (n as u64 * out_rate as u64).div_ceil(RATE as u64) as usize, "{out_rate}");
+        assert_eq!(
+            out.len(),
+            (n as u64 * out_rate as u64).div_ceil(RATE as u64) as usize,
+            "{out_rate}"
+        );
         let expected = sine(out.len(), 1000.0, out_rate, 0.5);
         // Away from the edges (where the input starts/ends abruptly) the output is the same sine.
         let margin = out_rate as usize / 100;

@@ -9,7 +9,11 @@ fn without_sound_output() {
     static HOME: std::sync::OnceLock<tempfile::TempDir> = std::sync::OnceLock::new();
     HOME.get_or_init(|| {
         let home = tempfile::tempdir().unwrap();
-        std::fs::write(home.path().join(".asoundrc"), "pcm.!default { type hw; card 99; device 0 }\n").unwrap();
+        std::fs::write(
+            home.path().join(".asoundrc"),
+            "pcm.!default { type hw; card 99; device 0 }\n",
+        )
+        .unwrap();
         // SAFETY: called first by every test; the OnceLock serialises the only write to HOME.
         unsafe { std::env::set_var("HOME", home.path()) };
         home
@@ -19,7 +23,10 @@ fn without_sound_output() {
 #[test]
 fn opening_the_default_output_without_a_device_says_to_use_cosy_file() {
     without_sound_output();
-    let msg = Player::open(None, MODEL_SAMPLE_RATE).err().expect("there is no usable default output").to_string();
+    let msg = Player::open(None, MODEL_SAMPLE_RATE)
+        .err()
+        .expect("there is no usable default output")
+        .to_string();
     assert!(msg.starts_with("no audio output device was found"), "{msg}");
     assert!(msg.contains("cosy file"), "{msg}");
     assert_eq!(msg.lines().count(), 1, "{msg}");
@@ -29,7 +36,10 @@ fn opening_the_default_output_without_a_device_says_to_use_cosy_file() {
 fn listing_still_works_and_marks_the_default_as_unusable() {
     without_sound_output();
     let devices = list_devices().unwrap();
-    let default = devices.iter().find(|d| d.is_default).expect("the default output is listed");
+    let default = devices
+        .iter()
+        .find(|d| d.is_default)
+        .expect("the default output is listed");
     assert!(default.error.is_some(), "{default:?}");
     assert!(default.channels.is_empty() && default.sample_rates.is_empty());
 }

@@ -25,7 +25,9 @@ fn headless() {
 
 fn sine(n: usize, freq: f32) -> Vec<f32> {
     let rate = MODEL_SAMPLE_RATE as f32;
-    (0..n).map(|i| 0.5 * (2.0 * std::f32::consts::PI * freq * i as f32 / rate).sin()).collect()
+    (0..n)
+        .map(|i| 0.5 * (2.0 * std::f32::consts::PI * freq * i as f32 / rate).sin())
+        .collect()
 }
 
 #[test]
@@ -33,12 +35,21 @@ fn list_devices_shows_the_default_and_null_outputs() {
     headless();
     let devices = list_devices().unwrap();
     let names: Vec<&str> = devices.iter().map(|d| d.name.as_str()).collect();
-    let default = devices.iter().find(|d| d.is_default).unwrap_or_else(|| panic!("no default in {names:?}"));
+    let default = devices
+        .iter()
+        .find(|d| d.is_default)
+        .unwrap_or_else(|| panic!("no default in {names:?}"));
     assert_eq!(default.name, "default");
     assert_eq!(default.error, None);
     assert!(default.supports_rate(MODEL_SAMPLE_RATE), "{default:?}");
-    assert!(default.channels.contains(&1) && default.channels.contains(&2), "{default:?}");
-    let null = devices.iter().find(|d| d.name == "null").unwrap_or_else(|| panic!("no null in {names:?}"));
+    assert!(
+        default.channels.contains(&1) && default.channels.contains(&2),
+        "{default:?}"
+    );
+    let null = devices
+        .iter()
+        .find(|d| d.name == "null")
+        .unwrap_or_else(|| panic!("no null in {names:?}"));
     assert!(!null.is_default);
     assert!(null.supports_rate(MODEL_SAMPLE_RATE));
     assert_eq!(devices.iter().filter(|d| d.is_default).count(), 1);
@@ -47,7 +58,9 @@ fn list_devices_shows_the_default_and_null_outputs() {
 #[test]
 fn unknown_device_name_is_refused_with_the_available_names() {
     headless();
-    let err = Player::open(Some("no-such-speaker"), MODEL_SAMPLE_RATE).err().expect("opening must fail");
+    let err = Player::open(Some("no-such-speaker"), MODEL_SAMPLE_RATE)
+        .err()
+        .expect("opening must fail");
     let msg = err.to_string();
     assert!(msg.contains("\"no-such-speaker\" not found"), "{msg}");
     assert!(msg.contains("null") && msg.contains("default"), "{msg}");
@@ -61,7 +74,10 @@ fn device_can_be_chosen_by_name_and_runs_at_the_model_rate_in_mono() {
         let player = Player::open(Some(name), MODEL_SAMPLE_RATE).unwrap();
         let config = player.config().clone();
         assert_eq!(config.device, "null");
-        assert_eq!((config.input_rate, config.device_rate, config.channels), (MODEL_SAMPLE_RATE, MODEL_SAMPLE_RATE, 1));
+        assert_eq!(
+            (config.input_rate, config.device_rate, config.channels),
+            (MODEL_SAMPLE_RATE, MODEL_SAMPLE_RATE, 1)
+        );
         assert_eq!(config.sample_format, "f32");
         player.finish().unwrap();
     }
@@ -72,7 +88,11 @@ fn first_audio_reaches_the_device_before_the_producer_finishes_and_finish_drains
     headless();
     // A 0.25 s queue and 1 s of audio in 0.1 s chunks: the producer can only get its last chunk in
     // after the device has pulled earlier ones.
-    let mut player = Player::open_with(&PlayerOptions { buffer_seconds: 0.25, ..PlayerOptions::default() }).unwrap();
+    let mut player = Player::open_with(&PlayerOptions {
+        buffer_seconds: 0.25,
+        ..PlayerOptions::default()
+    })
+    .unwrap();
     assert_eq!(player.config().device, "default");
     let events = player.events();
     let audio = sine(MODEL_SAMPLE_RATE as usize, 440.0);
@@ -92,7 +112,10 @@ fn first_audio_reaches_the_device_before_the_producer_finishes_and_finish_drains
     });
     let (before_last_push, before_finish) = producer.join().unwrap();
     let first = events.first_samples_seq().expect("the device never pulled any audio");
-    assert!(first < before_last_push, "first audio at seq {first}, last chunk pushed at {before_last_push}");
+    assert!(
+        first < before_last_push,
+        "first audio at seq {first}, last chunk pushed at {before_last_push}"
+    );
     assert!(first < before_finish);
     assert!(events.first_samples_at().is_some());
     // finish() returned only after every pushed frame was pulled, plus a tail of silence.
@@ -105,8 +128,11 @@ fn first_audio_reaches_the_device_before_the_producer_finishes_and_finish_drains
 #[test]
 fn chunks_larger_than_the_queue_are_split_and_all_played() {
     headless();
-    let mut player =
-        Player::open_with(&PlayerOptions { buffer_seconds: 0.05, ..PlayerOptions::default() }).unwrap();
+    let mut player = Player::open_with(&PlayerOptions {
+        buffer_seconds: 0.05,
+        ..PlayerOptions::default()
+    })
+    .unwrap();
     let events = player.events();
     let audio = sine(3 * MODEL_SAMPLE_RATE as usize, 220.0); // 60 queue-fulls in a single push
     assert_eq!(player.push(&audio).unwrap(), Flow::Continue);
@@ -117,7 +143,11 @@ fn chunks_larger_than_the_queue_are_split_and_all_played() {
 #[test]
 fn cancel_stops_playback_and_the_producer_promptly() {
     headless();
-    let mut player = Player::open_with(&PlayerOptions { buffer_seconds: 0.1, ..PlayerOptions::default() }).unwrap();
+    let mut player = Player::open_with(&PlayerOptions {
+        buffer_seconds: 0.1,
+        ..PlayerOptions::default()
+    })
+    .unwrap();
     let events = player.events();
     let cancel = player.cancel_handle();
     let chunk = sine(2400, 440.0);
@@ -139,7 +169,11 @@ fn cancel_stops_playback_and_the_producer_promptly() {
     let played_at_cancel = events.frames_played();
     player.finish().unwrap();
     assert!(played_at_cancel < (total_chunks * chunk.len()) as u64);
-    assert_eq!(events.frames_played(), played_at_cancel, "audio kept playing after cancel");
+    assert_eq!(
+        events.frames_played(),
+        played_at_cancel,
+        "audio kept playing after cancel"
+    );
 }
 
 #[test]

@@ -257,7 +257,11 @@ impl Player {
         let ranges: Vec<SupportedStreamConfigRange> = match device.supported_output_configs() {
             Ok(ranges) => ranges.collect(),
             Err(e) if options.device.is_none() => return Err(no_device_error_because(&e)),
-            Err(e) => return Err(Error::Input(format!("audio device {name:?} cannot be opened for output: {e}"))),
+            Err(e) => {
+                return Err(Error::Input(format!(
+                    "audio device {name:?} cannot be opened for output: {e}"
+                )))
+            }
         };
         let chosen = choose_config(&ranges, options.sample_rate).ok_or_else(|| {
             Error::Input(format!(
@@ -407,7 +411,10 @@ impl Player {
             }
             let take = room.min(samples.len());
             queue.samples.extend(&samples[..take]);
-            self.shared.events.frames_queued.fetch_add(take as u64, Ordering::SeqCst);
+            self.shared
+                .events
+                .frames_queued
+                .fetch_add(take as u64, Ordering::SeqCst);
             samples = &samples[take..];
         }
         Ok(Flow::Continue)
@@ -433,7 +440,12 @@ struct StallWatch<'a> {
 
 impl<'a> StallWatch<'a> {
     fn new(events: &'a PlaybackEvents, timeout: Duration) -> Self {
-        StallWatch { events, timeout, last_callbacks: events.callbacks(), since: Instant::now() }
+        StallWatch {
+            events,
+            timeout,
+            last_callbacks: events.callbacks(),
+            since: Instant::now(),
+        }
     }
     fn check(&mut self, device: &str) -> Result<()> {
         let now = self.events.callbacks();
@@ -454,7 +466,11 @@ fn device_error(device: &str, msg: &str) -> Error {
     Error::Input(format!("audio device {device:?} failed during playback: {msg}"))
 }
 
-fn build_stream<T>(device: &cpal::Device, config: cpal::StreamConfig, shared: &Arc<Shared>) -> std::result::Result<cpal::Stream, cpal::Error>
+fn build_stream<T>(
+    device: &cpal::Device,
+    config: cpal::StreamConfig,
+    shared: &Arc<Shared>,
+) -> std::result::Result<cpal::Stream, cpal::Error>
 where
     T: SizedSample + FromSample<f32>,
 {
@@ -480,7 +496,11 @@ where
 fn fill_output<T: SizedSample + FromSample<f32>>(shared: &Shared, data: &mut [T], channels: usize) {
     let frames = data.len() / channels;
     let mut queue = shared.lock();
-    let take = if shared.cancelled.load(Ordering::Relaxed) { 0 } else { frames.min(queue.samples.len()) };
+    let take = if shared.cancelled.load(Ordering::Relaxed) {
+        0
+    } else {
+        frames.min(queue.samples.len())
+    };
     for (frame, sample) in data.chunks_exact_mut(channels).zip(queue.samples.drain(..take)) {
         frame.fill(T::from_sample(sample));
     }
@@ -538,7 +558,8 @@ fn format_rank(format: SampleFormat) -> Option<u32> {
 
 fn no_device_error() -> Error {
     Error::Input(
-        "no audio output device was found; use `cosy file` to write a WAV file instead (or pick one with --device)".into(),
+        "no audio output device was found; use `cosy file` to write a WAV file instead (or pick one with --device)"
+            .into(),
     )
 }
 
@@ -597,7 +618,11 @@ fn find_device(host: &cpal::Host, wanted: &str) -> Result<(cpal::Device, String)
     let names: Vec<String> = devices.iter().map(device_name).collect();
     Err(Error::Input(format!(
         "audio device {wanted:?} not found; available output devices: {}",
-        if names.is_empty() { "none".to_string() } else { names.join(", ") }
+        if names.is_empty() {
+            "none".to_string()
+        } else {
+            names.join(", ")
+        }
     )))
 }
 
@@ -672,15 +697,24 @@ mod tests {
         // A stereo-only device keeps the rate and gets 2 channels.
         assert_eq!(pick(&ranges[..1]), (2, 24_000, SampleFormat::F32));
         // An exact rate beats a better sample format.
-        let ranges = [range(1, 48_000, 48_000, SampleFormat::F32), range(2, 24_000, 24_000, SampleFormat::I16)];
+        let ranges = [
+            range(1, 48_000, 48_000, SampleFormat::F32),
+            range(2, 24_000, 24_000, SampleFormat::I16),
+        ];
         assert_eq!(pick(&ranges), (2, 24_000, SampleFormat::I16));
     }
 
     #[test]
     fn config_falls_back_to_the_nearest_rate_and_skips_unusable_formats() {
-        let ranges = [range(2, 44_100, 44_100, SampleFormat::I16), range(2, 48_000, 48_000, SampleFormat::F32)];
+        let ranges = [
+            range(2, 44_100, 44_100, SampleFormat::I16),
+            range(2, 48_000, 48_000, SampleFormat::F32),
+        ];
         assert_eq!(pick(&ranges), (2, 44_100, SampleFormat::I16));
-        let ranges = [range(2, 22_050, 22_050, SampleFormat::I16), range(2, 48_000, 96_000, SampleFormat::F32)];
+        let ranges = [
+            range(2, 22_050, 22_050, SampleFormat::I16),
+            range(2, 48_000, 96_000, SampleFormat::F32),
+        ];
         assert_eq!(pick(&ranges), (2, 22_050, SampleFormat::I16));
         let ranges = [range(2, 32_000, 96_000, SampleFormat::I32)];
         assert_eq!(pick(&ranges), (2, 32_000, SampleFormat::I32));
@@ -711,14 +745,20 @@ mod tests {
         fill_output(&shared, &mut out, 3);
         assert_eq!(out, [16384, 16384, 16384, -8192, -8192, -8192, 0, 0, 0]);
         let events = &shared.events;
-        assert_eq!((events.callbacks(), events.frames_played(), events.silence_frames()), (1, 2, 1));
+        assert_eq!(
+            (events.callbacks(), events.frames_played(), events.silence_frames()),
+            (1, 2, 1)
+        );
         assert!(events.first_samples_seq().unwrap() > marker);
         assert_eq!(shared.lock().tail_silence, 1);
 
         let mut out = [1.0f32; 4];
         fill_output(&shared, &mut out, 2);
         assert_eq!(out, [0.0; 4]);
-        assert_eq!((events.callbacks(), events.frames_played(), events.silence_frames()), (2, 2, 3));
+        assert_eq!(
+            (events.callbacks(), events.frames_played(), events.silence_frames()),
+            (2, 2, 3)
+        );
         assert_eq!(shared.lock().tail_silence, 3);
     }
 

@@ -103,7 +103,10 @@ impl Resampler {
         if k < self.history_start as i64 {
             return 0.0; // before the stream start (or already trimmed, which `trim` prevents)
         }
-        self.history.get((k as u64 - self.history_start) as usize).copied().unwrap_or(0.0)
+        self.history
+            .get((k as u64 - self.history_start) as usize)
+            .copied()
+            .unwrap_or(0.0)
     }
 
     fn render(&self, j: u64) -> f32 {
@@ -123,7 +126,11 @@ impl Resampler {
 
     fn kernel(&self, d: f64) -> f64 {
         let x = self.fc * d;
-        let sinc = if x.abs() < 1e-12 { 1.0 } else { (std::f64::consts::PI * x).sin() / (std::f64::consts::PI * x) };
+        let sinc = if x.abs() < 1e-12 {
+            1.0
+        } else {
+            (std::f64::consts::PI * x).sin() / (std::f64::consts::PI * x)
+        };
         let u = d / self.half_width; // in (-1, 1)
         let window = 0.42 + 0.5 * (std::f64::consts::PI * u).cos() + 0.08 * (2.0 * std::f64::consts::PI * u).cos();
         self.fc * sinc * window

@@ -91,7 +91,8 @@ fn extend_pcm16_bytes(out: &mut Vec<u8>, samples: &[f32]) {
 pub fn write_pcm16_stream<W: Write>(mut out: W, chunk: &[f32]) -> Result<()> {
     let mut bytes = Vec::new();
     extend_pcm16_bytes(&mut bytes, chunk);
-    out.write_all(&bytes).map_err(|e| Error::io("<stdout>", explain_stream_error(e)))
+    out.write_all(&bytes)
+        .map_err(|e| Error::io("<stdout>", explain_stream_error(e)))
 }
 
 fn explain_stream_error(e: io::Error) -> io::Error {
@@ -106,7 +107,10 @@ fn explain_stream_error(e: io::Error) -> io::Error {
 /// Rewrites an io error so that its message also says what the user can do about it.
 /// The kind is kept, so callers can still match on it.
 fn explain_write_error(e: io::Error, final_path: &Path) -> Error {
-    let folder = final_path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let folder = final_path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
     let fix = match e.kind() {
         io::ErrorKind::PermissionDenied | io::ErrorKind::ReadOnlyFilesystem => format!(
             "the folder {} is not writable: choose another output path or fix its permissions",
@@ -169,11 +173,17 @@ impl AtomicFile {
     /// fsyncs the data, renames the temp file onto the final path, then fsyncs the folder (best
     /// effort: not every filesystem allows opening a directory) so the rename itself is durable.
     fn commit(mut self) -> Result<()> {
-        self.sync_handle.sync_all().map_err(|e| explain_write_error(e, &self.final_path))?;
+        self.sync_handle
+            .sync_all()
+            .map_err(|e| explain_write_error(e, &self.final_path))?;
         fs::rename(&self.temp_path, &self.final_path).map_err(|e| explain_write_error(e, &self.final_path))?;
         self.committed = true;
         if let Some(folder) = self.final_path.parent() {
-            let folder = if folder.as_os_str().is_empty() { Path::new(".") } else { folder };
+            let folder = if folder.as_os_str().is_empty() {
+                Path::new(".")
+            } else {
+                folder
+            };
             if let Ok(dir) = File::open(folder) {
                 let _ = dir.sync_all();
             }
@@ -196,29 +206,46 @@ fn wav_spec(sample_rate: u32, format: OutputFormat) -> Option<hound::WavSpec> {
         OutputFormat::WavF32 => (32, hound::SampleFormat::Float),
         OutputFormat::Pcm16 => return None,
     };
-    Some(hound::WavSpec { channels: 1, sample_rate, bits_per_sample, sample_format })
+    Some(hound::WavSpec {
+        channels: 1,
+        sample_rate,
+        bits_per_sample,
+        sample_format,
+    })
 }
 
 /// Either a WAV encoder (header finalised at the end) or a raw int16 byte sink.
 enum Encoder<W: Write + Seek> {
-    Wav { writer: hound::WavWriter<W>, format: OutputFormat },
+    Wav {
+        writer: hound::WavWriter<W>,
+        format: OutputFormat,
+    },
     Raw(W),
 }
 
 impl<W: Write + Seek> Encoder<W> {
     fn new(inner: W, sample_rate: u32, format: OutputFormat) -> io::Result<Self> {
         if sample_rate == 0 {
-            return Err(io::Error::new(io::ErrorKind::InvalidInput, "sample rate 0 is not valid"));
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "sample rate 0 is not valid",
+            ));
         }
         Ok(match wav_spec(sample_rate, format) {
-            Some(spec) => Encoder::Wav { writer: hound::WavWriter::new(inner, spec).map_err(hound_to_io)?, format },
+            Some(spec) => Encoder::Wav {
+                writer: hound::WavWriter::new(inner, spec).map_err(hound_to_io)?,
+                format,
+            },
             None => Encoder::Raw(inner),
         })
     }
 
     fn append(&mut self, samples: &[f32]) -> io::Result<()> {
         match self {
-            Encoder::Wav { writer, format: OutputFormat::Wav16 } => {
+            Encoder::Wav {
+                writer,
+                format: OutputFormat::Wav16,
+            } => {
                 let mut w16 = writer.get_i16_writer(samples.len() as u32);
                 for &x in samples {
                     w16.write_sample(f32_to_i16(x));
@@ -300,13 +327,20 @@ impl<W: Write + Seek> WavStreamWriter<W> {
     ) -> Result<Self> {
         let (file, handle) = AtomicFile::create(path)?;
         let encoder = Encoder::new(wrap(handle), sample_rate, format).map_err(|e| explain_write_error(e, path))?;
-        Ok(WavStreamWriter { encoder: Some(encoder), file, samples_written: 0 })
+        Ok(WavStreamWriter {
+            encoder: Some(encoder),
+            file,
+            samples_written: 0,
+        })
     }
 
     /// Appends one chunk of mono samples.
     pub fn append(&mut self, chunk: &[f32]) -> Result<()> {
         let encoder = self.encoder.as_mut().ok_or_else(|| {
-            Error::Input(format!("{}: the writer already failed; nothing more can be appended", self.file.final_path.display()))
+            Error::Input(format!(
+                "{}: the writer already failed; nothing more can be appended",
+                self.file.final_path.display()
+            ))
         })?;
         if let Err(e) = encoder.append(chunk) {
             // Drop the encoder now so no later call writes into a file that is already broken.
@@ -331,7 +365,10 @@ impl<W: Write + Seek> WavStreamWriter<W> {
     pub fn finish(mut self) -> Result<()> {
         let final_path = self.file.final_path.clone();
         let encoder = self.encoder.take().ok_or_else(|| {
-            Error::Input(format!("{}: the writer already failed; nothing was written", final_path.display()))
+            Error::Input(format!(
+                "{}: the writer already failed; nothing was written",
+                final_path.display()
+            ))
         })?;
         encoder.finish().map_err(|e| explain_write_error(e, &final_path))?;
         // `self` is partially moved from here on: commit the guard by value.
