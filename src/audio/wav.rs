@@ -302,6 +302,7 @@ where
 /// A streaming audio file writer: chunks are appended as the synthesis produces them, the WAV header
 /// is finalised by [`finish`](Self::finish), which also fsyncs and renames the temporary file into
 /// place. Dropping the writer without `finish` (error, Ctrl-C unwinding) removes the temporary file.
+/// Despite the name it writes every [`OutputFormat`]: for `Pcm16` the file is raw int16 with no header.
 pub struct WavStreamWriter<W: Write + Seek = BufWriter<File>> {
     // Field order matters: the encoder (which holds the temp file open) drops before the guard
     // removes the file.
