@@ -1,0 +1,379 @@
+//! Writing audio: WAV (int16 / float32) and raw little-endian int16 PCM, always through a temporary
+//! file that is renamed into place, so a reader never sees a half-written output.
+//!
+//! Sample conversion to int16 (the one convention used everywhere in cosy):
+//! `i16 = round_half_away_from_zero(clamp(x, -1, 1) * 32767)`, NaN maps to 0. The scale is symmetric
+//! (±1.0 → ±32767; -32768 is never produced), so a full-scale sine does not clip asymmetrically.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, BufWriter, Seek, Write};
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+
+use crate::error::{Error, Result};
+
+/// The encoding of an audio output.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum OutputFormat {
+    /// RIFF/WAVE, PCM signed 16-bit, mono.
+    Wav16,
+    /// RIFF/WAVE, IEEE float 32-bit, mono (samples written as produced, no clamping).
+    WavF32,
+    /// Raw little-endian signed 16-bit mono samples, no header (for piping: `--format pcm`).
+    Pcm16,
+}
+
+impl OutputFormat {
+    /// The names accepted by [`FromStr`], in the order shown in error messages.
+    pub const NAMES: [&'static str; 3] = ["wav16", "wavf32", "pcm"];
+
+    /// The canonical name (what [`FromStr`] accepts).
+    pub fn name(self) -> &'static str {
+        match self {
+            OutputFormat::Wav16 => "wav16",
+            OutputFormat::WavF32 => "wavf32",
+            OutputFormat::Pcm16 => "pcm",
+        }
+    }
+
+    /// The usual file extension.
+    pub fn extension(self) -> &'static str {
+        match self {
+            OutputFormat::Wav16 | OutputFormat::WavF32 => "wav",
+            OutputFormat::Pcm16 => "pcm",
+        }
+    }
+}
+
+impl std::fmt::Display for OutputFormat {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for OutputFormat {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<Self> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "wav16" => Ok(OutputFormat::Wav16),
+            "wavf32" => Ok(OutputFormat::WavF32),
+            "pcm" => Ok(OutputFormat::Pcm16),
+            _ => Err(Error::Input(format!(
+                "unknown audio format {s:?}: use one of {}",
+                OutputFormat::NAMES.join(", ")
+            ))),
+        }
+    }
+}
+
+/// Converts one float sample to int16 with cosy's convention (see the module docs).
+#[inline]
+pub fn f32_to_i16(x: f32) -> i16 {
+    if x.is_nan() {
+        return 0;
+    }
+    // After the clamp the product lies in [-32767, 32767], so the cast cannot saturate.
+    (x.clamp(-1.0, 1.0) * 32767.0).round() as i16
+}
+
+/// Appends `samples` as little-endian int16 bytes to `out`.
+fn extend_pcm16_bytes(out: &mut Vec<u8>, samples: &[f32]) {
+    out.reserve(samples.len() * 2);
+    for &x in samples {
+        out.extend_from_slice(&f32_to_i16(x).to_le_bytes());
+    }
+}
+
+/// Writes one chunk as raw little-endian int16 (no header) to a stream such as stdout, for
+/// `--format pcm`. Call once per chunk as chunks arrive; the caller flushes at the end.
+/// Errors name the stream as `<stdout>` (the intended use) and say what to do.
+pub fn write_pcm16_stream<W: Write>(mut out: W, chunk: &[f32]) -> Result<()> {
+    let mut bytes = Vec::new();
+    extend_pcm16_bytes(&mut bytes, chunk);
+    out.write_all(&bytes)
+        .map_err(|e| Error::io("<stdout>", explain_stream_error(e)))
+}
+
+fn explain_stream_error(e: io::Error) -> io::Error {
+    let fix = match e.kind() {
+        io::ErrorKind::BrokenPipe => "the program reading the audio closed its input",
+        io::ErrorKind::StorageFull => "the disk behind the redirected output is full: free space or write elsewhere",
+        _ => "check where the output is redirected",
+    };
+    io::Error::new(e.kind(), format!("{e}; {fix}"))
+}
+
+/// Rewrites an io error so that its message also says what the user can do about it.
+/// The kind is kept, so callers can still match on it.
+fn explain_write_error(e: io::Error, final_path: &Path) -> Error {
+    let folder = final_path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let fix = match e.kind() {
+        io::ErrorKind::PermissionDenied | io::ErrorKind::ReadOnlyFilesystem => format!(
+            "the folder {} is not writable: choose another output path or fix its permissions",
+            folder.display()
+        ),
+        io::ErrorKind::NotFound => format!(
+            "the folder {} does not exist: create it or choose another output path",
+            folder.display()
+        ),
+        io::ErrorKind::StorageFull | io::ErrorKind::QuotaExceeded => {
+            "the disk is full: free some space or write to another disk".to_string()
+        }
+        io::ErrorKind::IsADirectory => "the output path is a folder: give a file name".to_string(),
+        _ => "nothing was written; check the output path".to_string(),
+    };
+    Error::io(final_path, io::Error::new(e.kind(), format!("{e}; {fix}")))
+}
+
+fn hound_to_io(e: hound::Error) -> io::Error {
+    match e {
+        hound::Error::IoError(e) => e,
+        other => io::Error::other(other.to_string()),
+    }
+}
+
+/// A temporary file `.<name>.partial-<pid>` next to the final path. It is renamed onto the final
+/// path by [`AtomicFile::commit`] (after fsync) and removed if dropped without commit, so an error
+/// at any point leaves no partial output behind.
+struct AtomicFile {
+    final_path: PathBuf,
+    temp_path: PathBuf,
+    /// A second handle on the temp file, kept for fsync while the first one is wrapped by a writer.
+    sync_handle: File,
+    committed: bool,
+}
+
+impl AtomicFile {
+    /// Creates the temp file; returns it with the handle the encoder writes to.
+    fn create(final_path: &Path) -> Result<(AtomicFile, File)> {
+        let name = final_path
+            .file_name()
+            .ok_or_else(|| Error::Input(format!("{}: the output path has no file name", final_path.display())))?;
+        let temp_name = format!(".{}.partial-{}", name.to_string_lossy(), std::process::id());
+        let temp_path = final_path.with_file_name(temp_name);
+        let file = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&temp_path)
+            .map_err(|e| explain_write_error(e, final_path))?;
+        let guard = AtomicFile {
+            final_path: final_path.to_path_buf(),
+            temp_path,
+            sync_handle: file.try_clone().map_err(|e| explain_write_error(e, final_path))?,
+            committed: false,
+        };
+        Ok((guard, file))
+    }
+
+    /// fsyncs the data, renames the temp file onto the final path, then fsyncs the folder (best
+    /// effort: not every filesystem allows opening a directory) so the rename itself is durable.
+    fn commit(mut self) -> Result<()> {
+        self.sync_handle
+            .sync_all()
+            .map_err(|e| explain_write_error(e, &self.final_path))?;
+        fs::rename(&self.temp_path, &self.final_path).map_err(|e| explain_write_error(e, &self.final_path))?;
+        self.committed = true;
+        if let Some(folder) = self.final_path.parent() {
+            let folder = if folder.as_os_str().is_empty() {
+                Path::new(".")
+            } else {
+                folder
+            };
+            if let Ok(dir) = File::open(folder) {
+                let _ = dir.sync_all();
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Drop for AtomicFile {
+    fn drop(&mut self) {
+        if !self.committed {
+            let _ = fs::remove_file(&self.temp_path);
+        }
+    }
+}
+
+fn wav_spec(sample_rate: u32, format: OutputFormat) -> Option<hound::WavSpec> {
+    let (bits_per_sample, sample_format) = match format {
+        OutputFormat::Wav16 => (16, hound::SampleFormat::Int),
+        OutputFormat::WavF32 => (32, hound::SampleFormat::Float),
+        OutputFormat::Pcm16 => return None,
+    };
+    Some(hound::WavSpec {
+        channels: 1,
+        sample_rate,
+        bits_per_sample,
+        sample_format,
+    })
+}
+
+/// Either a WAV encoder (header finalised at the end) or a raw int16 byte sink.
+enum Encoder<W: Write + Seek> {
+    Wav {
+        writer: hound::WavWriter<W>,
+        format: OutputFormat,
+    },
+    Raw(W),
+}
+
+impl<W: Write + Seek> Encoder<W> {
+    fn new(inner: W, sample_rate: u32, format: OutputFormat) -> io::Result<Self> {
+        if sample_rate == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "sample rate 0 is not valid",
+            ));
+        }
+        Ok(match wav_spec(sample_rate, format) {
+            Some(spec) => Encoder::Wav {
+                writer: hound::WavWriter::new(inner, spec).map_err(hound_to_io)?,
+                format,
+            },
+            None => Encoder::Raw(inner),
+        })
+    }
+
+    fn append(&mut self, samples: &[f32]) -> io::Result<()> {
+        match self {
+            Encoder::Wav {
+                writer,
+                format: OutputFormat::Wav16,
+            } => {
+                let mut w16 = writer.get_i16_writer(samples.len() as u32);
+                for &x in samples {
+                    w16.write_sample(f32_to_i16(x));
+                }
+                w16.flush().map_err(hound_to_io)
+            }
+            Encoder::Wav { writer, .. } => {
+                for &x in samples {
+                    writer.write_sample(x).map_err(hound_to_io)?;
+                }
+                Ok(())
+            }
+            Encoder::Raw(w) => {
+                let mut bytes = Vec::new();
+                extend_pcm16_bytes(&mut bytes, samples);
+                w.write_all(&bytes)
+            }
+        }
+    }
+
+    fn finish(self) -> io::Result<()> {
+        match self {
+            Encoder::Wav { writer, .. } => writer.finalize().map_err(hound_to_io),
+            Encoder::Raw(mut w) => w.flush(),
+        }
+    }
+}
+
+/// Writes mono `samples` at `sample_rate` to `path` in `format`, atomically: the data goes to a
+/// temporary file in the same folder which is fsynced and renamed into place. On any error the
+/// temporary file is removed and `path` is untouched (an older file there stays as it was).
+pub fn write_audio_atomic(path: &Path, samples: &[f32], sample_rate: u32, format: OutputFormat) -> Result<()> {
+    write_audio_atomic_with(path, samples, sample_rate, format, BufWriter::new)
+}
+
+/// [`write_audio_atomic`] with a caller-chosen layer around the temporary file (buffering, rate
+/// limiting, fault injection in tests). The layer must pass writes and seeks through.
+pub fn write_audio_atomic_with<W, F>(
+    path: &Path,
+    samples: &[f32],
+    sample_rate: u32,
+    format: OutputFormat,
+    wrap: F,
+) -> Result<()>
+where
+    W: Write + Seek,
+    F: FnOnce(File) -> W,
+{
+    let mut writer = WavStreamWriter::create_with(path, sample_rate, format, wrap)?;
+    writer.append(samples)?;
+    writer.finish()
+}
+
+/// A streaming audio file writer: chunks are appended as the synthesis produces them, the WAV header
+/// is finalised by [`finish`](Self::finish), which also fsyncs and renames the temporary file into
+/// place. Dropping the writer without `finish` (error, Ctrl-C unwinding) removes the temporary file.
+/// Despite the name it writes every [`OutputFormat`]: for `Pcm16` the file is raw int16 with no header.
+pub struct WavStreamWriter<W: Write + Seek = BufWriter<File>> {
+    // Field order matters: the encoder (which holds the temp file open) drops before the guard
+    // removes the file.
+    encoder: Option<Encoder<W>>,
+    file: AtomicFile,
+    samples_written: u64,
+}
+
+impl WavStreamWriter<BufWriter<File>> {
+    /// Starts writing `path` (through `.<name>.partial-<pid>` in the same folder).
+    pub fn create(path: &Path, sample_rate: u32, format: OutputFormat) -> Result<Self> {
+        Self::create_with(path, sample_rate, format, BufWriter::new)
+    }
+}
+
+impl<W: Write + Seek> WavStreamWriter<W> {
+    /// Like [`WavStreamWriter::create`] with a caller-chosen layer around the temporary file.
+    pub fn create_with<F: FnOnce(File) -> W>(
+        path: &Path,
+        sample_rate: u32,
+        format: OutputFormat,
+        wrap: F,
+    ) -> Result<Self> {
+        let (file, handle) = AtomicFile::create(path)?;
+        let encoder = Encoder::new(wrap(handle), sample_rate, format).map_err(|e| explain_write_error(e, path))?;
+        Ok(WavStreamWriter {
+            encoder: Some(encoder),
+            file,
+            samples_written: 0,
+        })
+    }
+
+    /// Appends one chunk of mono samples.
+    pub fn append(&mut self, chunk: &[f32]) -> Result<()> {
+        let encoder = self.encoder.as_mut().ok_or_else(|| {
+            Error::Input(format!(
+                "{}: the writer already failed; nothing more can be appended",
+                self.file.final_path.display()
+            ))
+        })?;
+        if let Err(e) = encoder.append(chunk) {
+            // Drop the encoder now so no later call writes into a file that is already broken.
+            self.encoder = None;
+            return Err(explain_write_error(e, &self.file.final_path));
+        }
+        self.samples_written += chunk.len() as u64;
+        Ok(())
+    }
+
+    /// How many samples were appended so far.
+    pub fn samples_written(&self) -> u64 {
+        self.samples_written
+    }
+
+    /// The final path (not the temporary one).
+    pub fn path(&self) -> &Path {
+        &self.file.final_path
+    }
+
+    /// Finalises the header, fsyncs and renames the file into place.
+    pub fn finish(mut self) -> Result<()> {
+        let final_path = self.file.final_path.clone();
+        let encoder = self.encoder.take().ok_or_else(|| {
+            Error::Input(format!(
+                "{}: the writer already failed; nothing was written",
+                final_path.display()
+            ))
+        })?;
+        encoder.finish().map_err(|e| explain_write_error(e, &final_path))?;
+        // `self` is partially moved from here on: commit the guard by value.
+        let WavStreamWriter { file, .. } = self;
+        file.commit()
+    }
+}
