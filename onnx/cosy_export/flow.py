@@ -147,10 +147,11 @@ class AdaLnZeroFinal(nn.Module):
     def __init__(self, dim: int) -> None:
         super().__init__()
         self.linear = nn.Linear(dim, dim * 2)
+        self.dim = dim
 
     def forward(self, x: Tensor, temb: Tensor) -> Tensor:
         scale, shift = torch.chunk(self.linear(F.silu(temb)), 2, dim=1)
-        return F.layer_norm(x, (x.shape[-1],), eps=LN_EPS) * (1 + scale)[:, None, :] + shift[:, None, :]
+        return F.layer_norm(x, (self.dim,), eps=LN_EPS) * (1 + scale)[:, None, :] + shift[:, None, :]
 
 
 class DiTAttention(nn.Module):
@@ -207,10 +208,11 @@ class DiTBlock(nn.Module):
         self.ff = DiTFeedForward(cfg.dim, cfg.ff_mult)
         self.attn_residual = GatedResidual()
         self.ff_residual = GatedResidual()
+        self.dim = cfg.dim  # static, so LayerNorm exports with a constant normalized shape
 
     def forward(self, h: Tensor, temb: Tensor, angles: Tensor, allowed: Tensor, keep: Tensor) -> Tensor:
         shift_msa, scale_msa, gate_msa, shift_mlp, scale_mlp, gate_mlp = self.attn_norm(temb)
-        dim = (h.shape[-1],)
+        dim = (self.dim,)
         n = F.layer_norm(h, dim, eps=LN_EPS) * (1 + scale_msa[:, None]) + shift_msa[:, None]
         attn = self.attn(n, angles, allowed) * keep  # rows of padded frames are zeroed
         h = self.attn_residual(h, gate_msa, attn)
@@ -465,7 +467,7 @@ def export_dit(dit: DiT, out_path: Path | str, opset: int = 17) -> dict[str, Any
         torch.randn(b, c.mel_dim, t, generator=gen),
         torch.tensor([c.static_chunk_size], dtype=torch.int64),
     )
-    dyn = {"batch": 0}
+    dyn = {0: "batch"}
     dynamic = {
         "x": {0: "batch", 2: "frames"}, "mask": {0: "batch", 2: "frames"}, "mu": {0: "batch", 2: "frames"},
         "t": dyn, "spks": dyn, "cond": {0: "batch", 2: "frames"}, "estimator_out": {0: "batch", 2: "frames"},
@@ -489,23 +491,34 @@ def export_dit(dit: DiT, out_path: Path | str, opset: int = 17) -> dict[str, Any
     }
 
 
-# Parts of the DiT graph that stay float32 in the mixed variant: everything before the blocks (time
-# embedding: sin/cos of 1000·t; input embedding: origin of the residual stream; rotary angles and the
-# mask), LayerNorm, softmax, and the gated residual adds.
-MIXED_FP32_SCOPES = ("/time_embed/", "/input_embed/", "/rotary_embed/", "_residual/", "/norm_out/")
-MIXED_FP32_OPS = ["LayerNormalization", "Softmax", "ReduceMean", "Range", "Where", "Sin", "Cos", "Exp", "Softplus", "Tanh"]
+# The mixed variant computes the transformer blocks' matmuls and elementwise work in fp16 and keeps
+# float32 for: everything outside the blocks (time embedding = sin/cos of 1000·t, input embedding =
+# origin of the residual stream, rotary angles, the mask, final norm and projection), every
+# LayerNorm and softmax, and the gated residual adds (`*_residual` modules) that carry the stream.
+MIXED_FP32_BLOCK_SCOPES = ("_residual/",)
+MIXED_FP32_OPS = ["LayerNormalization", "Softmax", "ReduceMean", "Range", "Sin", "Cos", "Exp", "Softplus"]
+
+
+def dit_mixed_fp32_nodes(model: Any) -> list[str]:
+    """Names of the DiT graph nodes that the mixed variant keeps in float32."""
+    return [
+        n.name
+        for n in model.graph.node
+        if not n.name.startswith("/transformer_blocks.") or any(s in n.name for s in MIXED_FP32_BLOCK_SCOPES)
+    ]
 
 
 def make_dit_mixed_fp16(fp32_path: Path | str, out_path: Path | str) -> None:
-    """fp16 weights/compute for matmuls and the rest, with fp32 I/O and fp32 LayerNorm, softmax and
-    residual stream (cosyvoice3.md §9.17: plain fp16 LayerNorm overflows)."""
+    """fp16 variant of the `dit` graph with fp32 I/O and fp32 LayerNorm, softmax and residual
+    stream (cosyvoice3.md §9.17: a plain fp16 DiT overflows in LayerNorm and gives NaN)."""
     import onnx
     from onnxconverter_common import float16
 
     model = onnx.load(str(fp32_path))
-    keep = [n.name for n in model.graph.node if any(s in n.name for s in MIXED_FP32_SCOPES) or n.name.startswith(("/Range", "/Where", "/Less", "/Div", "/Add", "/Mul", "/Unsqueeze", "/And", "/Greater", "/Cast"))]
     op_block = sorted(set(MIXED_FP32_OPS) | set(float16.DEFAULT_OP_BLOCK_LIST))
-    mixed = float16.convert_float_to_float16(
-        model, keep_io_types=True, op_block_list=op_block, node_block_list=keep, disable_shape_infer=False
-    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "-inf truncated to -10000" for the attention mask fill
+        mixed = float16.convert_float_to_float16(
+            model, keep_io_types=True, op_block_list=op_block, node_block_list=dit_mixed_fp32_nodes(model)
+        )
     onnx.save(mixed, str(out_path))

@@ -1,0 +1,106 @@
+"""Export of an official-layout folder: manifest contract, every graph runnable, refusals."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+from safetensors.numpy import load_file
+
+from cosy_export.export import ExportError, ExportOptions, export_model
+from cosy_export.manifest import FORMAT, FORMAT_VERSION, graph_io, sha256_file
+
+STAGES = ["llm", "flow_front", "dit", "hift_decode", "campplus", "speech_tokenizer"]
+
+
+@pytest.fixture(scope="module")
+def exported(tiny_official: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("export") / "tiny"
+    export_model(tiny_official, out, ExportOptions(log=lambda _: None))
+    return out
+
+
+def test_manifest_describes_every_file_exactly(exported: Path) -> None:
+    m = json.loads((exported / "manifest.json").read_text())
+    assert m["format"] == FORMAT and m["format_version"] == FORMAT_VERSION
+    assert sorted(m["graphs"]) == sorted(STAGES)
+    for stage, g in m["graphs"].items():
+        for precision, v in g["variants"].items():
+            path = exported / v["file"]
+            assert sha256_file(path) == v["sha256"], (stage, precision)
+            inputs, outputs = graph_io(path)
+            assert [i["name"] for i in inputs] == [i["name"] for i in g["inputs"]]
+            assert [o["dtype"] for o in outputs] == [o["dtype"] for o in g["outputs"]]
+    for f in m["files"].values():
+        assert sha256_file(exported / f["file"]) == f["sha256"]
+    assert set(m["graphs"]["dit"]["variants"]) == {"fp32", "fp16"}
+    c = m["constants"]
+    assert (c["sos"], c["eos"], c["task_id"], c["fill"]) == (6561, 6562, 6563, 6564)
+    assert c["ignore_eos_masked_id"] == 6561 and c["endofprompt_id"] == 151646
+    # tiny-official's yaml asks for greedy sampling (top_k 1, tau_r 2.0): read from the yaml
+    assert c["sampling"]["top_k"] == 1 and c["sampling"]["tau_r"] == 2.0
+    assert m["sine_noise"]["offset"] == 1_755_066
+
+
+def test_side_tensors(exported: Path, golden: Path) -> None:
+    side = load_file(str(exported / "side.safetensors"))
+    assert side["llm.text_embedding"].shape == (151936, 16)
+    assert side["llm.speech_embedding"].shape == (6761, 16)
+    assert side["flow.noise"].shape == (80, 15000)
+    consts = json.loads((golden / "construction_constants.json").read_text())
+    head = np.array(consts["flow.decoder.rand_noise"]["head"], dtype=np.float32)
+    np.testing.assert_array_equal(side["flow.noise"].reshape(-1)[: head.size], head)
+    assert side["hift.f0.condnet.0.weight"].dtype == np.float64
+
+
+def test_every_graph_and_variant_runs_under_ort(exported: Path) -> None:
+    m = json.loads((exported / "manifest.json").read_text())
+    feeds = {
+        "llm": lambda: {"inputs_embeds": np.random.randn(1, 5, 16).astype(np.float32),
+                        **{f"past_key_values.{i}.{kv}": np.zeros((1, 2, 0, 4), np.float32)
+                           for i in range(2) for kv in ("key", "value")}},
+        "flow_front": lambda: {"tokens": np.array([[5, 6, 7, 8, -1, -1, -1]], np.int64),
+                               "embedding": np.random.randn(1, 192).astype(np.float32)},
+        "dit": lambda: {"x": np.random.randn(2, 80, 60).astype(np.float32), "mask": np.ones((2, 1, 60), np.float32),
+                        "mu": np.random.randn(2, 80, 60).astype(np.float32), "t": np.array([0.3, 0.3], np.float32),
+                        "spks": np.random.randn(2, 80).astype(np.float32),
+                        "cond": np.zeros((2, 80, 60), np.float32), "block_frames": np.array([50], np.int64)},
+        "hift_decode": lambda: {"mel": np.random.randn(1, 80, 14).astype(np.float32) - 5,
+                                "source": np.random.randn(1, 1, 480 * 10).astype(np.float32) * 0.1},
+        "campplus": lambda: {"input": np.random.randn(1, 120, 80).astype(np.float32)},
+        "speech_tokenizer": lambda: {"feats": np.random.randn(1, 128, 200).astype(np.float32),
+                                     "feats_length": np.array([200], np.int32)},
+    }
+    expected_first_shape = {"llm": (1, 6761), "flow_front": (1, 80, 8), "dit": (2, 80, 60),
+                            "hift_decode": (1, 4800), "campplus": (1, 192), "speech_tokenizer": (1, 50)}
+    for stage, g in m["graphs"].items():
+        for precision, v in g["variants"].items():
+            sess = ort.InferenceSession(str(exported / v["file"]), providers=["CPUExecutionProvider"])
+            out = sess.run(None, feeds[stage]())
+            assert out[0].shape == expected_first_shape[stage], (stage, precision, out[0].shape)
+            if out[0].dtype.kind == "f":
+                assert np.isfinite(out[0]).all(), (stage, precision)
+
+
+def test_missing_file_is_refused_and_nothing_is_left(tiny_official: Path, tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    shutil.copytree(tiny_official, src)
+    (src / "flow.pt").unlink()
+    with pytest.raises(ExportError, match="flow.pt"):
+        export_model(src, tmp_path / "out", ExportOptions(log=lambda _: None))
+    assert not (tmp_path / "out").exists() and not (tmp_path / "out.partial").exists()
+
+
+def test_yaml_dims_that_disagree_with_weights_are_refused(tiny_official: Path, tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    shutil.copytree(tiny_official, src)
+    y = src / "cosyvoice3.yaml"
+    y.write_text(y.read_text().replace("channels: 48", "channels: 64", 1))
+    with pytest.raises(Exception) as err:
+        export_model(src, tmp_path / "out", ExportOptions(log=lambda _: None))
+    assert "48" in str(err.value) and "64" in str(err.value)
+    assert not (tmp_path / "out").exists()

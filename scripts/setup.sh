@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Idempotent set-up for a fresh Debian/Ubuntu machine with a Rust toolchain and Python 3.11.
+#   scripts/setup.sh            system packages, ONNX Runtime (.ort/), release build of cosy
+#   scripts/setup.sh --python   also the exporter's venv (torch etc.) at ${COSY_VENV:-~/.cache/cosy/venv}
+#   scripts/setup.sh --gpu      ONNX Runtime with the CUDA + TensorRT providers instead of the CPU build
+# Each step is skipped when already done, so the other scripts call this first.
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+cd "$root"
+want_python=0; want_build=1; ort_args=()
+for a in "$@"; do
+  case "$a" in
+    --python) want_python=1 ;;
+    --no-build) want_build=0 ;;
+    --gpu) ort_args+=(--gpu) ;;
+    *) echo "setup.sh: unknown option $a (use --python, --gpu, --no-build)" >&2; exit 2 ;;
+  esac
+done
+
+# cpal (audio output) links ALSA; pkg-config finds it.
+if ! dpkg -s pkg-config libasound2-dev >/dev/null 2>&1; then
+  sudo_cmd=""; [ "$(id -u)" -ne 0 ] && sudo_cmd="sudo"
+  $sudo_cmd apt-get update -q
+  $sudo_cmd apt-get install -y -q pkg-config libasound2-dev
+fi
+
+scripts/setup-ort.sh "${ort_args[@]}"
+
+if [ "$want_python" = 1 ]; then
+  venv="${COSY_VENV:-$HOME/.cache/cosy/venv}"
+  stamp="$venv/.cosy-requirements.sha256"
+  want="$(sha256sum onnx/requirements.txt | cut -d' ' -f1)"
+  if [ ! -x "$venv/bin/python" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+    echo "setup: installing the exporter's Python environment into $venv (torch is ~3 GB)"
+    python3 -m venv "$venv"
+    "$venv/bin/python" -m pip install -q --upgrade pip
+    "$venv/bin/python" -m pip install -q -r onnx/requirements.txt
+    echo "$want" > "$stamp"
+  fi
+fi
+
+if [ "$want_build" = 1 ]; then
+  cargo build --release --quiet
+fi
