@@ -153,7 +153,11 @@ impl Synthesizer {
         }
         let problems = dir.check_files(false);
         if let Some(first) = problems.first() {
-            return Err(model_err(&dir, format!("{first} (and {} more problem(s)); re-export the model", problems.len() - 1)));
+            let more = match problems.len() {
+                1 => String::new(),
+                n => format!(" (and {} more problem(s))", n - 1),
+            };
+            return Err(model_err(&dir, format!("{first}{more}; re-export the model")));
         }
         let constants = ModelConstants::from_manifest(&dir)?;
         let file_of = |key: &str| -> Result<PathBuf> {
