@@ -48,8 +48,8 @@ pub struct GlobalArgs {
 pub enum Command {
     /// Speak text aloud (or to a file with --out).
     Say(SynthArgs),
-    /// Synthesise a text file to a wav file.
-    File(SynthArgs),
+    /// Synthesise text to a wav file (or raw PCM on stdout).
+    File(FileArgs),
     /// Time each stage on a sample text.
     Profile(SynthArgs),
     /// Check the library, providers, GPUs, model folder and engine cache.
@@ -76,6 +76,49 @@ pub struct SynthArgs {
     /// Text, or the input file for `cosy file`.
     #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
     pub rest: Vec<String>,
+}
+
+/// Arguments of `cosy file`.
+#[derive(Debug, Args)]
+pub struct FileArgs {
+    /// The text to say; `-` reads it from stdin. Omit it when using --input.
+    pub text: Option<String>,
+    /// One utterance per line (`-` = stdin); each line becomes its own file.
+    #[arg(long, value_name = "FILE", conflicts_with = "text")]
+    pub input: Option<PathBuf>,
+    /// Output file (`-` = stdout); with --input, the output folder. Default: out.wav (folder: .).
+    #[arg(short = 'o', long = "output", value_name = "PATH")]
+    pub output: Option<PathBuf>,
+    /// File name per --input line; `{index}` or `{index:03}` is the 0-based line number.
+    #[arg(long, value_name = "TEMPLATE", default_value = "{index:03}.wav")]
+    pub name_template: String,
+    /// Prompt recording whose voice to use (wav/flac/mp3/ogg, ≥ 16 kHz, ≤ 30 s).
+    #[arg(long, value_name = "FILE")]
+    pub prompt_wav: Option<PathBuf>,
+    /// Transcript of the prompt recording (zero-shot); without it the voice is cross-lingual.
+    #[arg(long, value_name = "TEXT")]
+    pub prompt_text: Option<String>,
+    /// Style or dialect instruction (uses the prompt recording's voice).
+    #[arg(long, value_name = "TEXT", conflicts_with = "prompt_text")]
+    pub instruct: Option<String>,
+    /// Speaking rate (mel time-stretch), e.g. 1.2 faster, 0.8 slower. Not with --stream.
+    #[arg(long, default_value_t = 1.0)]
+    pub speed: f64,
+    /// Sampling seed (default: sampling.seed from the config).
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Use the streaming chunk schedule (chunks are written as they come for --format pcm).
+    #[arg(long)]
+    pub stream: bool,
+    /// Output format: wav16, wavf32, or pcm (raw 16-bit little-endian mono, stdout by default).
+    #[arg(long, default_value = "wav16", value_parser = ["wav16", "wavf32", "pcm"])]
+    pub format: String,
+    /// Write every stage's intermediates (.npy, golden names) into this folder.
+    #[arg(long, value_name = "DIR")]
+    pub dump: Option<PathBuf>,
+    /// Pass the text to the tokenizer as is: no normalisation, no sentence splitting.
+    #[arg(long)]
+    pub no_text_frontend: bool,
 }
 
 #[derive(Debug, Subcommand)]
@@ -144,12 +187,9 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
     }
     let config = cli.load_config()?;
     match &cli.command {
-        Command::Say(_) | Command::File(_) | Command::Profile(_) => {
-            let name = match &cli.command {
-                Command::Say(_) => "say",
-                Command::File(_) => "file",
-                _ => "profile",
-            };
+        Command::File(args) => file_command(&config, args),
+        Command::Say(_) | Command::Profile(_) => {
+            let name = if matches!(&cli.command, Command::Say(_)) { "say" } else { "profile" };
             anyhow::bail!("`cosy {name}` is not yet implemented")
         }
         Command::Doctor { quick } => {
@@ -254,4 +294,141 @@ pub fn one_line(err: &anyhow::Error) -> String {
     }
     let text = parts.join(": ");
     text.split('\n').map(str::trim).filter(|l| !l.is_empty()).collect::<Vec<_>>().join("; ")
+}
+
+/// Fills `{index}` / `{index:0N}` in a `--name-template`.
+pub fn render_name(template: &str, index: usize) -> Result<String, Error> {
+    let re = regex::Regex::new(r"\{index(?::0?(\d+))?\}").map_err(|e| Error::Input(e.to_string()))?;
+    if !re.is_match(template) {
+        return Err(Error::Input(format!("--name-template {template:?} has no {{index}} (e.g. {{index:03}}.wav)")));
+    }
+    Ok(re
+        .replace_all(template, |c: &regex::Captures| {
+            let width = c.get(1).and_then(|w| w.as_str().parse::<usize>().ok()).unwrap_or(0);
+            format!("{index:0width$}")
+        })
+        .into_owned())
+}
+
+fn read_stdin() -> Result<String, Error> {
+    let mut s = String::new();
+    std::io::Read::read_to_string(&mut std::io::stdin(), &mut s).map_err(|e| Error::io("<stdin>", e))?;
+    Ok(s)
+}
+
+/// Refuses an output path whose folder does not exist or is not writable, before any work.
+fn check_writable(path: &std::path::Path) -> Result<(), Error> {
+    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(std::path::Path::new("."));
+    if !dir.is_dir() {
+        return Err(Error::Input(format!("output {}: folder {} does not exist", path.display(), dir.display())));
+    }
+    if path.is_dir() {
+        return Err(Error::Input(format!("output {} is a folder; give a file name", path.display())));
+    }
+    let probe = dir.join(format!(".cosy-write-probe-{}", std::process::id()));
+    std::fs::File::create(&probe)
+        .map_err(|e| Error::Input(format!("output {}: cannot write in {} ({e})", path.display(), dir.display())))?;
+    std::fs::remove_file(&probe).ok();
+    Ok(())
+}
+
+fn file_command(config: &Config, args: &FileArgs) -> anyhow::Result<()> {
+    use crate::pipeline::wav::{to_i16, write_wav, WavFormat};
+    use crate::pipeline::{Request, Synthesizer, Voice};
+
+    // Utterances: (index, text, output path or None for stdout).
+    let to_stdout = |p: &Option<PathBuf>| p.as_deref().is_some_and(|p| p.as_os_str() == "-");
+    let mut jobs: Vec<(usize, String, Option<PathBuf>)> = Vec::new();
+    if let Some(input) = &args.input {
+        let text = if input.as_os_str() == "-" {
+            read_stdin()?
+        } else {
+            std::fs::read_to_string(input).map_err(|e| Error::Input(format!("--input {}: {e}", input.display())))?
+        };
+        let folder = args.output.clone().unwrap_or_else(|| PathBuf::from("."));
+        if args.format == "pcm" || to_stdout(&args.output) {
+            return Err(Error::Input("--input writes one file per line; use a wav format and -o FOLDER".into()).into());
+        }
+        if !folder.is_dir() {
+            return Err(Error::Input(format!("-o {}: with --input the output is a folder, and it does not exist", folder.display())).into());
+        }
+        for (index, line) in text.lines().filter(|l| !l.trim().is_empty()).enumerate() {
+            jobs.push((index, line.to_string(), Some(folder.join(render_name(&args.name_template, index)?))));
+        }
+        if jobs.is_empty() {
+            return Err(Error::Input(format!("--input {}: no non-empty lines", input.display())).into());
+        }
+    } else {
+        let text = match args.text.as_deref() {
+            None => return Err(Error::Input("give the text to say (or `-` for stdin, or --input FILE)".into()).into()),
+            Some("-") => read_stdin()?,
+            Some(t) => t.to_string(),
+        };
+        let out = if args.format == "pcm" && args.output.is_none() || to_stdout(&args.output) {
+            None
+        } else {
+            Some(args.output.clone().unwrap_or_else(|| PathBuf::from("out.wav")))
+        };
+        jobs.push((0, text, out));
+    }
+    for (_, text, out) in &jobs {
+        if text.trim().is_empty() {
+            return Err(Error::Input("the text is empty; give something to say".into()).into());
+        }
+        if crate::frontend::text::is_only_punctuation(text.trim()) {
+            return Err(Error::Input(format!("the text {:?} has nothing to say (only punctuation)", text.trim())).into());
+        }
+        if let Some(p) = out {
+            check_writable(p)?;
+        }
+    }
+    let Some(wav) = args.prompt_wav.clone() else {
+        return Err(Error::Input("--prompt-wav FILE is required (a recording of the voice to use)".into()).into());
+    };
+    let voice = match (&args.prompt_text, &args.instruct) {
+        (Some(t), _) => Voice::ZeroShot { wav, transcript: t.clone() },
+        (None, Some(i)) => Voice::Instruct { wav, instruction: i.clone() },
+        (None, None) => Voice::CrossLingual { wav },
+    };
+    if let Some(d) = &args.dump {
+        std::fs::create_dir_all(d).map_err(|e| Error::Input(format!("--dump {}: cannot create ({e})", d.display())))?;
+    }
+
+    let mut synth = Synthesizer::load(config)?;
+    let rate = synth.constants.sample_rate;
+    let several = jobs.len() > 1;
+    for (index, text, out) in jobs {
+        let req = Request {
+            text,
+            voice: voice.clone(),
+            text_frontend: !args.no_text_frontend,
+            speed: args.speed,
+            seed: args.seed,
+            stream: args.stream,
+        };
+        let dump = args.dump.as_ref().map(|d| if several { d.join(format!("{index:03}")) } else { d.clone() });
+        let mut samples: Vec<f32> = Vec::new();
+        let pcm_stdout = out.is_none();
+        let mut stdout = std::io::stdout().lock();
+        synth.synthesize(&req, dump.as_deref(), |chunk| {
+            if pcm_stdout {
+                let bytes: Vec<u8> = chunk.iter().flat_map(|&s| to_i16(s).to_le_bytes()).collect();
+                stdout.write_all(&bytes).and_then(|_| stdout.flush()).map_err(|e| Error::io("<stdout>", e))
+            } else {
+                samples.extend_from_slice(chunk);
+                Ok(())
+            }
+        })?;
+        if let Some(path) = out {
+            match args.format.as_str() {
+                "pcm" => {
+                    let bytes: Vec<u8> = samples.iter().flat_map(|&s| to_i16(s).to_le_bytes()).collect();
+                    crate::pipeline::dump::write_atomic(&path, &bytes)?;
+                }
+                f => write_wav(&path, &samples, rate, if f == "wavf32" { WavFormat::Float32 } else { WavFormat::Int16 })?,
+            }
+            tracing::info!("wrote {} ({:.2} s)", path.display(), samples.len() as f64 / f64::from(rate));
+        }
+    }
+    Ok(())
 }

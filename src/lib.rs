@@ -18,6 +18,7 @@ pub mod model;
 pub mod npy;
 pub mod pipeline;
 pub mod rng;
+pub mod side;
 pub mod runtime;
 
 pub use error::{Error, Result};

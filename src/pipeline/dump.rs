@@ -1,0 +1,115 @@
+//! `--dump DIR`: per-stage intermediates as `.npy` with the golden names and dtypes
+//! (reference README §4), plus `waveform.wav`. Every file is written to a temporary name in the
+//! same folder and renamed, so a reader never sees a half-written file.
+
+use std::io::Write;
+use std::path::Path;
+
+use ndarray::Array2;
+
+use crate::error::{Error, Result};
+use crate::llm::Termination;
+use crate::npy::{encode, NpyElem};
+use crate::pipeline::PromptFeatures;
+
+/// What one sentence's synthesis went through (filled by the pipeline when dumping).
+#[derive(Debug, Clone, Default)]
+pub struct SegmentTrace {
+    /// Every token the LLM emitted (stop token excluded).
+    pub llm_token_raw: Vec<i64>,
+    pub termination: Option<Termination>,
+    /// After the silent-token filter: what the flow got.
+    pub speech_token: Vec<i64>,
+    /// `[80, 2·(Ns+N)]` of the final flow call.
+    pub flow_mu: Option<Array2<f32>>,
+    pub flow_cond: Option<Array2<f32>>,
+    /// `[80, T]`: the mel of the last HiFT call (all chunks joined).
+    pub flow_mel: Option<Array2<f32>>,
+    /// f0 and source of the last HiFT call.
+    pub hift_f0: Option<Vec<f32>>,
+    pub hift_source: Option<Vec<f32>>,
+    pub chunk_samples: Vec<i64>,
+    pub waveform: Vec<f32>,
+}
+
+/// Writes `bytes` to `path` through a temporary sibling and a rename.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let tmp = dir.join(format!(".{name}.tmp{}", std::process::id()));
+    let result = (|| {
+        let mut f = std::fs::File::create(&tmp).map_err(|e| Error::io(&tmp, e))?;
+        f.write_all(bytes).map_err(|e| Error::io(&tmp, e))?;
+        f.sync_all().map_err(|e| Error::io(&tmp, e))?;
+        std::fs::rename(&tmp, path).map_err(|e| Error::io(path, e))
+    })();
+    if result.is_err() {
+        std::fs::remove_file(&tmp).ok();
+    }
+    result
+}
+
+fn npy<T: NpyElem>(dir: &Path, name: &str, shape: &[usize], values: &[T]) -> Result<()> {
+    write_atomic(&dir.join(format!("{name}.npy")), &encode(shape, values))
+}
+
+fn ids32(v: &[i64]) -> Vec<i32> {
+    v.iter().map(|&x| x as i32).collect()
+}
+
+fn mat(a: &Array2<f32>) -> Vec<f32> {
+    a.as_standard_layout().iter().copied().collect()
+}
+
+/// Writes one sentence's dump into `dir` (created if needed).
+pub fn write_segment(
+    dir: &Path,
+    prompt: &PromptFeatures,
+    prompt_text_token: &[i64],
+    text_token: &[i64],
+    trace: &SegmentTrace,
+    stream: bool,
+    sample_rate: u32,
+) -> Result<()> {
+    std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+    npy(dir, "text_token", &[1, text_token.len()], &ids32(text_token))?;
+    npy(dir, "prompt_text_token", &[1, prompt_text_token.len()], &ids32(prompt_text_token))?;
+    let (m, t) = prompt.whisper_mel.dim();
+    npy(dir, "whisper_mel", &[1, m, t], &mat(&prompt.whisper_mel))?;
+    npy(dir, "prompt_speech_token_raw", &[1, prompt.speech_token_raw.len()], &ids32(&prompt.speech_token_raw))?;
+    npy(dir, "prompt_speech_token", &[1, prompt.speech_token.len()], &ids32(&prompt.speech_token))?;
+    let (t, b) = prompt.fbank.dim();
+    npy(dir, "campplus_fbank", &[1, t, b], &mat(&prompt.fbank))?;
+    npy(dir, "speaker_embedding", &[1, prompt.embedding.len()], &prompt.embedding)?;
+    let (t, b) = prompt.feat_raw.dim();
+    npy(dir, "prompt_feat_raw", &[1, t, b], &mat(&prompt.feat_raw))?;
+    let (t, b) = prompt.feat.dim();
+    npy(dir, "prompt_feat", &[1, t, b], &mat(&prompt.feat))?;
+    npy(dir, "llm_token_raw", &[1, trace.llm_token_raw.len()], &ids32(&trace.llm_token_raw))?;
+    npy(dir, "speech_token", &[1, trace.speech_token.len()], &ids32(&trace.speech_token))?;
+    // The golden data has flow_mu/flow_cond for offline cases only (README §4).
+    if !stream {
+        for (name, a) in [("flow_mu", &trace.flow_mu), ("flow_cond", &trace.flow_cond)] {
+            if let Some(a) = a {
+                let (c, f) = a.dim();
+                npy(dir, name, &[1, c, f], &mat(a))?;
+            }
+        }
+    }
+    if let Some(a) = &trace.flow_mel {
+        let (c, f) = a.dim();
+        npy(dir, "flow_mel", &[1, c, f], &mat(a))?;
+    }
+    if let Some(f0) = &trace.hift_f0 {
+        npy(dir, "hift_f0", &[1, f0.len()], f0)?;
+    }
+    if let Some(src) = &trace.hift_source {
+        npy(dir, "hift_source", &[1, 1, src.len()], src)?;
+    }
+    if stream {
+        npy(dir, "chunk_samples", &[trace.chunk_samples.len()], &trace.chunk_samples)?;
+    }
+    npy(dir, "waveform", &[1, trace.waveform.len()], &trace.waveform)?;
+    crate::pipeline::wav::write_wav(&dir.join("waveform.wav"), &trace.waveform, sample_rate, crate::pipeline::wav::WavFormat::Float32)?;
+    Ok(())
+}

@@ -1,0 +1,525 @@
+//! Synthesis end to end (cosyvoice3.md §3.4, §4–§7): prompt features → LLM tokens → silent
+//! pruning → flow → HiFT → waveform chunks.
+//!
+//! [`Synthesizer`] owns the model's immutable data (side tables, f0 net, tokenizer, constants)
+//! and its open sessions. Every request builds its own state (KV cache, sampler, silent filter,
+//! stream planner, HiFT accumulator, source generator); nothing mutable outlives a request.
+//!
+//! One code path serves offline and streaming synthesis: the LLM decodes on its own thread and
+//! hands each token over a channel; the token-to-wav thread prunes silent tokens, runs the flow
+//! and HiFT per planned chunk (streaming) or once after the last token (offline), and sends the
+//! new audio over a second channel to the caller. No thread polls or sleeps.
+//!
+//! Streaming reuses nothing between chunks beyond what the official code keeps: each chunk
+//! re-runs flow_front and the CFM solve over prompt + all tokens so far, and HiFT (f0, source,
+//! decoder) over the whole accumulated mel, exactly as `CosyVoice2Model.token2wav` does. Only
+//! the sine-noise table (a pure function of the sample index) is kept, which changes no value.
+
+pub mod constants;
+pub mod dump;
+pub mod stages;
+pub mod wav;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use ndarray::{s, Array2, ArrayView2, Axis};
+
+use crate::config::Config;
+use crate::error::{Error, Result};
+use crate::flow::{build_cond, flow_front_tokens, solve_cfm, speed_interpolate, strip_prompt, CfmRequest, StreamParams, StreamPlanner, FlowChunk};
+use crate::frontend::align::align_prompt;
+use crate::frontend::audio::{load_audio, to_rate, MAX_TOKENIZER_SECONDS};
+use crate::frontend::features::{kaldi_fbank_cmn, mel_24k, whisper_log_mel};
+use crate::frontend::prompt::{plan, PromptMode};
+use crate::frontend::text::{is_only_punctuation, normalize, IdentityNormalizer};
+use crate::frontend::tokenizer::TextTokenizer;
+use crate::hift::{prepare_hift_inputs, F0Predictor, HiftStream, SourceGenerator};
+use crate::llm::{build_llm_input, decode, Sampler, SamplingParams, SilentTokenFilter, Termination};
+use crate::model::ModelDir;
+use crate::runtime::{SessionFactory, StageSession};
+use crate::side::{SideEmbeddings, SideFile};
+
+pub use constants::ModelConstants;
+pub use dump::SegmentTrace;
+use stages::{run_campplus, run_flow_front, run_hift_decode, run_speech_tokenizer, OnnxEstimator, OnnxLlm};
+
+/// Open sessions, one per stage.
+struct Sessions {
+    llm: StageSession,
+    flow_front: StageSession,
+    dit: StageSession,
+    hift: StageSession,
+    campplus: StageSession,
+    speech_tokenizer: StageSession,
+}
+
+/// A loaded model ready to synthesise.
+pub struct Synthesizer {
+    pub model: Arc<ModelDir>,
+    pub constants: ModelConstants,
+    /// Sampling after config overrides (the manifest's yaml values by default).
+    pub sampling: SamplingParams,
+    pub stream_params: StreamParams,
+    /// Default seed (config `sampling.seed`).
+    pub seed: u64,
+    embeddings: SideEmbeddings,
+    /// `[80, noise_frames]`.
+    noise: Array2<f32>,
+    f0: F0Predictor,
+    /// A source generator with no noise rows drawn yet; each request clones it.
+    source_proto: SourceGenerator,
+    tokenizer: TextTokenizer,
+    sessions: Sessions,
+}
+
+/// How the voice is given.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Voice {
+    /// Zero-shot: a prompt recording and its transcript.
+    ZeroShot { wav: PathBuf, transcript: String },
+    /// Cross-lingual: the recording's voice, no transcript.
+    CrossLingual { wav: PathBuf },
+    /// Instruct: the recording's voice plus a style instruction.
+    Instruct { wav: PathBuf, instruction: String },
+}
+
+impl Voice {
+    fn wav(&self) -> &Path {
+        match self {
+            Voice::ZeroShot { wav, .. } | Voice::CrossLingual { wav } | Voice::Instruct { wav, .. } => wav,
+        }
+    }
+    fn mode(&self) -> PromptMode {
+        match self {
+            Voice::ZeroShot { transcript, .. } => PromptMode::ZeroShot { transcript: transcript.clone() },
+            Voice::CrossLingual { .. } => PromptMode::CrossLingual,
+            Voice::Instruct { instruction, .. } => PromptMode::Instruct { instruction: instruction.clone() },
+        }
+    }
+}
+
+/// One synthesis request.
+#[derive(Debug, Clone)]
+pub struct Request {
+    pub text: String,
+    pub voice: Voice,
+    /// Run the text frontend (normalisation + sentence splitting), the official default.
+    pub text_frontend: bool,
+    /// Mel time-stretch (offline only); 1.0 = unchanged.
+    pub speed: f64,
+    /// Sampling seed; `None` = the configured `sampling.seed`.
+    pub seed: Option<u64>,
+    /// Use the streaming chunk schedule.
+    pub stream: bool,
+}
+
+/// The prompt's features (the frontend part of a request; shared by its sentences).
+#[derive(Debug, Clone)]
+pub struct PromptFeatures {
+    /// `[128, T16]`
+    pub whisper_mel: Array2<f32>,
+    pub speech_token_raw: Vec<i64>,
+    /// Aligned: used by the LLM (zero-shot) and the flow.
+    pub speech_token: Vec<i64>,
+    /// `[Tf, 80]`
+    pub fbank: Array2<f32>,
+    /// `[192]`
+    pub embedding: Vec<f32>,
+    /// `[F, 80]`
+    pub feat_raw: Array2<f32>,
+    /// `[2·Ns, 80]`
+    pub feat: Array2<f32>,
+}
+
+/// What a request produced.
+#[derive(Debug, Clone, Default)]
+pub struct Summary {
+    pub samples: usize,
+    pub sentences: usize,
+    pub chunks: usize,
+}
+
+fn model_err(dir: &ModelDir, msg: impl Into<String>) -> Error {
+    Error::model(&dir.root, msg)
+}
+
+impl Synthesizer {
+    /// Opens the model folder of `config` and every stage.
+    pub fn load(config: &Config) -> Result<Synthesizer> {
+        let dir = Arc::new(ModelDir::open(&config.model_dir)?);
+        for stage in crate::model::STAGES {
+            dir.graph(stage)?;
+        }
+        let problems = dir.check_files(false);
+        if let Some(first) = problems.first() {
+            let more = match problems.len() {
+                1 => String::new(),
+                n => format!(" (and {} more problem(s))", n - 1),
+            };
+            return Err(model_err(&dir, format!("{first}{more}; re-export the model")));
+        }
+        let constants = ModelConstants::from_manifest(&dir)?;
+        let file_of = |key: &str| -> Result<PathBuf> {
+            dir.manifest
+                .files
+                .get(key)
+                .map(|f| dir.path_of(&f.file))
+                .ok_or_else(|| model_err(&dir, format!("manifest.json lists no {key} file")))
+        };
+        let side = Arc::new(SideFile::open(&file_of("side")?)?);
+        let embeddings = SideEmbeddings::new(side.clone())?;
+        if embeddings_hidden(&embeddings) != constants.llm_shape.hidden {
+            return Err(model_err(&dir, "side.safetensors: embedding width differs from config.llm.hidden_size"));
+        }
+        let noise_t = side.f32("flow.noise")?;
+        let noise = match noise_t.shape.as_slice() {
+            &[c, n] if c == constants.mel_dim => Array2::from_shape_vec((c, n), noise_t.data)
+                .map_err(|e| model_err(&dir, format!("flow.noise: {e}")))?,
+            other => return Err(model_err(&dir, format!("side flow.noise has shape {other:?}, expected [80, frames]"))),
+        };
+        let f0 = load_f0(&side)?;
+        let lw = side.f32("hift.source.l_linear.weight")?;
+        let lb = side.f32("hift.source.l_linear.bias")?;
+        let source_proto = SourceGenerator::new(
+            constants.source,
+            &lw.data,
+            lb.data.first().copied().unwrap_or(0.0),
+            constants.sine_noise_offset,
+        )?;
+        let tokenizer = TextTokenizer::from_file(&file_of("tokenizer")?)?;
+        let factory = SessionFactory::new(config, dir.clone())?;
+        let sessions = Sessions {
+            llm: factory.open("llm")?,
+            flow_front: factory.open("flow_front")?,
+            dit: factory.open("dit")?,
+            hift: factory.open("hift_decode")?,
+            campplus: factory.open("campplus")?,
+            speech_tokenizer: factory.open("speech_tokenizer")?,
+        };
+        Ok(Synthesizer {
+            sampling: constants.sampling_for(config),
+            stream_params: constants.stream_for(config),
+            seed: config.sampling.seed,
+            model: dir,
+            constants,
+            embeddings,
+            noise,
+            f0,
+            source_proto,
+            tokenizer,
+            sessions,
+        })
+    }
+
+    /// The text tokenizer of the model.
+    pub fn tokenizer(&self) -> &TextTokenizer {
+        &self.tokenizer
+    }
+
+    /// The prompt's features: 16 kHz whisper mel → speech tokens; 16 kHz fbank → campplus
+    /// embedding; 24 kHz mel; alignment of tokens and mel.
+    pub fn prompt_features(&mut self, wav: &Path) -> Result<PromptFeatures> {
+        let audio = load_audio(wav)?;
+        let wav16 = to_rate(&audio, 16_000, Some(MAX_TOKENIZER_SECONDS.min(self.constants.max_prompt_seconds)), wav)?;
+        let wav24 = to_rate(&audio, self.constants.sample_rate, None, wav)?;
+        let whisper_mel = whisper_log_mel(&wav16);
+        let speech_token_raw = run_speech_tokenizer(&mut self.sessions.speech_tokenizer, whisper_mel.view())?;
+        let fbank = kaldi_fbank_cmn(&wav16);
+        let embedding = run_campplus(&mut self.sessions.campplus, fbank.view())?;
+        let feat_raw = mel_24k(&wav24);
+        let (speech_token, feat) = align_prompt(&speech_token_raw, &feat_raw);
+        if speech_token.is_empty() {
+            return Err(Error::Input(format!("prompt audio {}: too short to give any speech token", wav.display())));
+        }
+        Ok(PromptFeatures { whisper_mel, speech_token_raw, speech_token, fbank, embedding, feat_raw, feat })
+    }
+
+    /// The sentences a request's text becomes, and the prompt text (both after the frontend).
+    pub fn plan_text(&self, req: &Request) -> Result<(String, Vec<String>)> {
+        let text = req.text.trim_end_matches(['\n', '\r']);
+        if text.trim().is_empty() {
+            return Err(Error::Input("the text is empty; give something to say".into()));
+        }
+        let p = plan(&req.voice.mode(), text, req.text_frontend);
+        let count = |s: &str| self.tokenizer.count(s);
+        let segments = if p.text_frontend {
+            normalize(&p.tts_text, true, &IdentityNormalizer, &count).segments
+        } else {
+            vec![p.tts_text.clone()]
+        };
+        let segments: Vec<String> = segments.into_iter().filter(|s| !s.trim().is_empty()).collect();
+        if segments.is_empty() || is_only_punctuation(text.trim()) {
+            return Err(Error::Input(format!("the text {text:?} has nothing to say (only punctuation or blanks)")));
+        }
+        // The official frontend normalises the prompt text too (split=False), unless it holds markup.
+        let prompt_text = if req.text_frontend {
+            normalize(&p.prompt_text, true, &IdentityNormalizer, &count).text
+        } else {
+            p.prompt_text.clone()
+        };
+        Ok((prompt_text, segments))
+    }
+
+    /// Synthesises a request. `on_chunk` gets the audio (24 kHz mono f32) as it is produced; with
+    /// `dump`, every sentence's intermediates are written (one sentence: into `dump`; several:
+    /// into `dump/000`, `dump/001`, …).
+    pub fn synthesize(
+        &mut self,
+        req: &Request,
+        dump: Option<&Path>,
+        mut on_chunk: impl FnMut(&[f32]) -> Result<()>,
+    ) -> Result<Summary> {
+        if !(req.speed.is_finite() && req.speed > 0.0) {
+            return Err(Error::Input(format!("--speed must be a positive number, got {}", req.speed)));
+        }
+        if req.stream && req.speed != 1.0 {
+            return Err(Error::Input("--speed works only without --stream (the official code refuses it too)".into()));
+        }
+        let (prompt_text, segments) = self.plan_text(req)?;
+        let p = plan(&req.voice.mode(), &req.text, req.text_frontend);
+        let prompt = self.prompt_features(req.voice.wav())?;
+        let prompt_text_token = self.encode(&prompt_text)?;
+        let mut sampler = Sampler::new(self.sampling, req.seed.unwrap_or(self.seed));
+        let mut summary = Summary { sentences: segments.len(), ..Summary::default() };
+        for (i, segment) in segments.iter().enumerate() {
+            let text_token = self.encode(segment)?;
+            if text_token.is_empty() {
+                return Err(Error::Input(format!("sentence {segment:?} gives no text tokens")));
+            }
+            let mut trace = dump.map(|_| SegmentTrace::default());
+            let llm_speech: &[i64] = if p.llm_prompt_speech { &prompt.speech_token } else { &[] };
+            let mut on = |c: &[f32]| {
+                summary.samples += c.len();
+                summary.chunks += 1;
+                on_chunk(c)
+            };
+            self.run_segment(&prompt, &prompt_text_token, &text_token, llm_speech, req, &mut sampler, trace.as_mut(), &mut on)?;
+            if let (Some(root), Some(trace)) = (dump, trace) {
+                let dir = if segments.len() == 1 { root.to_path_buf() } else { root.join(format!("{i:03}")) };
+                dump::write_segment(&dir, &prompt, &prompt_text_token, &text_token, &trace, req.stream, self.constants.sample_rate)?;
+            }
+        }
+        Ok(summary)
+    }
+
+    fn encode(&self, text: &str) -> Result<Vec<i64>> {
+        Ok(self.tokenizer.encode(text)?.into_iter().map(i64::from).collect())
+    }
+
+    /// One sentence: LLM thread → tokens → token2wav thread → chunks → `on_chunk` (this thread).
+    #[allow(clippy::too_many_arguments)]
+    fn run_segment(
+        &mut self,
+        prompt: &PromptFeatures,
+        prompt_text_token: &[i64],
+        text_token: &[i64],
+        llm_prompt_speech: &[i64],
+        req: &Request,
+        sampler: &mut Sampler,
+        trace: Option<&mut SegmentTrace>,
+        on_chunk: &mut dyn FnMut(&[f32]) -> Result<()>,
+    ) -> Result<()> {
+        let c = &self.constants;
+        let input = build_llm_input(&self.embeddings, prompt_text_token, text_token, llm_prompt_speech, &c.llm)?;
+        let shape = c.llm_shape;
+        let embeddings = &self.embeddings;
+        let llm_constants = &c.llm;
+        let t2w = TokenToWav {
+            flow_front: &mut self.sessions.flow_front,
+            dit: &mut self.sessions.dit,
+            hift: &mut self.sessions.hift,
+            prompt,
+            noise: self.noise.view(),
+            f0: &self.f0,
+            source: self.source_proto.clone(),
+            constants: c,
+            stream_params: self.stream_params,
+            stream: req.stream,
+            speed: req.speed,
+            filter: SilentTokenFilter::new(&c.silent_tokens, c.max_silent_run),
+        };
+        let llm_session = &mut self.sessions.llm;
+        let (tok_tx, tok_rx) = crossbeam_channel::unbounded::<i64>();
+        let (chunk_tx, chunk_rx) = crossbeam_channel::bounded::<Vec<f32>>(4);
+        std::thread::scope(|scope| -> Result<()> {
+            let llm = scope.spawn(move || -> Result<crate::llm::DecodeOutcome> {
+                let mut step = OnnxLlm::new(llm_session, shape.layers, shape.hidden, shape.kv_heads, shape.head_dim)?;
+                decode(&mut step, &input, embeddings, sampler, llm_constants, |t| tok_tx.send(t).is_ok())
+            });
+            let worker = scope.spawn(move || t2w.run(tok_rx, chunk_tx));
+            let mut consumer_err = None;
+            for chunk in chunk_rx.iter() {
+                if let Err(e) = on_chunk(&chunk) {
+                    consumer_err = Some(e);
+                    break;
+                }
+            }
+            drop(chunk_rx);
+            let outcome = llm.join().map_err(|_| Error::Runtime("the LLM thread panicked".into()))?;
+            let t2w_result = worker.join().map_err(|_| Error::Runtime("the token-to-wav thread panicked".into()))?;
+            if let Some(e) = consumer_err {
+                return Err(e);
+            }
+            let outcome = outcome?;
+            let mut done = t2w_result?;
+            if outcome.termination == Termination::Cancelled {
+                return Err(Error::Runtime("synthesis was cancelled".into()));
+            }
+            if let Some(trace) = trace {
+                done.llm_token_raw = outcome.tokens;
+                done.termination = Some(outcome.termination);
+                *trace = done;
+            }
+            Ok(())
+        })
+    }
+}
+
+fn embeddings_hidden(e: &SideEmbeddings) -> usize {
+    use crate::llm::EmbeddingLookup;
+    e.hidden_size()
+}
+
+fn load_f0(side: &SideFile) -> Result<F0Predictor> {
+    let mut weights = Vec::new();
+    for i in [0, 2, 4, 6, 8] {
+        let w = side.f64(&format!("hift.f0.condnet.{i}.weight"))?;
+        let b = side.f64(&format!("hift.f0.condnet.{i}.bias"))?;
+        let [o, c, k]: [usize; 3] = w
+            .shape
+            .as_slice()
+            .try_into()
+            .map_err(|_| Error::Input(format!("hift.f0.condnet.{i}.weight has shape {:?}", w.shape)))?;
+        let w = ndarray::Array3::from_shape_vec((o, c, k), w.data).map_err(|e| Error::Input(format!("condnet.{i}: {e}")))?;
+        weights.push((w, b.data));
+    }
+    let views: Vec<(ndarray::ArrayView3<f64>, &[f64])> = weights.iter().map(|(w, b)| (w.view(), b.as_slice())).collect();
+    let cw = side.f64("hift.f0.classifier.weight")?;
+    let cb = side.f64("hift.f0.classifier.bias")?;
+    F0Predictor::new(&views, &cw.data, cb.data.first().copied().unwrap_or(0.0))
+}
+
+/// The token-to-wav worker of one sentence.
+struct TokenToWav<'a> {
+    flow_front: &'a mut StageSession,
+    dit: &'a mut StageSession,
+    hift: &'a mut StageSession,
+    prompt: &'a PromptFeatures,
+    noise: ArrayView2<'a, f32>,
+    f0: &'a F0Predictor,
+    source: SourceGenerator,
+    constants: &'a ModelConstants,
+    stream_params: StreamParams,
+    stream: bool,
+    speed: f64,
+    filter: SilentTokenFilter,
+}
+
+impl TokenToWav<'_> {
+    /// Consumes tokens until the LLM thread hangs up; sends each chunk's new audio.
+    fn run(
+        mut self,
+        tokens_in: crossbeam_channel::Receiver<i64>,
+        chunks_out: crossbeam_channel::Sender<Vec<f32>>,
+    ) -> Result<SegmentTrace> {
+        let mut trace = SegmentTrace::default();
+        let mut tokens: Vec<i64> = Vec::new();
+        let mut planner = StreamPlanner::new(self.stream_params, self.prompt.speech_token.len());
+        let mut hift = HiftStream::new(self.constants.mel_dim);
+        for t in tokens_in.iter() {
+            if self.filter.accept(t) {
+                tokens.push(t);
+            }
+            if self.stream {
+                while let Some(chunk) = planner.next_chunk(tokens.len()) {
+                    let audio = self.run_chunk(&chunk, &tokens, &mut hift, &mut trace)?;
+                    if chunks_out.send(audio).is_err() {
+                        return Err(Error::Runtime("the audio consumer stopped".into()));
+                    }
+                }
+            }
+        }
+        // The LLM is done (or failed; its error is reported by the caller).
+        if tokens.is_empty() {
+            return Err(Error::Input(
+                "the LLM produced no speech tokens for this sentence (it stopped at once); try other text".into(),
+            ));
+        }
+        if self.stream {
+            while let Some(chunk) = planner.next_chunk(tokens.len()) {
+                let audio = self.run_chunk(&chunk, &tokens, &mut hift, &mut trace)?;
+                if chunks_out.send(audio).is_err() {
+                    return Err(Error::Runtime("the audio consumer stopped".into()));
+                }
+            }
+        }
+        let last = planner.final_chunk(tokens.len())?;
+        let audio = self.run_chunk(&last, &tokens, &mut hift, &mut trace)?;
+        if chunks_out.send(audio).is_err() {
+            return Err(Error::Runtime("the audio consumer stopped".into()));
+        }
+        trace.speech_token = tokens;
+        trace.flow_mel = Some(hift.mel().to_owned());
+        Ok(trace)
+    }
+
+    /// One flow call plus one HiFT call over the accumulated mel; returns the new samples.
+    fn run_chunk(
+        &mut self,
+        chunk: &FlowChunk,
+        tokens: &[i64],
+        hift: &mut HiftStream,
+        trace: &mut SegmentTrace,
+    ) -> Result<Vec<f32>> {
+        let c = self.constants;
+        let prompt_tokens = &self.prompt.speech_token;
+        let ratio = self.stream_params.token_mel_ratio;
+        let prompt_frames = ratio * prompt_tokens.len();
+        let ft = flow_front_tokens(prompt_tokens, &tokens[..chunk.n_tokens], chunk.finalize, self.stream_params.pre_lookahead_len);
+        let (mu, spks) = run_flow_front(self.flow_front, &ft, &self.prompt.embedding)?;
+        let total = mu.ncols();
+        if total != prompt_frames + chunk.mel_frames {
+            return Err(Error::Runtime(format!(
+                "flow_front gave {total} frames, expected {} (prompt) + {}",
+                prompt_frames, chunk.mel_frames
+            )));
+        }
+        if self.noise.ncols() < total {
+            return Err(Error::Input(format!(
+                "{total} mel frames exceed the model's {}-frame flow noise; use shorter sentences",
+                self.noise.ncols()
+            )));
+        }
+        let cond = build_cond(self.prompt.feat.view(), total)?;
+        let spks = ndarray::Array1::from_vec(spks);
+        let request = CfmRequest { mu: mu.view(), spks: spks.view(), cond: cond.view(), noise: self.noise };
+        let mut estimator = OnnxEstimator { session: self.dit };
+        let mut solved = solve_cfm(&mut estimator, &[request], &c.cfm, chunk.block_frames as i64)?;
+        let mel_all = solved.pop().ok_or_else(|| Error::Runtime("flow solver returned nothing".into()))?;
+        let mel = strip_prompt(mel_all.view(), prompt_frames)?;
+        let mut new = mel.slice(s![.., chunk.first_new_frame..]).to_owned();
+        if chunk.finalize && self.speed != 1.0 && hift.mel().ncols() == 0 {
+            new = speed_interpolate(new.view(), self.speed)?;
+        }
+        if chunk.finalize {
+            trace.flow_mu = Some(mu);
+            trace.flow_cond = Some(cond);
+        }
+        hift.push_mel(new.view())?;
+        let inputs = prepare_hift_inputs(self.f0, &mut self.source, hift.mel(), chunk.finalize, c.conv_pre_look_right)?;
+        let plan = inputs.plan;
+        trace.hift_f0 = Some(inputs.f0.clone());
+        trace.hift_source = Some(inputs.source.index_axis(Axis(0), 0).index_axis(Axis(0), 0).to_vec());
+        let mut wav = run_hift_decode(self.hift, inputs.mel, inputs.source)?;
+        let keep = wav.len().saturating_sub(plan.drop_tail_samples);
+        wav.truncate(keep);
+        if wav.len() != plan.total_samples {
+            return Err(Error::Runtime(format!("hift_decode gave {} samples, expected {}", wav.len(), plan.total_samples)));
+        }
+        let out = hift.take_new(&wav);
+        trace.chunk_samples.push(out.len() as i64);
+        trace.waveform.extend_from_slice(&out);
+        Ok(out)
+    }
+}
