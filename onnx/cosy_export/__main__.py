@@ -50,7 +50,10 @@ def make_fixture(out: Path, seed: int = FIXTURE_SEED) -> None:
 
 
 def _fixture(args: argparse.Namespace) -> int:
+    from .prompt_audio import write_prompt
+
     make_fixture(Path(args.out), args.seed)
+    write_prompt(Path(args.out).parent / "prompt_24k.wav")
     total = sum(p.stat().st_size for p in Path(args.out).iterdir())
     print(f"fixture written to {args.out} ({total / 1e6:.1f} MB)")
     return 0

@@ -22,7 +22,7 @@ from safetensors.numpy import save_file
 from . import __version__
 from .flow import export_dit, export_flow_front, load_flow, make_dit_mixed_fp16
 from .hift import HiftConfig, export_hift_decode, hift_side_tensors, load_hift, make_hift_decode_fp16
-from .llm import export_llm, llm_graph_entry, load_llm
+from .llm import export_llm, export_llm_fp16, llm_graph_entry, load_llm
 from .manifest import FORMAT, FORMAT_VERSION, file_entry, graph_entry, graph_io, sha256_file
 from .noise import NOISE_FRAMES, flow_noise, sine_noise, sine_noise_offset
 from .tokenizer import build_tokenizer_json
@@ -70,28 +70,6 @@ def check_source(src: Path) -> None:
     for rel in REQUIRED_FILES:
         if not (src / rel).is_file():
             raise ExportError(f"{src / rel}: missing; the official checkpoint folder must contain {rel}")
-
-
-def _fp16_generic(fp32_path: Path, out_path: Path) -> None:
-    """fp16 weights/compute with fp32 I/O; LayerNorm/softmax-like reductions stay fp32."""
-    from onnxconverter_common import float16
-
-    model = onnx.load(str(fp32_path))
-    # onnxconverter-common 1.16's cast clean-up pass crashes when one Cast feeds several nodes
-    # ('list' object has no attribute 'input'); the pass only removes redundant Cast pairs, so
-    # skipping it costs a few casts, not correctness.
-    cleanup = float16.remove_unnecessary_cast_node
-    float16.remove_unnecessary_cast_node = lambda graph: None
-    try:
-        fp16 = float16.convert_float_to_float16(
-            model,
-            keep_io_types=True,
-            op_block_list=["LayerNormalization", "Softmax", "ReduceMean", "Pow", "Sqrt", "Range", "Cos", "Sin", "Cast"],
-        )
-    finally:
-        float16.remove_unnecessary_cast_node = cleanup
-    onnx.checker.check_model(fp16)
-    onnx.save(fp16, str(out_path))
 
 
 def reachable_text_ids(tok: Any, vocab_rows: int) -> np.ndarray:
@@ -233,16 +211,16 @@ def _export_into(src: Path, dst: Path, cfg: ModelConfig, hift_cfg: HiftConfig, o
     _timed(opts, "export llm", lambda: export_llm(llm, dst / "llm.fp32.onnx", OPSET))
     variants = {"fp32": "llm.fp32.onnx"}
     if want16:
-        _timed(opts, "llm fp16", lambda: _fp16_generic(dst / "llm.fp32.onnx", dst / "llm.fp16.onnx"))
+        _timed(opts, "llm fp16", lambda: export_llm_fp16(llm, dst / "llm.fp16.onnx", OPSET))
         variants["fp16"] = "llm.fp16.onnx"
     graphs["llm"] = graph_entry(dst, variants, llm_graph_entry(cfg.llm)["trt_profile"])
 
     # Flow front
     front = _timed(opts, "export flow_front", lambda: export_flow_front(flow, dst / "flow_front.fp32.onnx", OPSET))
+    # fp32 only: two small convolutions and a table look-up per call (negligible next to the DiT),
+    # and an exact token embedding keeps every precision variant of the DiT on the same inputs.
+    # The runtime serves an fp16 request for this stage with the fp32 graph and says so.
     variants = {"fp32": "flow_front.fp32.onnx"}
-    if want16:
-        _timed(opts, "flow_front fp16", lambda: _fp16_generic(dst / "flow_front.fp32.onnx", dst / "flow_front.fp16.onnx"))
-        variants["fp16"] = "flow_front.fp16.onnx"
     graphs["flow_front"] = graph_entry(dst, variants, front.get("trt_profile"))
 
     # DiT: fp16 is the mixed variant (LayerNorm, softmax, residual stream in fp32; cosyvoice3.md §5.9).

@@ -337,3 +337,40 @@ def export_llm(model: CosyLlm, out_path: Path | str, opset: int = 17) -> dict[st
             dynamo=False,
         )
     return llm_graph_entry(cfg)
+
+
+class _Fp16Io(nn.Module):
+    """Runs a half-precision copy of the LLM behind float32 I/O (the manifest contract: every
+    variant has fp32 inputs and outputs). RMSNorm already computes in float32 internally."""
+
+    def __init__(self, inner: nn.Module) -> None:
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, inputs_embeds: Tensor, *past: Tensor) -> tuple[Tensor, ...]:
+        out = self.inner(inputs_embeds.half(), *[p.half() for p in past])
+        return tuple(o.float() for o in out)
+
+
+def export_llm_fp16(model: CosyLlm, out_path: Path | str, opset: int = 17) -> None:
+    """fp16 weights and compute, fp32 I/O. Converted in torch (`.half()`) rather than with
+    onnxconverter-common, whose pass mislabels the types around the float32 RMSNorm islands."""
+    import copy
+
+    half = copy.deepcopy(model).half().eval()
+    half.rope_inv_freq = model.rope_inv_freq.clone()  # angles stay float32, cast after cos/sin
+    cfg = model.cfg
+    in_names, out_names = llm_io_names(cfg.num_layers)
+    seq, past = 3, 2
+    gen = torch.Generator().manual_seed(0)
+    embeds = torch.randn(1, seq, cfg.hidden_size, generator=gen)
+    pasts = [torch.randn(1, cfg.num_kv_heads, past, cfg.head_dim, generator=gen) for _ in range(2 * cfg.num_layers)]
+    dynamic: dict[str, dict[int, str]] = {"inputs_embeds": {1: "seq"}}
+    dynamic.update({n: {2: "past"} for n in in_names[1:]})
+    dynamic.update({n: {2: "past_plus_seq"} for n in out_names[1:]})
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        torch.onnx.export(
+            _Fp16Io(_LlmOnnxWrapper(half)), (embeds, *pasts), str(out_path), input_names=in_names,
+            output_names=out_names, dynamic_axes=dynamic, opset_version=opset, do_constant_folding=True, dynamo=False,
+        )

@@ -175,7 +175,7 @@ def build_tokenizer_json(blanken_dir: str | Path, out_path: str | Path, require_
         check_special_ids(tok)
     out = Path(out_path)
     out.parent.mkdir(parents=True, exist_ok=True)
-    tok.save(str(out), pretty=True)
+    tok.save(str(out), pretty=False)  # compact: the padded vocabulary dominates the size
     return tok
 
 

@@ -37,7 +37,9 @@ def test_manifest_describes_every_file_exactly(exported: Path) -> None:
             assert [o["dtype"] for o in outputs] == [o["dtype"] for o in g["outputs"]]
     for f in m["files"].values():
         assert sha256_file(exported / f["file"]) == f["sha256"]
-    assert set(m["graphs"]["dit"]["variants"]) == {"fp32", "fp16"}
+    for stage in ("llm", "dit", "hift_decode"):
+        assert set(m["graphs"][stage]["variants"]) == {"fp32", "fp16"}, stage
+    assert set(m["graphs"]["flow_front"]["variants"]) == {"fp32"}
     c = m["constants"]
     assert (c["sos"], c["eos"], c["task_id"], c["fill"]) == (6561, 6562, 6563, 6564)
     assert c["ignore_eos_masked_id"] == 6561 and c["endofprompt_id"] == 151646
