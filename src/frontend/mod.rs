@@ -1,1 +1,2 @@
 //! Text normalisation, tokenizer, prompt audio features, voices.
+pub mod tn;
