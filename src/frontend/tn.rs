@@ -74,6 +74,9 @@ type Fst = VectorFst<TropicalWeight>;
 struct Grammar {
     fst: Fst,
     path: PathBuf,
+    /// Every state's arcs are sorted by input label (true for the wetext grammars), so matching
+    /// arcs can be found by binary search.
+    ilabel_sorted: bool,
 }
 
 impl Grammar {
@@ -91,18 +94,34 @@ impl Grammar {
         if fst.start().is_none() {
             return Err(Error::model(path, "grammar FST has no start state"));
         }
-        Ok(Grammar { fst, path: path.to_path_buf() })
+        let ilabel_sorted = fst.states_iter().all(|q| {
+            fst.get_trs(q).map(|trs| trs.trs().windows(2).all(|w| w[0].ilabel <= w[1].ilabel)).unwrap_or(false)
+        });
+        Ok(Grammar { fst, path: path.to_path_buf(), ilabel_sorted })
     }
 
     /// kaldifst `TextNormalizer::Normalize`: compose the byte string with the grammar, take the
     /// single shortest path, return its non-epsilon output labels as bytes. `None` when the
     /// grammar accepts no path (kaldifst then returns an empty string).
     fn rewrite(&self, text: &str) -> Result<Option<Vec<u8>>> {
+        let lattice = if text.as_bytes().contains(&0) {
+            // A NUL byte is an epsilon arc in the input acceptor, which changes how the sequence
+            // filter pairs epsilons; take the general composition for that rare case.
+            self.compose_general(text)?
+        } else {
+            compose_byte_string(text.as_bytes(), &self.fst, self.ilabel_sorted)
+                .map_err(|msg| self.failure(msg))?
+        };
+        best_path_output(&lattice).map_err(|msg| self.failure(msg))
+    }
+
+    /// `rustfst`'s port of OpenFST composition (sequence filter, connected), as a lattice.
+    fn compose_general(&self, text: &str) -> Result<Lattice> {
         let labels: Vec<Label> = text.bytes().map(Label::from).collect();
         let input: Fst = acceptor(&labels, TropicalWeight::one());
         let composed: Fst = compose::<TropicalWeight, Fst, Fst, _, _, _>(&input, &self.fst)
             .map_err(|e| self.failure(format!("composition failed: {e:#}")))?;
-        best_path_output(&composed).map_err(|msg| self.failure(msg))
+        Lattice::from_fst(&composed).map_err(|msg| self.failure(msg))
     }
 
     fn failure(&self, msg: String) -> Error {
@@ -174,6 +193,133 @@ impl WetextNormalizer {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Composition of a byte string with a grammar.
+
+/// A composed, trimmed FST: what OpenFST's `Compose(text, rule)` (with `connect`) leaves for the
+/// shortest-path search. Only output labels, weights and the arc order matter from here on.
+struct Lattice {
+    start: Option<u32>,
+    /// Arcs of each state in OpenFST's order: (output label, weight, next state).
+    arcs: Vec<Vec<(Label, f32, u32)>>,
+    /// Final weight per state; +inf when not final.
+    finals: Vec<f32>,
+}
+
+impl Lattice {
+    fn from_fst(fst: &Fst) -> std::result::Result<Lattice, String> {
+        let n = fst.num_states();
+        let mut arcs = Vec::with_capacity(n);
+        let mut finals = Vec::with_capacity(n);
+        for s in 0..n as StateId {
+            let trs = fst.get_trs(s).map_err(|e| format!("state {s}: {e:#}"))?;
+            arcs.push(trs.trs().iter().map(|tr| (tr.olabel, *tr.weight.value(), tr.nextstate as u32)).collect());
+            let fw = fst.final_weight(s).map_err(|e| format!("state {s}: {e:#}"))?;
+            finals.push(fw.map_or(f32::INFINITY, |w| *w.value()));
+        }
+        Ok(Lattice { start: fst.start().map(|s| s as u32), arcs, finals })
+    }
+}
+
+/// OpenFST's `Compose(text, rule)` for a byte string without NUL, followed by `Connect`.
+///
+/// The text acceptor has no epsilons, so the sequence filter never blocks anything and a composed
+/// state is just (position in the text, grammar state). Its arcs, in the order OpenFST's
+/// `OrderedExpand` produces them whichever side it matches on: the grammar's input-epsilon arcs
+/// (text stays), then its arcs reading the next byte (text advances), each group in stored order
+/// (the grammar's arcs are input-label sorted, so this is simply stored order over both groups).
+/// Arc weights are `One ⊗ w = w` exactly. Connect then drops states that cannot reach a final
+/// state (every state is accessible by construction). State numbering differs from OpenFST's,
+/// which is harmless: the search below depends only on the graph and each state's arc order.
+fn compose_byte_string(text: &[u8], rule: &Fst, ilabel_sorted: bool) -> std::result::Result<Lattice, String> {
+    use std::collections::HashMap;
+    let rule_start = rule.start().ok_or("grammar has no start state")?;
+    let mut ids: HashMap<(u32, StateId), u32> = HashMap::new();
+    let mut tuples: Vec<(u32, StateId)> = vec![(0, rule_start)];
+    ids.insert((0, rule_start), 0);
+    let mut arcs: Vec<Vec<(Label, f32, u32)>> = Vec::new();
+    let mut finals: Vec<f32> = Vec::new();
+    let mut k = 0usize;
+    while k < tuples.len() {
+        let (pos, q) = tuples[k];
+        let trs = rule.get_trs(q).map_err(|e| format!("grammar state {q}: {e:#}"))?;
+        let trs = trs.trs();
+        let next_byte = text.get(pos as usize).map(|&b| Label::from(b));
+        let mut out = Vec::new();
+        let mut take = |tr: &Tr<TropicalWeight>, next_pos: u32, out: &mut Vec<(Label, f32, u32)>| {
+            let key = (next_pos, tr.nextstate);
+            let id = *ids.entry(key).or_insert_with(|| {
+                tuples.push(key);
+                (tuples.len() - 1) as u32
+            });
+            out.push((tr.olabel, *tr.weight.value(), id));
+        };
+        if ilabel_sorted {
+            let eps_end = trs.partition_point(|tr| tr.ilabel == 0);
+            for tr in &trs[..eps_end] {
+                take(tr, pos, &mut out);
+            }
+            if let Some(b) = next_byte {
+                let lo = trs.partition_point(|tr| tr.ilabel < b);
+                for tr in trs[lo..].iter().take_while(|tr| tr.ilabel == b) {
+                    take(tr, pos + 1, &mut out);
+                }
+            }
+        } else {
+            for tr in trs {
+                if tr.ilabel == 0 {
+                    take(tr, pos, &mut out);
+                } else if Some(tr.ilabel) == next_byte {
+                    take(tr, pos + 1, &mut out);
+                }
+            }
+        }
+        arcs.push(out);
+        let at_end = pos as usize == text.len();
+        let fw = rule.final_weight(q).map_err(|e| format!("grammar state {q}: {e:#}"))?;
+        finals.push(match fw {
+            Some(w) if at_end => *w.value(),
+            _ => f32::INFINITY,
+        });
+        k += 1;
+    }
+
+    // Connect: keep states from which a final state is reachable.
+    let n = arcs.len();
+    let mut preds: Vec<Vec<u32>> = vec![Vec::new(); n];
+    for (s, out) in arcs.iter().enumerate() {
+        for &(_, _, t) in out {
+            preds[t as usize].push(s as u32);
+        }
+    }
+    let mut alive = vec![false; n];
+    let mut stack: Vec<u32> = (0..n as u32).filter(|&s| finals[s as usize] != f32::INFINITY).collect();
+    for &s in &stack {
+        alive[s as usize] = true;
+    }
+    while let Some(t) = stack.pop() {
+        for &s in &preds[t as usize] {
+            if !alive[s as usize] {
+                alive[s as usize] = true;
+                stack.push(s);
+            }
+        }
+    }
+    if !alive[0] {
+        return Ok(Lattice { start: None, arcs: Vec::new(), finals: Vec::new() });
+    }
+    for out in arcs.iter_mut() {
+        out.retain(|&(_, _, t)| alive[t as usize]);
+    }
+    // Dead states keep their slot but lose every arc into them, so nothing reaches them.
+    for s in 0..n {
+        if !alive[s] {
+            arcs[s].clear();
+        }
+    }
+    Ok(Lattice { start: Some(0), arcs, finals })
+}
+
+// ---------------------------------------------------------------------------------------------
 // Single shortest path, as OpenFST's ShortestPath(ifst, ofst, n = 1) computes it.
 
 /// Tropical `Times` with OpenFST's infinity handling (f32 addition otherwise).
@@ -197,36 +343,35 @@ struct SccAnalysis {
     unweighted: bool,
 }
 
-fn analyse_sccs(fst: &Fst, start: StateId) -> std::result::Result<SccAnalysis, String> {
+fn analyse_sccs(lattice: &Lattice, start: u32) -> std::result::Result<SccAnalysis, String> {
     const WHITE: u8 = 0;
     const GREY: u8 = 1;
     const BLACK: u8 = 2;
-    let n = fst.num_states();
-    let trs_of = |s: StateId| fst.get_trs(s).map_err(|e| format!("state {s}: {e:#}"));
+    let n = lattice.arcs.len();
     let mut color = vec![WHITE; n];
     let mut dfnumber = vec![0usize; n];
     let mut lowlink = vec![0usize; n];
     let mut onstack = vec![false; n];
     let mut scc = vec![usize::MAX; n];
-    let mut scc_stack: Vec<StateId> = Vec::new();
+    let mut scc_stack: Vec<u32> = Vec::new();
     let mut visited = 0usize;
     let mut nscc = 0usize;
     // DFS stack of (state, index of the arc being explored).
-    let mut stack: Vec<(StateId, usize)> = Vec::new();
+    let mut stack: Vec<(u32, usize)> = Vec::new();
 
     let mut root = start as usize;
     while root < n {
         color[root] = GREY;
-        stack.push((root as StateId, 0));
+        stack.push((root as u32, 0));
         dfnumber[root] = visited;
         lowlink[root] = visited;
         onstack[root] = true;
-        scc_stack.push(root as StateId);
+        scc_stack.push(root as u32);
         visited += 1;
         while let Some(&(s, pos)) = stack.last() {
-            let trs = trs_of(s)?;
             let su = s as usize;
-            if pos >= trs.len() {
+            let out = &lattice.arcs[su];
+            if pos >= out.len() {
                 color[su] = BLACK;
                 stack.pop();
                 if dfnumber[su] == lowlink[su] {
@@ -247,15 +392,15 @@ fn analyse_sccs(fst: &Fst, start: StateId) -> std::result::Result<SccAnalysis, S
                 }
                 continue;
             }
-            let t = trs.trs()[pos].nextstate as usize;
+            let t = out[pos].2 as usize;
             match color[t] {
                 WHITE => {
                     color[t] = GREY;
-                    stack.push((t as StateId, 0));
+                    stack.push((t as u32, 0));
                     dfnumber[t] = visited;
                     lowlink[t] = visited;
                     onstack[t] = true;
-                    scc_stack.push(t as StateId);
+                    scc_stack.push(t as u32);
                     visited += 1;
                 }
                 GREY => {
@@ -281,12 +426,11 @@ fn analyse_sccs(fst: &Fst, start: StateId) -> std::result::Result<SccAnalysis, S
 
     let mut nontrivial = vec![false; nscc];
     let mut unweighted = true;
-    for s in 0..n {
-        for tr in trs_of(s as StateId)?.trs() {
-            if scc[s] == scc[tr.nextstate as usize] {
+    for (s, out) in lattice.arcs.iter().enumerate() {
+        for &(_, w, t) in out {
+            if scc[s] == scc[t as usize] {
                 nontrivial[scc[s]] = true;
             }
-            let w = *tr.weight.value();
             if w != 0.0 && w != f32::INFINITY {
                 unweighted = false;
             }
@@ -300,8 +444,8 @@ fn analyse_sccs(fst: &Fst, start: StateId) -> std::result::Result<SccAnalysis, S
 /// component trivial this is OpenFST's `TopOrderQueue` over the same numbering.
 struct SccQueue {
     scc: Vec<usize>,
-    fifo: Vec<Option<std::collections::VecDeque<StateId>>>,
-    trivial: Vec<Option<StateId>>,
+    fifo: Vec<Option<std::collections::VecDeque<u32>>>,
+    trivial: Vec<Option<u32>>,
     front: usize,
     /// `None` is OpenFST's back_ == kNoStateId (nothing enqueued yet).
     back: Option<usize>,
@@ -339,7 +483,7 @@ impl SccQueue {
         }
     }
 
-    fn enqueue(&mut self, s: StateId) {
+    fn enqueue(&mut self, s: u32) {
         let c = self.scc[s as usize];
         match self.back {
             Some(back) if self.front <= back => {
@@ -361,7 +505,7 @@ impl SccQueue {
     }
 
     /// Head + Dequeue.
-    fn pop(&mut self) -> Option<StateId> {
+    fn pop(&mut self) -> Option<u32> {
         let back = self.back?;
         while self.front <= back && self.slot_empty(self.front) {
             self.front += 1;
@@ -378,19 +522,19 @@ impl SccQueue {
 
 enum StateQueue {
     /// OpenFST's `LifoQueue`, chosen when every arc weight is One or Zero.
-    Lifo(Vec<StateId>),
+    Lifo(Vec<u32>),
     Scc(SccQueue),
 }
 
 impl StateQueue {
-    fn enqueue(&mut self, s: StateId) {
+    fn enqueue(&mut self, s: u32) {
         match self {
             StateQueue::Lifo(v) => v.push(s),
             StateQueue::Scc(q) => q.enqueue(s),
         }
     }
 
-    fn pop(&mut self) -> Option<StateId> {
+    fn pop(&mut self) -> Option<u32> {
         match self {
             StateQueue::Lifo(v) => v.pop(),
             StateQueue::Scc(q) => {
@@ -411,10 +555,10 @@ impl StateQueue {
 /// strictly smaller total, so among equal-weight paths the first one found wins: the queue order
 /// therefore matters and is OpenFST's (the composed FST never has known acyclic/top-sorted
 /// properties, so `AutoQueue` always analyses components).
-fn best_path_output(fst: &Fst) -> std::result::Result<Option<Vec<u8>>, String> {
-    let Some(start) = fst.start() else { return Ok(None) };
-    let n = fst.num_states();
-    let analysis = analyse_sccs(fst, start)?;
+fn best_path_output(lattice: &Lattice) -> std::result::Result<Option<Vec<u8>>, String> {
+    let Some(start) = lattice.start else { return Ok(None) };
+    let n = lattice.arcs.len();
+    let analysis = analyse_sccs(lattice, start)?;
     let mut queue = if analysis.unweighted {
         StateQueue::Lifo(Vec::new())
     } else {
@@ -424,10 +568,10 @@ fn best_path_output(fst: &Fst) -> std::result::Result<Option<Vec<u8>>, String> {
     };
 
     let mut distance = vec![f32::INFINITY; n];
-    let mut parent: Vec<Option<(StateId, usize)>> = vec![None; n];
+    let mut parent: Vec<Option<(u32, usize)>> = vec![None; n];
     let mut enqueued = vec![false; n];
     let mut final_distance = f32::INFINITY;
-    let mut final_parent: Option<StateId> = None;
+    let mut final_parent: Option<u32> = None;
 
     distance[start as usize] = 0.0;
     enqueued[start as usize] = true;
@@ -436,28 +580,25 @@ fn best_path_output(fst: &Fst) -> std::result::Result<Option<Vec<u8>>, String> {
         let su = s as usize;
         enqueued[su] = false;
         let sd = distance[su];
-        if let Some(fw) = fst.final_weight(s).map_err(|e| format!("state {s}: {e:#}"))? {
-            let fw = *fw.value();
-            if fw != f32::INFINITY {
-                let through = tropical_times(sd, fw);
-                if through < final_distance {
-                    final_distance = through;
-                    final_parent = Some(s);
-                }
-                if final_distance.is_nan() {
-                    return Err("NaN path weight".into());
-                }
+        let fw = lattice.finals[su];
+        if fw != f32::INFINITY {
+            let through = tropical_times(sd, fw);
+            if through < final_distance {
+                final_distance = through;
+                final_parent = Some(s);
+            }
+            if final_distance.is_nan() {
+                return Err("NaN path weight".into());
             }
         }
-        let trs = fst.get_trs(s).map_err(|e| format!("state {s}: {e:#}"))?;
-        for (pos, tr) in trs.trs().iter().enumerate() {
-            let next = tr.nextstate as usize;
-            let through = tropical_times(sd, *tr.weight.value());
+        for (pos, &(_, w, t)) in lattice.arcs[su].iter().enumerate() {
+            let next = t as usize;
+            let through = tropical_times(sd, w);
             if through < distance[next] {
                 distance[next] = through;
                 parent[next] = Some((s, pos));
                 if !enqueued[next] {
-                    queue.enqueue(tr.nextstate);
+                    queue.enqueue(t);
                     enqueued[next] = true;
                 }
                 // OpenFST's Update is a no-op for the LIFO, FIFO and top-order queues.
@@ -469,8 +610,7 @@ fn best_path_output(fst: &Fst) -> std::result::Result<Option<Vec<u8>>, String> {
     let mut labels: Vec<Label> = Vec::new();
     let mut steps = 0usize;
     while let Some((prev, pos)) = parent[state as usize] {
-        let trs = fst.get_trs(prev).map_err(|e| format!("state {prev}: {e:#}"))?;
-        labels.push(trs.trs()[pos].olabel);
+        labels.push(lattice.arcs[prev as usize][pos].0);
         state = prev;
         steps += 1;
         if steps > n {
