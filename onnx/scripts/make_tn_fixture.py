@@ -79,6 +79,7 @@ CASES: list[tuple[str, str]] = [
     ("zh percent points", "GDP增长了6.5个百分点"),
     ("zh version", "你好 WeTextProcessing 1.0，全新版本"),
     ("zh kana with CJK", "こんにちは、2024年です"),
+    ("zh NUL byte (an epsilon arc in the input acceptor)", "第1\x00段"),
     ("en money date time", "I paid $12.50 on Jan. 5th, 2023 at 3:30pm."),
     ("en iso date count", "The meeting on 2024-03-05 had 1,234 people."),
     ("en percent abbreviation", "45% of them were from the U.S."),
@@ -105,6 +106,7 @@ CASES: list[tuple[str, str]] = [
     ("en big money", "The 3rd quarter revenue was $1,000,000."),
     ("en celsius", "Temperatures of 25°C are common."),
     ("en large number", "About 7,900,000,000 people live on Earth."),
+    ("en NUL byte (an epsilon arc in the input acceptor)", "a\x001 b"),
 ]
 
 

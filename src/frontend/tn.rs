@@ -886,4 +886,52 @@ mod tests {
         assert_eq!(py_strip("\u{1c} a \u{3000}"), "a");
         assert_eq!(py_strip("\u{200b}a"), "\u{200b}a"); // zero-width space is not whitespace
     }
+
+    /// The wetext package folder (containing `fsts/`), if the grammars are available here.
+    fn wetext_fsts() -> Option<PathBuf> {
+        let root = match std::env::var("COSY_WETEXT_DIR") {
+            Ok(dir) => PathBuf::from(dir),
+            Err(_) => {
+                let out = std::process::Command::new("/root/.cache/cosy/venv/bin/python")
+                    .args(["-c", "import wetext, os; print(os.path.dirname(wetext.__file__))"])
+                    .output()
+                    .ok()?;
+                if !out.status.success() {
+                    return None;
+                }
+                PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
+            }
+        };
+        let fsts = root.join("fsts");
+        fsts.is_dir().then_some(fsts)
+    }
+
+    #[test]
+    fn specialised_composition_matches_rustfst_composition() {
+        let Some(fsts) = wetext_fsts() else {
+            println!("skipping: wetext grammars not available (COSY_WETEXT_DIR or the venv)");
+            return;
+        };
+        let zh_tagger = Grammar::load(&fsts.join("zh/tn/tagger.fst")).unwrap();
+        let zh_verbalizer = Grammar::load(&fsts.join("zh/tn/verbalizer.fst")).unwrap();
+        assert!(zh_tagger.ilabel_sorted && zh_verbalizer.ilabel_sorted);
+        for text in ["今天是2024年3月5日", "气温-3.5℃，花了￥1,234.56元", "比分3:2，1/4的人", "abc", ""] {
+            let general = zh_tagger.compose_general(text).unwrap();
+            let fast = compose_byte_string(text.as_bytes(), &zh_tagger.fst, true).unwrap();
+            let unsorted_scan = compose_byte_string(text.as_bytes(), &zh_tagger.fst, false).unwrap();
+            let want = best_path_output(&general).unwrap();
+            assert_eq!(best_path_output(&fast).unwrap(), want, "tagger on {text:?}");
+            assert_eq!(best_path_output(&unsorted_scan).unwrap(), want, "tagger (scan) on {text:?}");
+            // Same trimmed graph size: connect kept the same states and arcs.
+            let live = |l: &Lattice| l.arcs.iter().map(Vec::len).sum::<usize>();
+            assert_eq!(live(&fast), live(&general), "arc count on {text:?}");
+            if let Some(tagged) = want.filter(|t| !t.is_empty()) {
+                let tagged = String::from_utf8(tagged).unwrap();
+                let reordered = reorder_tokens(&tagged, TnLang::Zh).unwrap();
+                let general = zh_verbalizer.compose_general(&reordered).unwrap();
+                let fast = compose_byte_string(reordered.as_bytes(), &zh_verbalizer.fst, true).unwrap();
+                assert_eq!(best_path_output(&fast).unwrap(), best_path_output(&general).unwrap(), "verbalizer on {reordered:?}");
+            }
+        }
+    }
 }
