@@ -21,11 +21,17 @@ fn wetext_package_dir() -> Result<PathBuf, String> {
         return Ok(PathBuf::from(dir));
     }
     let out = Command::new(VENV_PYTHON)
-        .args(["-c", "import wetext, os; print(os.path.dirname(wetext.__file__))"])
+        .args([
+            "-c",
+            "import wetext, os; print(os.path.dirname(wetext.__file__))",
+        ])
         .output()
         .map_err(|e| format!("cannot run {VENV_PYTHON}: {e}"))?;
     if !out.status.success() {
-        return Err(format!("wetext is not installed in the venv: {}", String::from_utf8_lossy(&out.stderr).trim()));
+        return Err(format!(
+            "wetext is not installed in the venv: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
     }
     Ok(PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()))
 }
@@ -33,8 +39,15 @@ fn wetext_package_dir() -> Result<PathBuf, String> {
 /// Copies the TN grammars into `dst` under the names the exporter gives them (tn_assets.py).
 fn copy_grammars(package: &Path, dst: &Path) -> Result<(), String> {
     for lang in [TnLang::Zh, TnLang::En] {
-        for (role, name) in [("tagger", lang.tagger_file_name()), ("verbalizer", lang.verbalizer_file_name())] {
-            let src = package.join("fsts").join(lang.as_str()).join("tn").join(format!("{role}.fst"));
+        for (role, name) in [
+            ("tagger", lang.tagger_file_name()),
+            ("verbalizer", lang.verbalizer_file_name()),
+        ] {
+            let src = package
+                .join("fsts")
+                .join(lang.as_str())
+                .join("tn")
+                .join(format!("{role}.fst"));
             std::fs::copy(&src, dst.join(name)).map_err(|e| format!("{}: {e}", src.display()))?;
         }
     }
@@ -100,7 +113,12 @@ fn wetext_cases_match_python() {
     let mut count = [0usize; 2];
     for case in &cases {
         // The frontend's language choice must agree with what the Python side recorded.
-        assert_eq!(TnLang::for_text(&case.input), case.lang, "language choice for {:?}", case.input);
+        assert_eq!(
+            TnLang::for_text(&case.input),
+            case.lang,
+            "language choice for {:?}",
+            case.input
+        );
         let normalizer = if case.lang == TnLang::Zh { &zh } else { &en };
         let idx = (case.lang == TnLang::En) as usize;
         let t = Instant::now();
@@ -109,26 +127,48 @@ fn wetext_cases_match_python() {
         count[idx] += 1;
         match got {
             Ok(got) if got == case.expected => {}
-            Ok(got) => mismatches.push(format!("[{}] {:?}\n   want {:?}\n   got  {:?}", case.what, case.input, case.expected, got)),
+            Ok(got) => mismatches.push(format!(
+                "[{}] {:?}\n   want {:?}\n   got  {:?}",
+                case.what, case.input, case.expected, got
+            )),
             Err(e) => mismatches.push(format!("[{}] {:?}: error {e}", case.what, case.input)),
         }
     }
     for (i, name) in ["zh", "en"].iter().enumerate() {
         if count[i] > 0 {
-            println!("{name}: {} cases, {:?} per sentence", count[i], time[i] / count[i] as u32);
+            println!(
+                "{name}: {} cases, {:?} per sentence",
+                count[i],
+                time[i] / count[i] as u32
+            );
         }
     }
-    println!("{} of {} cases match", cases.len() - mismatches.len(), cases.len());
-    assert!(mismatches.is_empty(), "{} mismatches:\n{}", mismatches.len(), mismatches.join("\n"));
+    println!(
+        "{} of {} cases match",
+        cases.len() - mismatches.len(),
+        cases.len()
+    );
+    assert!(
+        mismatches.is_empty(),
+        "{} mismatches:\n{}",
+        mismatches.len(),
+        mismatches.join("\n")
+    );
 }
 
 #[test]
 fn missing_grammar_is_a_clear_error() {
     let tmp = tempfile::tempdir().expect("tempdir");
-    let err = WetextNormalizer::load(tmp.path(), TnLang::Zh).err().expect("loading from an empty folder fails");
+    let err = WetextNormalizer::load(tmp.path(), TnLang::Zh)
+        .err()
+        .expect("loading from an empty folder fails");
     match &err {
         Error::Model { path, msg } => {
-            assert!(path.ends_with("zh_tn_tagger.fst"), "path {}", path.display());
+            assert!(
+                path.ends_with("zh_tn_tagger.fst"),
+                "path {}",
+                path.display()
+            );
             assert!(msg.contains("not found"), "message {msg}");
         }
         other => panic!("unexpected error {other:?}"),
@@ -136,7 +176,12 @@ fn missing_grammar_is_a_clear_error() {
     // A file that is not an FST is reported as such, naming the file.
     std::fs::write(tmp.path().join("en_tn_tagger.fst"), b"not an fst").expect("write");
     std::fs::write(tmp.path().join("en_tn_verbalizer.fst"), b"not an fst").expect("write");
-    let err = WetextNormalizer::load(tmp.path(), TnLang::En).err().expect("garbage fails to load");
+    let err = WetextNormalizer::load(tmp.path(), TnLang::En)
+        .err()
+        .expect("garbage fails to load");
     let text = err.to_string();
-    assert!(text.contains("en_tn_tagger.fst") && text.contains("OpenFST"), "{text}");
+    assert!(
+        text.contains("en_tn_tagger.fst") && text.contains("OpenFST"),
+        "{text}"
+    );
 }

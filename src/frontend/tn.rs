@@ -89,15 +89,24 @@ impl Grammar {
             ));
         }
         let fst = Fst::read(path).map_err(|e| {
-            Error::model(path, format!("not a readable OpenFST vector FST with tropical arcs: {e:#}"))
+            Error::model(
+                path,
+                format!("not a readable OpenFST vector FST with tropical arcs: {e:#}"),
+            )
         })?;
         if fst.start().is_none() {
             return Err(Error::model(path, "grammar FST has no start state"));
         }
         let ilabel_sorted = fst.states_iter().all(|q| {
-            fst.get_trs(q).map(|trs| trs.trs().windows(2).all(|w| w[0].ilabel <= w[1].ilabel)).unwrap_or(false)
+            fst.get_trs(q)
+                .map(|trs| trs.trs().windows(2).all(|w| w[0].ilabel <= w[1].ilabel))
+                .unwrap_or(false)
         });
-        Ok(Grammar { fst, path: path.to_path_buf(), ilabel_sorted })
+        Ok(Grammar {
+            fst,
+            path: path.to_path_buf(),
+            ilabel_sorted,
+        })
     }
 
     /// kaldifst `TextNormalizer::Normalize`: compose the byte string with the grammar, take the
@@ -140,12 +149,20 @@ impl WetextNormalizer {
     /// Loads `<dir>/<lang>_tn_tagger.fst` and `<dir>/<lang>_tn_verbalizer.fst` (the layout the
     /// exporter writes under the model's `tn/` folder).
     pub fn load(dir: &Path, lang: TnLang) -> Result<Self> {
-        Self::from_files(lang, &dir.join(lang.tagger_file_name()), &dir.join(lang.verbalizer_file_name()))
+        Self::from_files(
+            lang,
+            &dir.join(lang.tagger_file_name()),
+            &dir.join(lang.verbalizer_file_name()),
+        )
     }
 
     /// Loads a tagger/verbalizer pair from explicit paths (e.g. those the manifest lists).
     pub fn from_files(lang: TnLang, tagger: &Path, verbalizer: &Path) -> Result<Self> {
-        Ok(WetextNormalizer { lang, tagger: Grammar::load(tagger)?, verbalizer: Grammar::load(verbalizer)? })
+        Ok(WetextNormalizer {
+            lang,
+            tagger: Grammar::load(tagger)?,
+            verbalizer: Grammar::load(verbalizer)?,
+        })
     }
 
     pub fn lang(&self) -> TnLang {
@@ -212,11 +229,22 @@ impl Lattice {
         let mut finals = Vec::with_capacity(n);
         for s in 0..n as StateId {
             let trs = fst.get_trs(s).map_err(|e| format!("state {s}: {e:#}"))?;
-            arcs.push(trs.trs().iter().map(|tr| (tr.olabel, *tr.weight.value(), tr.nextstate as u32)).collect());
-            let fw = fst.final_weight(s).map_err(|e| format!("state {s}: {e:#}"))?;
+            arcs.push(
+                trs.trs()
+                    .iter()
+                    .map(|tr| (tr.olabel, *tr.weight.value(), tr.nextstate as u32))
+                    .collect(),
+            );
+            let fw = fst
+                .final_weight(s)
+                .map_err(|e| format!("state {s}: {e:#}"))?;
             finals.push(fw.map_or(f32::INFINITY, |w| *w.value()));
         }
-        Ok(Lattice { start: fst.start().map(|s| s as u32), arcs, finals })
+        Ok(Lattice {
+            start: fst.start().map(|s| s as u32),
+            arcs,
+            finals,
+        })
     }
 }
 
@@ -230,7 +258,11 @@ impl Lattice {
 /// Arc weights are `One ⊗ w = w` exactly. Connect then drops states that cannot reach a final
 /// state (every state is accessible by construction). State numbering differs from OpenFST's,
 /// which is harmless: the search below depends only on the graph and each state's arc order.
-fn compose_byte_string(text: &[u8], rule: &Fst, ilabel_sorted: bool) -> std::result::Result<Lattice, String> {
+fn compose_byte_string(
+    text: &[u8],
+    rule: &Fst,
+    ilabel_sorted: bool,
+) -> std::result::Result<Lattice, String> {
     use std::collections::HashMap;
     let rule_start = rule.start().ok_or("grammar has no start state")?;
     let mut ids: HashMap<(u32, StateId), u32> = HashMap::new();
@@ -241,18 +273,21 @@ fn compose_byte_string(text: &[u8], rule: &Fst, ilabel_sorted: bool) -> std::res
     let mut k = 0usize;
     while k < tuples.len() {
         let (pos, q) = tuples[k];
-        let trs = rule.get_trs(q).map_err(|e| format!("grammar state {q}: {e:#}"))?;
+        let trs = rule
+            .get_trs(q)
+            .map_err(|e| format!("grammar state {q}: {e:#}"))?;
         let trs = trs.trs();
         let next_byte = text.get(pos as usize).map(|&b| Label::from(b));
         let mut out = Vec::new();
-        let mut take = |tr: &Tr<TropicalWeight>, next_pos: u32, out: &mut Vec<(Label, f32, u32)>| {
-            let key = (next_pos, tr.nextstate);
-            let id = *ids.entry(key).or_insert_with(|| {
-                tuples.push(key);
-                (tuples.len() - 1) as u32
-            });
-            out.push((tr.olabel, *tr.weight.value(), id));
-        };
+        let mut take =
+            |tr: &Tr<TropicalWeight>, next_pos: u32, out: &mut Vec<(Label, f32, u32)>| {
+                let key = (next_pos, tr.nextstate);
+                let id = *ids.entry(key).or_insert_with(|| {
+                    tuples.push(key);
+                    (tuples.len() - 1) as u32
+                });
+                out.push((tr.olabel, *tr.weight.value(), id));
+            };
         if ilabel_sorted {
             let eps_end = trs.partition_point(|tr| tr.ilabel == 0);
             for tr in &trs[..eps_end] {
@@ -275,7 +310,9 @@ fn compose_byte_string(text: &[u8], rule: &Fst, ilabel_sorted: bool) -> std::res
         }
         arcs.push(out);
         let at_end = pos as usize == text.len();
-        let fw = rule.final_weight(q).map_err(|e| format!("grammar state {q}: {e:#}"))?;
+        let fw = rule
+            .final_weight(q)
+            .map_err(|e| format!("grammar state {q}: {e:#}"))?;
         finals.push(match fw {
             Some(w) if at_end => *w.value(),
             _ => f32::INFINITY,
@@ -292,7 +329,9 @@ fn compose_byte_string(text: &[u8], rule: &Fst, ilabel_sorted: bool) -> std::res
         }
     }
     let mut alive = vec![false; n];
-    let mut stack: Vec<u32> = (0..n as u32).filter(|&s| finals[s as usize] != f32::INFINITY).collect();
+    let mut stack: Vec<u32> = (0..n as u32)
+        .filter(|&s| finals[s as usize] != f32::INFINITY)
+        .collect();
     for &s in &stack {
         alive[s as usize] = true;
     }
@@ -305,7 +344,11 @@ fn compose_byte_string(text: &[u8], rule: &Fst, ilabel_sorted: bool) -> std::res
         }
     }
     if !alive[0] {
-        return Ok(Lattice { start: None, arcs: Vec::new(), finals: Vec::new() });
+        return Ok(Lattice {
+            start: None,
+            arcs: Vec::new(),
+            finals: Vec::new(),
+        });
     }
     for out in arcs.iter_mut() {
         out.retain(|&(_, _, t)| alive[t as usize]);
@@ -316,7 +359,11 @@ fn compose_byte_string(text: &[u8], rule: &Fst, ilabel_sorted: bool) -> std::res
             arcs[s].clear();
         }
     }
-    Ok(Lattice { start: Some(0), arcs, finals })
+    Ok(Lattice {
+        start: Some(0),
+        arcs,
+        finals,
+    })
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -436,7 +483,11 @@ fn analyse_sccs(lattice: &Lattice, start: u32) -> std::result::Result<SccAnalysi
             }
         }
     }
-    Ok(SccAnalysis { scc, nontrivial, unweighted })
+    Ok(SccAnalysis {
+        scc,
+        nontrivial,
+        unweighted,
+    })
 }
 
 /// OpenFST's `SccQueue`: components are served in topological order; inside a component with
@@ -456,7 +507,13 @@ impl SccQueue {
         let fifo = analysis
             .nontrivial
             .iter()
-            .map(|&nt| if nt { Some(std::collections::VecDeque::new()) } else { None })
+            .map(|&nt| {
+                if nt {
+                    Some(std::collections::VecDeque::new())
+                } else {
+                    None
+                }
+            })
             .collect();
         SccQueue {
             scc: analysis.scc.clone(),
@@ -556,7 +613,9 @@ impl StateQueue {
 /// therefore matters and is OpenFST's (the composed FST never has known acyclic/top-sorted
 /// properties, so `AutoQueue` always analyses components).
 fn best_path_output(lattice: &Lattice) -> std::result::Result<Option<Vec<u8>>, String> {
-    let Some(start) = lattice.start else { return Ok(None) };
+    let Some(start) = lattice.start else {
+        return Ok(None);
+    };
     let n = lattice.arcs.len();
     let analysis = analyse_sccs(lattice, start)?;
     let mut queue = if analysis.unweighted {
@@ -606,7 +665,9 @@ fn best_path_output(lattice: &Lattice) -> std::result::Result<Option<Vec<u8>>, S
         }
     }
 
-    let Some(mut state) = final_parent else { return Ok(None) };
+    let Some(mut state) = final_parent else {
+        return Ok(None);
+    };
     let mut labels: Vec<Label> = Vec::new();
     let mut steps = 0usize;
     while let Some((prev, pos)) = parent[state as usize] {
@@ -619,7 +680,14 @@ fn best_path_output(lattice: &Lattice) -> std::result::Result<Option<Vec<u8>>, S
     }
     // kaldifst appends each non-zero output label to a std::string (one byte each; the grammars
     // are byte grammars, so labels are below 256).
-    Ok(Some(labels.iter().rev().filter(|&&l| l != 0).map(|&l| l as u8).collect()))
+    Ok(Some(
+        labels
+            .iter()
+            .rev()
+            .filter(|&&l| l != 0)
+            .map(|&l| l as u8)
+            .collect(),
+    ))
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -634,7 +702,12 @@ fn field_order(lang: TnLang, token: &str) -> Option<&'static [&'static str]> {
         (TnLang::Zh, "money") => Some(&["value", "currency"]),
         (TnLang::Zh, "time") => Some(&["noon", "hour", "minute", "second"]),
         (TnLang::En, "date") => Some(&["preserve_order", "text", "day", "month", "year"]),
-        (TnLang::En, "money") => Some(&["integer_part", "fractional_part", "quantity", "currency_maj"]),
+        (TnLang::En, "money") => Some(&[
+            "integer_part",
+            "fractional_part",
+            "quantity",
+            "currency_maj",
+        ]),
         _ => None,
     }
 }
@@ -649,7 +722,10 @@ struct Token {
 
 impl Token {
     fn member(&self, key: &str) -> Option<&str> {
-        self.members.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str())
+        self.members
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
     }
 
     fn set(&mut self, key: String, value: String) {
@@ -739,7 +815,10 @@ impl Cursor {
             _ => {}
         }
         let mut key = String::new();
-        while let Some(c) = self.current().filter(|c| c.is_ascii_alphabetic() || *c == '_') {
+        while let Some(c) = self
+            .current()
+            .filter(|c| c.is_ascii_alphabetic() || *c == '_')
+        {
             key.push(c);
             self.read();
         }
@@ -769,13 +848,20 @@ impl Cursor {
 
 /// Parses `name { key: "value" ... } ...` and re-renders every token, fixed field orders applied.
 fn reorder_tokens(tagged: &str, lang: TnLang) -> std::result::Result<String, String> {
-    let mut cur = Cursor { chars: tagged.chars().collect(), pos: 0 };
+    let mut cur = Cursor {
+        chars: tagged.chars().collect(),
+        pos: 0,
+    };
     let mut out = String::new();
     while cur.skip_spaces() {
         let token_start = cur.pos;
         let name = cur.key()?;
         cur.accept_each(" { ");
-        let mut token = Token { name, order: Vec::new(), members: Vec::new() };
+        let mut token = Token {
+            name,
+            order: Vec::new(),
+            members: Vec::new(),
+        };
         while cur.skip_spaces() {
             if cur.accept('}') {
                 break;
@@ -813,6 +899,7 @@ fn py_strip(s: &str) -> &str {
 }
 
 /// Unicode general category Nd (Unicode 14, as Python 3.11's `re` `\d` matches it).
+#[rustfmt::skip]
 const DECIMAL_DIGIT_RANGES: &[(u32, u32)] = &[
     (0x0030, 0x0039), (0x0660, 0x0669), (0x06F0, 0x06F9), (0x07C0, 0x07C9), (0x0966, 0x096F),
     (0x09E6, 0x09EF), (0x0A66, 0x0A6F), (0x0AE6, 0x0AEF), (0x0B66, 0x0B6F), (0x0BE6, 0x0BEF),
@@ -834,7 +921,9 @@ fn is_decimal_digit(c: char) -> bool {
     if cp < 0x80 {
         return c.is_ascii_digit();
     }
-    DECIMAL_DIGIT_RANGES.iter().any(|&(lo, hi)| (lo..=hi).contains(&cp))
+    DECIMAL_DIGIT_RANGES
+        .iter()
+        .any(|&(lo, hi)| (lo..=hi).contains(&cp))
 }
 
 #[cfg(test)]
@@ -855,7 +944,10 @@ mod tests {
         );
         // Escaped quote inside a value is kept verbatim; repeated keys print the last value twice.
         let esc = r#"w { v: "a\"b" v: "c" }"#;
-        assert_eq!(reorder_tokens(esc, TnLang::En).unwrap(), r#"w { v: "c" v: "c" }"#);
+        assert_eq!(
+            reorder_tokens(esc, TnLang::En).unwrap(),
+            r#"w { v: "c" v: "c" }"#
+        );
     }
 
     #[test]
@@ -893,7 +985,10 @@ mod tests {
             Ok(dir) => PathBuf::from(dir),
             Err(_) => {
                 let out = std::process::Command::new("/root/.cache/cosy/venv/bin/python")
-                    .args(["-c", "import wetext, os; print(os.path.dirname(wetext.__file__))"])
+                    .args([
+                        "-c",
+                        "import wetext, os; print(os.path.dirname(wetext.__file__))",
+                    ])
                     .output()
                     .ok()?;
                 if !out.status.success() {
@@ -915,13 +1010,24 @@ mod tests {
         let zh_tagger = Grammar::load(&fsts.join("zh/tn/tagger.fst")).unwrap();
         let zh_verbalizer = Grammar::load(&fsts.join("zh/tn/verbalizer.fst")).unwrap();
         assert!(zh_tagger.ilabel_sorted && zh_verbalizer.ilabel_sorted);
-        for text in ["今天是2024年3月5日", "气温-3.5℃，花了￥1,234.56元", "比分3:2，1/4的人", "abc", ""] {
+        for text in [
+            "今天是2024年3月5日",
+            "气温-3.5℃，花了￥1,234.56元",
+            "比分3:2，1/4的人",
+            "abc",
+            "",
+        ] {
             let general = zh_tagger.compose_general(text).unwrap();
             let fast = compose_byte_string(text.as_bytes(), &zh_tagger.fst, true).unwrap();
-            let unsorted_scan = compose_byte_string(text.as_bytes(), &zh_tagger.fst, false).unwrap();
+            let unsorted_scan =
+                compose_byte_string(text.as_bytes(), &zh_tagger.fst, false).unwrap();
             let want = best_path_output(&general).unwrap();
             assert_eq!(best_path_output(&fast).unwrap(), want, "tagger on {text:?}");
-            assert_eq!(best_path_output(&unsorted_scan).unwrap(), want, "tagger (scan) on {text:?}");
+            assert_eq!(
+                best_path_output(&unsorted_scan).unwrap(),
+                want,
+                "tagger (scan) on {text:?}"
+            );
             // Same trimmed graph size: connect kept the same states and arcs.
             let live = |l: &Lattice| l.arcs.iter().map(Vec::len).sum::<usize>();
             assert_eq!(live(&fast), live(&general), "arc count on {text:?}");
@@ -929,8 +1035,13 @@ mod tests {
                 let tagged = String::from_utf8(tagged).unwrap();
                 let reordered = reorder_tokens(&tagged, TnLang::Zh).unwrap();
                 let general = zh_verbalizer.compose_general(&reordered).unwrap();
-                let fast = compose_byte_string(reordered.as_bytes(), &zh_verbalizer.fst, true).unwrap();
-                assert_eq!(best_path_output(&fast).unwrap(), best_path_output(&general).unwrap(), "verbalizer on {reordered:?}");
+                let fast =
+                    compose_byte_string(reordered.as_bytes(), &zh_verbalizer.fst, true).unwrap();
+                assert_eq!(
+                    best_path_output(&fast).unwrap(),
+                    best_path_output(&general).unwrap(),
+                    "verbalizer on {reordered:?}"
+                );
             }
         }
     }
