@@ -7,6 +7,7 @@
 //! * [`align`]: trims prompt speech tokens and prompt mel to the 1:2 ratio the flow needs.
 //! * [`tokenizer`]: the Qwen2 BPE + CosyVoice3 specials, loaded from the exported `tokenizer.json`.
 //! * [`text`]: the official text frontend's rules (bypass, zh/en post rules, sentence splitting).
+//! * [`tn`]: wetext text normalisation (the official frontend's TN grammars run as FSTs).
 //! * [`prompt`]: the prompt modes (zero-shot, cross-lingual, instruct, raw) and the
 //!   `<|endofprompt|>` rules.
 
@@ -18,6 +19,7 @@ pub mod numbers;
 pub mod prompt;
 pub mod resample;
 pub mod text;
+pub mod tn;
 pub mod tokenizer;
 pub mod whisper;
 
