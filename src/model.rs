@@ -126,6 +126,9 @@ pub struct Manifest {
     pub files: BTreeMap<String, FileEntry>,
     #[serde(default)]
     pub sine_noise: serde_json::Value,
+    /// Text-normalisation grammars (`tn/`), absent in folders exported without them.
+    #[serde(default)]
+    pub tn: serde_json::Value,
 }
 
 /// A model folder whose manifest parsed and has the right format and version.

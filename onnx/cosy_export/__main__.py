@@ -21,7 +21,8 @@ def _export(args: argparse.Namespace) -> int:
     from .export import ExportOptions, export_model
 
     opts = ExportOptions(precisions=args.precisions.split(","), noise_frames=args.noise_frames,
-                         sparse_text_embedding=args.sparse_text_embedding)
+                         sparse_text_embedding=args.sparse_text_embedding,
+                         text_normalization=not args.no_text_normalization)
     start = time.perf_counter()
     export_model(args.src, args.dst, opts)
     print(f"exported {args.src} -> {args.dst} in {time.perf_counter() - start:.1f} s")
@@ -46,7 +47,7 @@ def make_fixture(out: Path, seed: int = FIXTURE_SEED) -> None:
         src = Path(tmp) / "tiny-random"
         write_random_model(src, size="tiny", seed=seed)
         export_model(src, out, ExportOptions(noise_frames=FIXTURE_NOISE_FRAMES, sparse_text_embedding=True,
-                                             random={"size": "tiny", "seed": seed}))
+                                             text_normalization=False, random={"size": "tiny", "seed": seed}))
 
 
 def _fixture(args: argparse.Namespace) -> int:
@@ -88,6 +89,8 @@ def main(argv: list[str] | None = None) -> int:
     e.add_argument("--noise-frames", type=int, default=15000, help="flow-noise columns to keep (15000 = 300 s)")
     e.add_argument("--sparse-text-embedding", action="store_true",
                    help="keep only text-embedding rows the tokenizer can produce (small test folders)")
+    e.add_argument("--no-text-normalization", action="store_true",
+                   help="leave out the wetext TN grammars (tn/); the runtime then reads numbers as written")
     e.set_defaults(fn=_export)
 
     r = sub.add_parser("random", help="write a random-weight model in the official layout")

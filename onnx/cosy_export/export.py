@@ -60,6 +60,8 @@ class ExportOptions:
     # added tokens), stored with their ids. Only for small test folders: a real Qwen vocabulary
     # is fully reachable anyway.
     sparse_text_embedding: bool = False
+    # Copy the wetext TN grammars into tn/ (about 8 MB; the bundled test fixture leaves them out).
+    text_normalization: bool = True
     log: Callable[[str], None] = print
     timings: dict[str, float] = field(default_factory=dict)
 
@@ -260,6 +262,12 @@ def _export_into(src: Path, dst: Path, cfg: ModelConfig, hift_cfg: HiftConfig, o
     side.update(hift_side_tensors(hift))
     _timed(opts, "side.safetensors", lambda: save_file(side, str(dst / "side.safetensors"), metadata={"format": "cosy-side-1"}))
 
+    tn: dict[str, Any] | None = None
+    if opts.text_normalization:
+        from .tn_assets import copy_tn_assets
+
+        tn = _timed(opts, "tn grammars", lambda: copy_tn_assets(dst))["tn"]
+
     offset = sine_noise_offset(cfg)
     first = sine_noise(offset, 1)[0].tolist()
     manifest: dict[str, Any] = {
@@ -276,8 +284,13 @@ def _export_into(src: Path, dst: Path, cfg: ModelConfig, hift_cfg: HiftConfig, o
         "constants": constants(cfg, opts.noise_frames),
         "graphs": graphs,
         "files": {"tokenizer": file_entry(dst, "tokenizer.json"), "side": file_entry(dst, "side.safetensors")},
+        "tn": tn,
         "sine_noise": {"generator": "mt19937", "seed": 0, "offset": offset, "shape": [7_200_000, 9], "first": first},
     }
+    if tn is not None:
+        for lang in ("zh", "en"):
+            for role, rel in tn[lang].items():
+                manifest["files"][f"tn.{lang}.{role}"] = file_entry(dst, rel)
     (dst / "manifest.json").write_text(json.dumps(manifest, indent=1, ensure_ascii=False) + "\n")
     log(f"wrote {len(graphs)} graphs, manifest format {FORMAT} v{FORMAT_VERSION}")
     return manifest

@@ -46,6 +46,7 @@ def test_manifest_describes_every_file_exactly(exported: Path) -> None:
     # tiny-official's yaml asks for greedy sampling (top_k 1, tau_r 2.0): read from the yaml
     assert c["sampling"]["top_k"] == 1 and c["sampling"]["tau_r"] == 2.0
     assert m["sine_noise"]["offset"] == 1_755_066
+    assert m["tn"]["zh"]["tagger"] == "tn/zh_tn_tagger.fst" and "tn.en.verbalizer" in m["files"]
 
 
 def test_side_tensors(exported: Path, golden: Path) -> None:

@@ -32,7 +32,8 @@ use crate::frontend::align::align_prompt;
 use crate::frontend::audio::{load_audio, to_rate, MAX_TOKENIZER_SECONDS};
 use crate::frontend::features::{kaldi_fbank_cmn, mel_24k, whisper_log_mel};
 use crate::frontend::prompt::{plan, PromptMode};
-use crate::frontend::text::{is_only_punctuation, normalize, IdentityNormalizer};
+use crate::frontend::text::{is_only_punctuation, normalize, IdentityNormalizer, Normalizer};
+use crate::frontend::tn::WetextPair;
 use crate::frontend::tokenizer::TextTokenizer;
 use crate::hift::{prepare_hift_inputs, F0Predictor, HiftStream, SourceGenerator};
 use crate::llm::{build_llm_input, decode, Sampler, SamplingParams, SilentTokenFilter, Termination};
@@ -70,6 +71,9 @@ pub struct Synthesizer {
     /// A source generator with no noise rows drawn yet; each request clones it.
     source_proto: SourceGenerator,
     tokenizer: TextTokenizer,
+    /// wetext grammars from the model's `tn/` folder, or the identity (what the official frontend
+    /// does when wetext is not installed) for folders exported without them.
+    normalizer: Box<dyn Normalizer>,
     sessions: Sessions,
 }
 
@@ -197,7 +201,9 @@ impl Synthesizer {
             campplus: factory.open("campplus")?,
             speech_tokenizer: factory.open("speech_tokenizer")?,
         };
+        let normalizer = load_normalizer(&dir)?;
         Ok(Synthesizer {
+            normalizer,
             sampling: constants.sampling_for(config),
             stream_params: constants.stream_for(config),
             seed: config.sampling.seed,
@@ -244,7 +250,7 @@ impl Synthesizer {
         let p = plan(&req.voice.mode(), text, req.text_frontend);
         let count = |s: &str| self.tokenizer.count(s);
         let segments = if p.text_frontend {
-            normalize(&p.tts_text, true, &IdentityNormalizer, &count).segments
+            normalize(&p.tts_text, true, self.normalizer.as_ref(), &count).segments
         } else {
             vec![p.tts_text.clone()]
         };
@@ -254,7 +260,7 @@ impl Synthesizer {
         }
         // The official frontend normalises the prompt text too (split=False), unless it holds markup.
         let prompt_text = if req.text_frontend {
-            normalize(&p.prompt_text, true, &IdentityNormalizer, &count).text
+            normalize(&p.prompt_text, true, self.normalizer.as_ref(), &count).text
         } else {
             p.prompt_text.clone()
         };
@@ -522,4 +528,24 @@ impl TokenToWav<'_> {
         trace.waveform.extend_from_slice(&out);
         Ok(out)
     }
+}
+
+/// The text normaliser the model folder provides: its wetext grammars when the manifest lists a
+/// `tn` entry, otherwise the identity, as the official frontend behaves without wetext.
+fn load_normalizer(dir: &ModelDir) -> Result<Box<dyn Normalizer>> {
+    if dir.manifest.tn.is_null() {
+        tracing::info!("{}: no text-normalisation grammars (tn/); numbers and symbols are read as written", dir.root.display());
+        return Ok(Box::new(IdentityNormalizer));
+    }
+    let file = |lang: &str, role: &str| -> Result<PathBuf> {
+        dir.manifest.tn[lang][role]
+            .as_str()
+            .map(|f| dir.path_of(f))
+            .ok_or_else(|| model_err(dir, format!("manifest.json tn.{lang}.{role} is missing; re-export the model")))
+    };
+    use crate::frontend::tn::{TnLang, WetextNormalizer};
+    Ok(Box::new(WetextPair {
+        zh: WetextNormalizer::from_files(TnLang::Zh, &file("zh", "tagger")?, &file("zh", "verbalizer")?)?,
+        en: WetextNormalizer::from_files(TnLang::En, &file("en", "tagger")?, &file("en", "verbalizer")?)?,
+    }))
 }
