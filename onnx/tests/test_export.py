@@ -111,3 +111,27 @@ def test_yaml_dims_that_disagree_with_weights_are_refused(tiny_official: Path, t
         export_model(src, tmp_path / "out", ExportOptions(log=lambda _: None))
     assert "48" in str(err.value) and "64" in str(err.value)
     assert not (tmp_path / "out").exists()
+
+
+def _initializer_count(path: Path) -> int:
+    import onnx
+
+    return sum(int(np.prod(i.dims)) for i in onnx.load(str(path)).graph.initializer)
+
+
+def test_graphs_carry_exactly_the_checkpoint_parameters(exported: Path, tiny_official: Path) -> None:
+    """Graphs + side tensors hold every checkpoint parameter once (the tied, unused lm_head aside)."""
+    import torch
+
+    llm_sd = torch.load(tiny_official / "llm.pt", weights_only=True)
+    llm_params = sum(v.numel() for k, v in llm_sd.items() if k != "llm.model.lm_head.weight")
+    side = load_file(str(exported / "side.safetensors"))
+    in_llm = _initializer_count(exported / "llm.fp32.onnx")
+    assert in_llm + side["llm.text_embedding"].size + side["llm.speech_embedding"].size == llm_params
+
+    flow_sd = torch.load(tiny_official / "flow.pt", weights_only=True)
+    flow_params = sum(v.numel() for v in flow_sd.values())
+    in_flow = _initializer_count(exported / "flow_front.fp32.onnx") + _initializer_count(exported / "dit.fp32.onnx")
+    # the DiT graph carries no rotary inv_freq buffer as a parameter (it is folded into angles)
+    inv_freq = flow_sd["decoder.estimator.rotary_embed.inv_freq"].numel()
+    assert abs(in_flow - (flow_params - inv_freq)) <= inv_freq, (in_flow, flow_params)
