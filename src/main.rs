@@ -10,7 +10,7 @@ fn main() {
     let filter = std::env::var("COSY_LOG")
         .ok()
         .and_then(|f| EnvFilter::try_new(f).ok())
-        .unwrap_or_else(|| EnvFilter::new(format!("cosy={0},ort={0}", cli.log_filter())).add_directive(
+        .unwrap_or_else(|| EnvFilter::new(format!("cosy={},ort={}", cli.log_filter(), ort_level(cli.log_filter()))).add_directive(
             // Everything else (ort internals at info) only when asked for.
             "warn".parse().unwrap_or_default(),
         ));
@@ -23,5 +23,17 @@ fn main() {
     if let Err(err) = run(cli) {
         eprintln!("cosy: {}", one_line(&err));
         std::process::exit(exit_code(&err));
+    }
+}
+
+/// ONNX Runtime's own log one step quieter than ours: its warnings (e.g. constants it cannot fold
+/// on CPU in fp16 graphs) are about its optimiser, not about the user's run; `-v` shows them.
+fn ort_level(cosy_level: &str) -> &'static str {
+    match cosy_level {
+        "trace" => "debug",
+        "debug" => "info",
+        "info" => "warn",
+        "off" => "off",
+        _ => "error",
     }
 }

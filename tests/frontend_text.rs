@@ -1,9 +1,8 @@
 //! Text frontend rules, sentence splitting, tokenizer parity.
 //!
-//! The tokenizer tests need an exported `tokenizer.json` for the tiny reference model: set
-//! `COSY_TOKENIZER_JSON`, or put it at `tests/fixtures/tiny/tokenizer.json`
-//! (built by `cosy_export.tokenizer.build_tokenizer_json(<tiny-official>/CosyVoice-BlankEN, ...)`).
-//! Without it they print why and skip.
+//! The tokenizer tests need the tiny reference model's `tokenizer.json`: `COSY_TOKENIZER_JSON`, or
+//! it is built with the exporter's venv (`cosy_export.tokenizer.build_tokenizer_json` on
+//! `../shared/reference/tiny-official/CosyVoice-BlankEN`). Without either they print why and skip.
 
 use std::path::{Path, PathBuf};
 
@@ -27,14 +26,35 @@ fn shared_dir() -> Option<PathBuf> {
 }
 
 fn tokenizer() -> Option<TextTokenizer> {
-    let path = std::env::var_os("COSY_TOKENIZER_JSON")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tiny/tokenizer.json"));
-    if !path.is_file() {
-        eprintln!("skipping tokenizer checks: no {} (set COSY_TOKENIZER_JSON)", path.display());
-        return None;
+    if let Some(path) = std::env::var_os("COSY_TOKENIZER_JSON") {
+        return Some(TextTokenizer::from_file(Path::new(&path)).expect("tokenizer.json loads"));
     }
-    Some(TextTokenizer::from_file(&path).expect("tokenizer.json loads"))
+    // Build the tiny reference model's tokenizer.json with the exporter (what `cosy_export export`
+    // writes), once per test process.
+    static BUILT: std::sync::OnceLock<Option<PathBuf>> = std::sync::OnceLock::new();
+    let path = BUILT.get_or_init(|| {
+        let shared = shared_dir()?;
+        let venv = std::env::var_os("COSY_VENV")
+            .map(PathBuf::from)
+            .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".cache/cosy/venv")))?;
+        let python = venv.join("bin/python");
+        if !python.is_file() {
+            eprintln!("skipping tokenizer checks: no exporter venv at {} (scripts/setup.sh --python)", venv.display());
+            return None;
+        }
+        let out = std::env::temp_dir().join(format!("cosy-tok-{}.json", std::process::id()));
+        let blanken = shared.join("reference/tiny-official/CosyVoice-BlankEN");
+        let status = std::process::Command::new(python)
+            .current_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join("onnx"))
+            .args(["-c", "import sys; from cosy_export.tokenizer import build_tokenizer_json; build_tokenizer_json(sys.argv[1], sys.argv[2])"])
+            .arg(&blanken)
+            .arg(&out)
+            .status()
+            .expect("run the exporter's python");
+        assert!(status.success(), "building tokenizer.json for {} failed", blanken.display());
+        Some(out)
+    });
+    Some(TextTokenizer::from_file(path.as_ref()?).expect("tokenizer.json loads"))
 }
 
 /// Splitting length that counts words, for tests that do not need the real tokenizer.

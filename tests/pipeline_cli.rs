@@ -195,13 +195,20 @@ fn bad_input_is_one_clear_line_and_no_file() {
     refuses(&synth(model, &[], TEXT, &bad_out), "unwritable output", &bad_out);
 
     // A model folder missing a graph, and one with another format version.
+    fn copy_tree(from: &Path, to: &Path) {
+        std::fs::create_dir_all(to).unwrap();
+        for e in std::fs::read_dir(from).unwrap() {
+            let e = e.unwrap();
+            if e.path().is_dir() {
+                copy_tree(&e.path(), &to.join(e.file_name())); // e.g. the tn/ grammars
+            } else {
+                std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
+            }
+        }
+    }
     let copy = |name: &str| {
         let d = dir.path().join(name);
-        std::fs::create_dir_all(&d).unwrap();
-        for e in std::fs::read_dir(model).unwrap() {
-            let e = e.unwrap();
-            std::fs::copy(e.path(), d.join(e.file_name())).unwrap();
-        }
+        copy_tree(model, &d);
         d
     };
     let no_dit = copy("no_dit");

@@ -118,6 +118,8 @@ fn wave(n: usize, salt: usize) -> Vec<f32> {
 /// Size of a named (dynamic) dimension for a test run.
 fn named_dim(stage: &str, name: &str) -> i64 {
     let n = name.to_ascii_lowercase();
+    // Graphs name their batch axis differently ("batch", or "B" in the frontend graphs).
+    let n = if n == "b" { "batch".to_string() } else { n };
     if n.contains("past") {
         return 0; // an empty KV cache (prefill)
     }
