@@ -545,11 +545,21 @@ fn resolve_voice(config: &Config, c: VoiceChoice<'_>) -> Result<crate::pipeline:
             "--prompt-wav FILE is required (a recording of the voice to use), or --voice NAME (a saved voice)".into(),
         ));
     };
+    check_prompt_audio(&wav)?;
     Ok(match (c.prompt_text, c.instruct) {
         (Some(t), _) => Voice::ZeroShot { wav, transcript: t.clone() },
         (None, Some(i)) => Voice::Instruct { wav, instruction: i.clone() },
         (None, None) => Voice::CrossLingual { wav },
     })
+}
+
+/// Refuses an unusable prompt recording (unreadable, empty, truncated, < 16 kHz, silent, > 30 s)
+/// before the model is loaded; the pipeline checks it again when it reads it.
+fn check_prompt_audio(wav: &std::path::Path) -> Result<(), Error> {
+    use crate::frontend::audio::{load_audio, to_rate, MAX_TOKENIZER_SECONDS};
+    let audio = load_audio(wav)?;
+    to_rate(&audio, 16_000, Some(MAX_TOKENIZER_SECONDS), wav)?;
+    Ok(())
 }
 
 fn say_command(config: &Config, args: &SayArgs) -> anyhow::Result<()> {
@@ -616,6 +626,7 @@ fn voice_command(config: &Config, action: &VoiceAction) -> anyhow::Result<()> {
             if text.trim().is_empty() {
                 return Err(Error::Input("the transcript (--text) is empty; give the words spoken in the recording".into()).into());
             }
+            check_prompt_audio(wav)?;
             let mut synth = crate::pipeline::Synthesizer::load(config)?;
             let voice = synth.make_voice(name, wav, text)?;
             let path = store.save(&voice, *force)?;
