@@ -46,12 +46,17 @@ pub struct GlobalArgs {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Speak text aloud (or to a file with --out).
-    Say(SynthArgs),
+    /// Speak text aloud: streaming synthesis played live (first audio while the LLM still decodes).
+    Say(SayArgs),
     /// Synthesise text to a wav file (or raw PCM on stdout).
     File(FileArgs),
     /// Time each stage on a sample text.
     Profile(SynthArgs),
+    /// Saved voices: a prompt recording prepared once, used with --voice NAME.
+    Voice {
+        #[command(subcommand)]
+        action: VoiceAction,
+    },
     /// Check the library, providers, GPUs, model folder and engine cache.
     Doctor {
         /// Skip hashing files and opening graphs.
@@ -98,9 +103,16 @@ pub struct FileArgs {
     /// Transcript of the prompt recording (zero-shot); without it the voice is cross-lingual.
     #[arg(long, value_name = "TEXT")]
     pub prompt_text: Option<String>,
-    /// Style or dialect instruction (uses the prompt recording's voice).
+    /// Style or dialect instruction (uses the prompt recording's or saved voice's voice).
     #[arg(long, value_name = "TEXT", conflicts_with = "prompt_text")]
     pub instruct: Option<String>,
+    /// A saved voice (`cosy voice add`) instead of --prompt-wav/--prompt-text.
+    #[arg(long, value_name = "NAME", conflicts_with_all = ["prompt_wav", "prompt_text"])]
+    pub voice: Option<String>,
+    /// Benchmark/test only, NOT the official behaviour: mask the LLM's stop ids until N tokens per
+    /// sentence, so a model that stops early still produces N tokens.
+    #[arg(long, value_name = "N", hide = true)]
+    pub min_tokens: Option<usize>,
     /// Speaking rate (mel time-stretch), e.g. 1.2 faster, 0.8 slower. Not with --stream.
     #[arg(long, default_value_t = 1.0)]
     pub speed: f64,
@@ -119,6 +131,72 @@ pub struct FileArgs {
     /// Pass the text to the tokenizer as is: no normalisation, no sentence splitting.
     #[arg(long)]
     pub no_text_frontend: bool,
+}
+
+/// Arguments of `cosy say`.
+#[derive(Debug, Args)]
+pub struct SayArgs {
+    /// The text to say; `-` reads it from stdin.
+    pub text: Option<String>,
+    /// Prompt recording whose voice to use (wav/flac/mp3/ogg, ≥ 16 kHz, ≤ 30 s).
+    #[arg(long, value_name = "FILE")]
+    pub prompt_wav: Option<PathBuf>,
+    /// Transcript of the prompt recording (zero-shot); without it the voice is cross-lingual.
+    #[arg(long, value_name = "TEXT")]
+    pub prompt_text: Option<String>,
+    /// Style or dialect instruction (uses the prompt recording's or saved voice's voice).
+    #[arg(long, value_name = "TEXT", conflicts_with = "prompt_text")]
+    pub instruct: Option<String>,
+    /// A saved voice (`cosy voice add`) instead of --prompt-wav/--prompt-text.
+    #[arg(long, value_name = "NAME", conflicts_with_all = ["prompt_wav", "prompt_text"])]
+    pub voice: Option<String>,
+    /// Speaking rate (mel time-stretch). Other than 1, each sentence is synthesised whole before
+    /// it plays (the streaming schedule cannot stretch).
+    #[arg(long, default_value_t = 1.0)]
+    pub speed: f64,
+    /// Sampling seed (default: sampling.seed from the config).
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Pass the text to the tokenizer as is: no normalisation, no sentence splitting.
+    #[arg(long)]
+    pub no_text_frontend: bool,
+    /// Output device (see --list-devices); default: output.device from the config.
+    #[arg(long, value_name = "NAME")]
+    pub device: Option<String>,
+    /// List the output devices and exit.
+    #[arg(long)]
+    pub list_devices: bool,
+    /// Debug/test: write one line per event (LLM tokens, chunks, first device samples) to PATH.
+    #[arg(long, value_name = "PATH", hide = true)]
+    pub event_log: Option<PathBuf>,
+    /// Benchmark/test only, NOT the official behaviour: mask the LLM's stop ids until N tokens per
+    /// sentence.
+    #[arg(long, value_name = "N", hide = true)]
+    pub min_tokens: Option<usize>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum VoiceAction {
+    /// Prepare a voice from a recording and its transcript and save it as NAME.
+    Add {
+        /// Name to use with --voice (letters, digits, '.', '_', '-').
+        name: String,
+        /// The recording (wav/flac/mp3/ogg, ≥ 16 kHz, ≤ 30 s).
+        #[arg(long, value_name = "FILE")]
+        wav: PathBuf,
+        /// What is said in the recording.
+        #[arg(long, value_name = "TEXT")]
+        text: String,
+        /// Replace a voice of the same name.
+        #[arg(long)]
+        force: bool,
+    },
+    /// List the saved voices.
+    List,
+    /// Delete a saved voice.
+    Rm {
+        name: String,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -188,10 +266,9 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
     let config = cli.load_config()?;
     match &cli.command {
         Command::File(args) => file_command(&config, args),
-        Command::Say(_) | Command::Profile(_) => {
-            let name = if matches!(&cli.command, Command::Say(_)) { "say" } else { "profile" };
-            anyhow::bail!("`cosy {name}` is not yet implemented")
-        }
+        Command::Say(args) => say_command(&config, args),
+        Command::Voice { action } => voice_command(&config, action),
+        Command::Profile(_) => anyhow::bail!("`cosy profile` is not yet implemented"),
         Command::Doctor { quick } => {
             let report = crate::doctor::run(&config, &crate::doctor::DoctorOptions { quick: *quick });
             print!("{}", report.render());
@@ -275,6 +352,8 @@ pub fn exit_code(err: &anyhow::Error) -> i32 {
         if let Some(e) = cause.downcast_ref::<Error>() {
             return match e {
                 Error::Config(_) | Error::Model { .. } | Error::Input(_) => 2,
+                // As a shell reports a process ended by SIGINT.
+                Error::Cancelled => 130,
                 _ => 1,
             };
         }
@@ -334,7 +413,7 @@ fn check_writable(path: &std::path::Path) -> Result<(), Error> {
 
 fn file_command(config: &Config, args: &FileArgs) -> anyhow::Result<()> {
     use crate::pipeline::wav::{to_i16, write_wav, WavFormat};
-    use crate::pipeline::{Request, Synthesizer, Voice};
+    use crate::pipeline::{Request, Synthesizer};
 
     // Utterances: (index, text, output path or None for stdout).
     let to_stdout = |p: &Option<PathBuf>| p.as_deref().is_some_and(|p| p.as_os_str() == "-");
@@ -372,24 +451,20 @@ fn file_command(config: &Config, args: &FileArgs) -> anyhow::Result<()> {
         jobs.push((0, text, out));
     }
     for (_, text, out) in &jobs {
-        if text.trim().is_empty() {
-            return Err(Error::Input("the text is empty; give something to say".into()).into());
-        }
-        if crate::frontend::text::is_only_punctuation(text.trim()) {
-            return Err(Error::Input(format!("the text {:?} has nothing to say (only punctuation)", text.trim())).into());
-        }
+        check_text(config, text)?;
         if let Some(p) = out {
             check_writable(p)?;
         }
     }
-    let Some(wav) = args.prompt_wav.clone() else {
-        return Err(Error::Input("--prompt-wav FILE is required (a recording of the voice to use)".into()).into());
-    };
-    let voice = match (&args.prompt_text, &args.instruct) {
-        (Some(t), _) => Voice::ZeroShot { wav, transcript: t.clone() },
-        (None, Some(i)) => Voice::Instruct { wav, instruction: i.clone() },
-        (None, None) => Voice::CrossLingual { wav },
-    };
+    let voice = resolve_voice(
+        config,
+        VoiceChoice {
+            prompt_wav: args.prompt_wav.as_ref(),
+            prompt_text: args.prompt_text.as_ref(),
+            instruct: args.instruct.as_ref(),
+            voice: args.voice.as_ref(),
+        },
+    )?;
     if let Some(d) = &args.dump {
         std::fs::create_dir_all(d).map_err(|e| Error::Input(format!("--dump {}: cannot create ({e})", d.display())))?;
     }
@@ -405,6 +480,7 @@ fn file_command(config: &Config, args: &FileArgs) -> anyhow::Result<()> {
             speed: args.speed,
             seed: args.seed,
             stream: args.stream,
+            ignore_stop_until: args.min_tokens,
         };
         let dump = args.dump.as_ref().map(|d| if several { d.join(format!("{index:03}")) } else { d.clone() });
         let mut samples: Vec<f32> = Vec::new();
@@ -431,4 +507,159 @@ fn file_command(config: &Config, args: &FileArgs) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// Refuses text that cannot be said: empty, only punctuation, over `limits.max_text_chars`.
+fn check_text(config: &Config, text: &str) -> Result<(), Error> {
+    if text.trim().is_empty() {
+        return Err(Error::Input("the text is empty; give something to say".into()));
+    }
+    if crate::frontend::text::is_only_punctuation(text.trim()) {
+        return Err(Error::Input(format!("the text {:?} has nothing to say (only punctuation)", text.trim())));
+    }
+    crate::pipeline::check_text_length(text, config.limits.max_text_chars)
+}
+
+/// The voice options of `file` and `say`.
+struct VoiceChoice<'a> {
+    prompt_wav: Option<&'a PathBuf>,
+    prompt_text: Option<&'a String>,
+    instruct: Option<&'a String>,
+    voice: Option<&'a String>,
+}
+
+/// The pipeline voice from the command line. A saved voice is read (unknown names list the saved
+/// ones) and checked against the configured model before anything heavy is loaded.
+fn resolve_voice(config: &Config, c: VoiceChoice<'_>) -> Result<crate::pipeline::Voice, Error> {
+    use crate::pipeline::Voice;
+    if let Some(name) = c.voice {
+        let saved = crate::voice::VoiceStore::new(&config.voices.dir).load(name)?;
+        // The model folder's own problems are reported by the model loader, with their context.
+        if let Ok(dir) = crate::model::ModelDir::open(&config.model_dir) {
+            saved.check_model(&crate::voice::model_key(&dir)?, &config.model_dir)?;
+        }
+        return Ok(Voice::Saved { voice: std::sync::Arc::new(saved), instruction: c.instruct.cloned() });
+    }
+    let Some(wav) = c.prompt_wav.cloned() else {
+        return Err(Error::Input(
+            "--prompt-wav FILE is required (a recording of the voice to use), or --voice NAME (a saved voice)".into(),
+        ));
+    };
+    check_prompt_audio(&wav)?;
+    Ok(match (c.prompt_text, c.instruct) {
+        (Some(t), _) => Voice::ZeroShot { wav, transcript: t.clone() },
+        (None, Some(i)) => Voice::Instruct { wav, instruction: i.clone() },
+        (None, None) => Voice::CrossLingual { wav },
+    })
+}
+
+/// Refuses an unusable prompt recording (unreadable, empty, truncated, < 16 kHz, silent, > 30 s)
+/// before the model is loaded; the pipeline checks it again when it reads it.
+fn check_prompt_audio(wav: &std::path::Path) -> Result<(), Error> {
+    use crate::frontend::audio::{load_audio, to_rate, MAX_TOKENIZER_SECONDS};
+    let audio = load_audio(wav)?;
+    to_rate(&audio, 16_000, Some(MAX_TOKENIZER_SECONDS), wav)?;
+    Ok(())
+}
+
+fn say_command(config: &Config, args: &SayArgs) -> anyhow::Result<()> {
+    if args.list_devices {
+        for d in crate::audio::list_devices()? {
+            let mark = if d.is_default { " (default)" } else { "" };
+            let detail = match &d.error {
+                Some(e) => format!("unusable: {e}"),
+                None => {
+                    let rates: Vec<String> = d.sample_rates.iter().map(|(lo, hi)| {
+                        if lo == hi { format!("{lo}") } else { format!("{lo}-{hi}") }
+                    }).collect();
+                    let channels: Vec<String> = d.channels.iter().map(u16::to_string).collect();
+                    format!("{} Hz, {} ch", rates.join(","), channels.join(","))
+                }
+            };
+            println!("{}{mark}  {}  [{detail}]", d.name, d.description);
+        }
+        return Ok(());
+    }
+    let text = match args.text.as_deref() {
+        None => return Err(Error::Input("give the text to say (or `-` for stdin)".into()).into()),
+        Some("-") => read_stdin()?,
+        Some(t) => t.to_string(),
+    };
+    check_text(config, &text)?;
+    let voice = resolve_voice(
+        config,
+        VoiceChoice {
+            prompt_wav: args.prompt_wav.as_ref(),
+            prompt_text: args.prompt_text.as_ref(),
+            instruct: args.instruct.as_ref(),
+            voice: args.voice.as_ref(),
+        },
+    )?;
+    let req = crate::pipeline::Request {
+        text,
+        voice,
+        text_frontend: !args.no_text_frontend,
+        speed: args.speed,
+        seed: args.seed,
+        // The streaming schedule cannot time-stretch; with --speed each sentence is made whole.
+        stream: args.speed == 1.0,
+        ignore_stop_until: args.min_tokens,
+    };
+    let output = crate::say::Output::from_setting(args.device.as_deref(), &config.output.device);
+    crate::say::say(config, &req, &output, args.event_log.as_deref())?;
+    Ok(())
+}
+
+fn voice_command(config: &Config, action: &VoiceAction) -> anyhow::Result<()> {
+    let store = crate::voice::VoiceStore::new(&config.voices.dir);
+    match action {
+        VoiceAction::Add { name, wav, text, force } => {
+            crate::voice::check_name(name)?;
+            if store.path_of(name).exists() && !force {
+                // Refuse before the model is loaded; `save` checks again.
+                return Err(Error::Input(format!(
+                    "voice {name:?} already exists ({}); remove it first (`cosy voice rm {name}`) or pass --force",
+                    store.path_of(name).display()
+                ))
+                .into());
+            }
+            if text.trim().is_empty() {
+                return Err(Error::Input("the transcript (--text) is empty; give the words spoken in the recording".into()).into());
+            }
+            check_prompt_audio(wav)?;
+            let mut synth = crate::pipeline::Synthesizer::load(config)?;
+            let voice = synth.make_voice(name, wav, text)?;
+            let path = store.save(&voice, *force)?;
+            println!("saved voice {name} ({} prompt tokens) to {}", voice.speech_token.len(), path.display());
+            Ok(())
+        }
+        VoiceAction::List => {
+            let names = store.names()?;
+            if names.is_empty() {
+                println!("no saved voices in {} (add one with `cosy voice add NAME --wav FILE --text TEXT`)", store.dir.display());
+                return Ok(());
+            }
+            let current = crate::model::ModelDir::open(&config.model_dir).ok().and_then(|d| crate::voice::model_key(&d).ok());
+            for name in names {
+                match store.load(&name) {
+                    Ok(v) => {
+                        let fit = match &current {
+                            Some(k) if *k == v.model_key => "",
+                            Some(_) => "  [made for another model]",
+                            None => "",
+                        };
+                        let secs = v.speech_token.len() as f64 / 25.0;
+                        println!("{name}  {}  {secs:.1} s  {:?}{fit}", v.created, v.transcript);
+                    }
+                    Err(e) => println!("{name}  [unreadable: {e}]"),
+                }
+            }
+            Ok(())
+        }
+        VoiceAction::Rm { name } => {
+            let path = store.remove(name)?;
+            println!("removed voice {name} ({})", path.display());
+            Ok(())
+        }
+    }
 }

@@ -178,6 +178,20 @@ pub struct OutputSettings {
     pub device: String,
 }
 
+/// `[voices]`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct VoiceSettings {
+    /// Folder of the saved voices (`cosy voice add`), one `<name>.safetensors` each.
+    pub dir: PathBuf,
+}
+
+/// `[limits]`: input sizes cosy refuses beyond.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LimitSettings {
+    /// Longest text (in characters) one command synthesises.
+    pub max_text_chars: usize,
+}
+
 /// The whole configuration after all sources were applied.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Config {
@@ -188,6 +202,8 @@ pub struct Config {
     pub sampling: SamplingSettings,
     pub streaming: StreamingSettings,
     pub output: OutputSettings,
+    pub voices: VoiceSettings,
+    pub limits: LimitSettings,
     /// The config file that was read, if any.
     pub source_file: Option<PathBuf>,
 }
@@ -216,6 +232,8 @@ impl Default for Config {
                 stream_scale_factor: 2,
             },
             output: OutputSettings { device: "default".into() },
+            voices: VoiceSettings { dir: PathBuf::from("voices") },
+            limits: LimitSettings { max_text_chars: 5000 },
             source_file: None,
         }
     }
@@ -245,6 +263,8 @@ pub const KEYS: &[&str] = &[
     "streaming.token_max_hop_len",
     "streaming.stream_scale_factor",
     "output.device",
+    "voices.dir",
+    "limits.max_text_chars",
 ];
 
 /// Environment variables and the key each one sets.
@@ -259,6 +279,7 @@ pub const ENV_VARS: &[(&str, &str)] = &[
     ("COSY_ENGINE_CACHE", "runtime.engine_cache"),
     ("COSY_SEED", "sampling.seed"),
     ("COSY_OUTPUT_DEVICE", "output.device"),
+    ("COSY_VOICES", "voices.dir"),
 ];
 
 /// The environment variable naming the config file when `--config` is not given.
@@ -450,6 +471,10 @@ impl Config {
                 self.output.device = text_of(value)
                     .filter(|s| !s.is_empty())
                     .ok_or_else(|| bad("\"default\", \"none\" or a device name"))?
+            }
+            "voices.dir" => self.voices.dir = path_value(value)?,
+            "limits.max_text_chars" => {
+                self.limits.max_text_chars = positive(value).ok_or_else(|| bad("an integer >= 1"))?
             }
             _ => {
                 let parts: Vec<&str> = key.split('.').collect();

@@ -26,6 +26,9 @@ pub enum Error {
     Io { path: PathBuf, #[source] source: std::io::Error },
     #[error(transparent)]
     Ort(#[from] ort::Error),
+    /// The user stopped the work (Ctrl-C).
+    #[error("stopped (Ctrl-C)")]
+    Cancelled,
 }
 
 impl Error {

@@ -20,5 +20,7 @@ pub mod pipeline;
 pub mod rng;
 pub mod side;
 pub mod runtime;
+pub mod say;
+pub mod voice;
 
 pub use error::{Error, Result};

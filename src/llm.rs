@@ -308,6 +308,34 @@ pub fn decode<S, E, F>(
     tables: &E,
     sampler: &mut Sampler,
     constants: &LlmConstants,
+    on_token: F,
+) -> Result<DecodeOutcome>
+where
+    S: LlmStep + ?Sized,
+    E: EmbeddingLookup + ?Sized,
+    F: FnMut(i64) -> bool,
+{
+    decode_with(llm, input, tables, sampler, constants, &DecodeOptions::default(), on_token)
+}
+
+/// Knobs of [`decode_with`] that are not part of the official algorithm.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DecodeOptions {
+    /// Benchmark/test knob, NOT the official behaviour: every stop id (the whole
+    /// `[stop_token_min, stop_token_end)` range) is masked until this many tokens were emitted,
+    /// and `max_len` is raised to at least this, so a model that would stop early (e.g. random
+    /// weights) still produces a known amount of work. 0 = off (the official loop).
+    pub ignore_stop_until: usize,
+}
+
+/// [`decode`] with [`DecodeOptions`].
+pub fn decode_with<S, E, F>(
+    llm: &mut S,
+    input: &LlmInput,
+    tables: &E,
+    sampler: &mut Sampler,
+    constants: &LlmConstants,
+    options: &DecodeOptions,
     mut on_token: F,
 ) -> Result<DecodeOutcome>
 where
@@ -318,7 +346,9 @@ where
     let mut tokens: Vec<i64> = Vec::new();
     let mut embed = vec![0f32; input.hidden];
     let vocab = usize::try_from(constants.stop_token_end).unwrap_or(0);
-    for step in 0..input.max_len {
+    let max_len = input.max_len.max(options.ignore_stop_until);
+    let stop_range = usize::try_from(constants.stop_token_min).unwrap_or(vocab)..vocab;
+    for step in 0..max_len {
         let logits = if step == 0 {
             llm.prefill(&input.embeds, input.seq_len)?
         } else {
@@ -336,6 +366,11 @@ where
                 *v = f32::NEG_INFINITY;
             }
         }
+        if step < options.ignore_stop_until {
+            if let Some(stops) = logp.get_mut(stop_range.clone()) {
+                stops.fill(f32::NEG_INFINITY);
+            }
+        }
         let top = sampler.sample(&mut logp, &tokens)?;
         if constants.is_stop(top) {
             return Ok(DecodeOutcome { tokens, termination: Termination::StopToken(top) });
@@ -344,7 +379,7 @@ where
         if !on_token(top) {
             return Ok(DecodeOutcome { tokens, termination: Termination::Cancelled });
         }
-        if step + 1 < input.max_len {
+        if step + 1 < max_len {
             tables.speech_row(top, &mut embed)?;
         }
     }

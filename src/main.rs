@@ -10,10 +10,14 @@ fn main() {
     let filter = std::env::var("COSY_LOG")
         .ok()
         .and_then(|f| EnvFilter::try_new(f).ok())
-        .unwrap_or_else(|| EnvFilter::new(format!("cosy={},ort={}", cli.log_filter(), ort_level(cli.log_filter()))).add_directive(
-            // Everything else (ort internals at info) only when asked for.
-            "warn".parse().unwrap_or_default(),
-        ));
+        .unwrap_or_else(|| {
+            EnvFilter::new(format!("cosy={},ort={}", cli.log_filter(), ort_level(cli.log_filter())))
+                // Everything else (ort internals at info) only when asked for.
+                .add_directive("warn".parse().unwrap_or_default())
+                // The audio decoder logs its own errors (e.g. "probe reached EOF"); cosy reports
+                // them as one clear line, so they would only be said twice.
+                .add_directive("symphonia=off".parse().unwrap_or_default())
+        });
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)

@@ -75,6 +75,7 @@ fn the_committed_config_toml_is_valid_and_equals_the_defaults() {
     // Paths in the file are relative to it.
     d.model_dir = file.parent().unwrap().join("models/cosyvoice3");
     d.runtime.engine_cache = file.parent().unwrap().join("engines");
+    d.voices.dir = file.parent().unwrap().join("voices");
     d.source_file = Some(file);
     assert_eq!(c, d, "config.toml documents exactly the built-in defaults");
 }

@@ -74,15 +74,24 @@ pub fn write_segment(
     std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
     npy(dir, "text_token", &[1, text_token.len()], &ids32(text_token))?;
     npy(dir, "prompt_text_token", &[1, prompt_text_token.len()], &ids32(prompt_text_token))?;
-    let (m, t) = prompt.whisper_mel.dim();
-    npy(dir, "whisper_mel", &[1, m, t], &mat(&prompt.whisper_mel))?;
-    npy(dir, "prompt_speech_token_raw", &[1, prompt.speech_token_raw.len()], &ids32(&prompt.speech_token_raw))?;
+    // A saved voice has no prompt-audio intermediates (they are empty): nothing to dump for them.
+    if !prompt.whisper_mel.is_empty() {
+        let (m, t) = prompt.whisper_mel.dim();
+        npy(dir, "whisper_mel", &[1, m, t], &mat(&prompt.whisper_mel))?;
+    }
+    if !prompt.speech_token_raw.is_empty() {
+        npy(dir, "prompt_speech_token_raw", &[1, prompt.speech_token_raw.len()], &ids32(&prompt.speech_token_raw))?;
+    }
     npy(dir, "prompt_speech_token", &[1, prompt.speech_token.len()], &ids32(&prompt.speech_token))?;
-    let (t, b) = prompt.fbank.dim();
-    npy(dir, "campplus_fbank", &[1, t, b], &mat(&prompt.fbank))?;
+    if !prompt.fbank.is_empty() {
+        let (t, b) = prompt.fbank.dim();
+        npy(dir, "campplus_fbank", &[1, t, b], &mat(&prompt.fbank))?;
+    }
     npy(dir, "speaker_embedding", &[1, prompt.embedding.len()], &prompt.embedding)?;
-    let (t, b) = prompt.feat_raw.dim();
-    npy(dir, "prompt_feat_raw", &[1, t, b], &mat(&prompt.feat_raw))?;
+    if !prompt.feat_raw.is_empty() {
+        let (t, b) = prompt.feat_raw.dim();
+        npy(dir, "prompt_feat_raw", &[1, t, b], &mat(&prompt.feat_raw))?;
+    }
     let (t, b) = prompt.feat.dim();
     npy(dir, "prompt_feat", &[1, t, b], &mat(&prompt.feat))?;
     npy(dir, "llm_token_raw", &[1, trace.llm_token_raw.len()], &ids32(&trace.llm_token_raw))?;

@@ -36,10 +36,11 @@ use crate::frontend::text::{is_only_punctuation, normalize, IdentityNormalizer, 
 use crate::frontend::tn::WetextPair;
 use crate::frontend::tokenizer::TextTokenizer;
 use crate::hift::{prepare_hift_inputs, F0Predictor, HiftStream, SourceGenerator};
-use crate::llm::{build_llm_input, decode, Sampler, SamplingParams, SilentTokenFilter, Termination};
+use crate::llm::{build_llm_input, decode_with, DecodeOptions, Sampler, SamplingParams, SilentTokenFilter, Termination};
 use crate::model::ModelDir;
 use crate::runtime::{SessionFactory, StageSession};
 use crate::side::{SideEmbeddings, SideFile};
+use crate::voice::SavedVoice;
 
 pub use constants::ModelConstants;
 pub use dump::SegmentTrace;
@@ -75,6 +76,12 @@ pub struct Synthesizer {
     /// does when wetext is not installed) for folders exported without them.
     normalizer: Box<dyn Normalizer>,
     sessions: Sessions,
+    /// [`crate::voice::model_key`] of this model (saved voices must carry the same).
+    voice_key: String,
+    /// `limits.max_text_chars`: longer texts are refused.
+    max_text_chars: usize,
+    /// Precision of the frontend graphs (recorded in saved voices).
+    frontend_precision: crate::config::Precision,
 }
 
 /// How the voice is given.
@@ -86,22 +93,48 @@ pub enum Voice {
     CrossLingual { wav: PathBuf },
     /// Instruct: the recording's voice plus a style instruction.
     Instruct { wav: PathBuf, instruction: String },
+    /// A saved voice (`cosy voice add`): zero-shot with its transcript, or instruct with
+    /// `instruction`; no prompt audio is read.
+    Saved { voice: Arc<SavedVoice>, instruction: Option<String> },
 }
 
 impl Voice {
-    fn wav(&self) -> &Path {
+    /// The prompt recording, if this voice is given by one.
+    fn wav(&self) -> Option<&Path> {
         match self {
-            Voice::ZeroShot { wav, .. } | Voice::CrossLingual { wav } | Voice::Instruct { wav, .. } => wav,
+            Voice::ZeroShot { wav, .. } | Voice::CrossLingual { wav } | Voice::Instruct { wav, .. } => Some(wav),
+            Voice::Saved { .. } => None,
         }
     }
     fn mode(&self) -> PromptMode {
         match self {
             Voice::ZeroShot { transcript, .. } => PromptMode::ZeroShot { transcript: transcript.clone() },
             Voice::CrossLingual { .. } => PromptMode::CrossLingual,
-            Voice::Instruct { instruction, .. } => PromptMode::Instruct { instruction: instruction.clone() },
+            Voice::Instruct { instruction, .. } | Voice::Saved { instruction: Some(instruction), .. } => {
+                PromptMode::Instruct { instruction: instruction.clone() }
+            }
+            Voice::Saved { voice, instruction: None } => PromptMode::ZeroShot { transcript: voice.transcript.clone() },
         }
     }
 }
+
+/// Hooks into a running synthesis, for event logs and cancellation. The LLM calls run on the
+/// LLM thread and the rest on the token-to-wav thread, hence `Sync`.
+pub trait SynthesisObserver: Sync {
+    /// The LLM emitted token number `index` (from 0) of sentence `sentence`.
+    fn llm_token(&self, _sentence: usize, _index: usize, _token: i64) {}
+    /// The LLM finished sentence `sentence` after `tokens` tokens.
+    fn llm_done(&self, _sentence: usize, _tokens: usize, _termination: Termination) {}
+    /// Polled after every token and before every flow call; `true` stops the LLM and the
+    /// token-to-wav worker, and the synthesis returns [`Error::Cancelled`].
+    fn cancelled(&self) -> bool {
+        false
+    }
+}
+
+/// An observer that observes nothing.
+pub struct NoObserver;
+impl SynthesisObserver for NoObserver {}
 
 /// One synthesis request.
 #[derive(Debug, Clone)]
@@ -116,9 +149,14 @@ pub struct Request {
     pub seed: Option<u64>,
     /// Use the streaming chunk schedule.
     pub stream: bool,
+    /// Benchmark/test knob, not the official behaviour: stop ids are masked until this many
+    /// tokens per sentence (see [`DecodeOptions::ignore_stop_until`]). `None` = official.
+    pub ignore_stop_until: Option<usize>,
 }
 
-/// The prompt's features (the frontend part of a request; shared by its sentences).
+/// The prompt's features (the frontend part of a request; shared by its sentences). For a saved
+/// voice only `speech_token`, `embedding` and `feat` are known; `whisper_mel`, `speech_token_raw`,
+/// `fbank` and `feat_raw` are then empty (and not dumped).
 #[derive(Debug, Clone)]
 pub struct PromptFeatures {
     /// `[128, T16]`
@@ -192,6 +230,7 @@ impl Synthesizer {
             constants.sine_noise_offset,
         )?;
         let tokenizer = TextTokenizer::from_file(&file_of("tokenizer")?)?;
+        let voice_key = crate::voice::model_key(&dir)?;
         let factory = SessionFactory::new(config, dir.clone())?;
         let sessions = Sessions {
             llm: factory.open("llm")?,
@@ -215,7 +254,64 @@ impl Synthesizer {
             source_proto,
             tokenizer,
             sessions,
+            voice_key,
+            max_text_chars: config.limits.max_text_chars,
+            frontend_precision: config.precision_for(crate::config::StageGroup::Frontend),
         })
+    }
+
+    /// The key saved voices of this model carry ([`crate::voice::model_key`]).
+    pub fn voice_key(&self) -> &str {
+        &self.voice_key
+    }
+
+    /// Computes a saved voice from a prompt recording and its transcript (all prompt-audio work,
+    /// once). Refuses an empty transcript.
+    pub fn make_voice(&mut self, name: &str, wav: &Path, transcript: &str) -> Result<SavedVoice> {
+        crate::voice::check_name(name)?;
+        if transcript.trim().is_empty() {
+            return Err(Error::Input("the transcript (--text) is empty; give the words spoken in the recording".into()));
+        }
+        let prompt = self.prompt_features(wav)?;
+        Ok(SavedVoice {
+            name: name.to_string(),
+            transcript: transcript.to_string(),
+            speech_token: prompt.speech_token,
+            prompt_feat: prompt.feat,
+            embedding: prompt.embedding,
+            model_key: self.voice_key.clone(),
+            model: self.model.root.display().to_string(),
+            frontend_precision: self.frontend_precision.to_string(),
+            source_wav: wav.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default(),
+            created: crate::voice::utc_now_rfc3339(),
+            cosy_version: env!("CARGO_PKG_VERSION").to_string(),
+        })
+    }
+
+    /// The prompt features of a voice: from the recording, or straight from a saved voice (after
+    /// checking that it was made for this model).
+    pub fn prompt_for(&mut self, voice: &Voice) -> Result<PromptFeatures> {
+        match voice {
+            Voice::Saved { voice, .. } => {
+                voice.check_model(&self.voice_key, &self.model.root)?;
+                if voice.prompt_feat.ncols() != self.constants.mel_dim || voice.speech_token.is_empty() {
+                    return Err(Error::Input(format!("voice {:?}: stored features do not fit this model", voice.name)));
+                }
+                Ok(PromptFeatures {
+                    whisper_mel: Array2::zeros((0, 0)),
+                    speech_token_raw: Vec::new(),
+                    speech_token: voice.speech_token.clone(),
+                    fbank: Array2::zeros((0, 0)),
+                    embedding: voice.embedding.clone(),
+                    feat_raw: Array2::zeros((0, 0)),
+                    feat: voice.prompt_feat.clone(),
+                })
+            }
+            other => {
+                let wav = other.wav().ok_or_else(|| Error::Input("the voice has no prompt recording".into()))?;
+                self.prompt_features(wav)
+            }
+        }
     }
 
     /// The text tokenizer of the model.
@@ -247,6 +343,7 @@ impl Synthesizer {
         if text.trim().is_empty() {
             return Err(Error::Input("the text is empty; give something to say".into()));
         }
+        check_text_length(text, self.max_text_chars)?;
         let p = plan(&req.voice.mode(), text, req.text_frontend);
         let count = |s: &str| self.tokenizer.count(s);
         let segments = if p.text_frontend {
@@ -274,6 +371,17 @@ impl Synthesizer {
         &mut self,
         req: &Request,
         dump: Option<&Path>,
+        on_chunk: impl FnMut(&[f32]) -> Result<()>,
+    ) -> Result<Summary> {
+        self.synthesize_observed(req, dump, &NoObserver, on_chunk)
+    }
+
+    /// [`Self::synthesize`] with an observer (token events, cancellation).
+    pub fn synthesize_observed(
+        &mut self,
+        req: &Request,
+        dump: Option<&Path>,
+        observer: &dyn SynthesisObserver,
         mut on_chunk: impl FnMut(&[f32]) -> Result<()>,
     ) -> Result<Summary> {
         if !(req.speed.is_finite() && req.speed > 0.0) {
@@ -284,11 +392,14 @@ impl Synthesizer {
         }
         let (prompt_text, segments) = self.plan_text(req)?;
         let p = plan(&req.voice.mode(), &req.text, req.text_frontend);
-        let prompt = self.prompt_features(req.voice.wav())?;
+        let prompt = self.prompt_for(&req.voice)?;
         let prompt_text_token = self.encode(&prompt_text)?;
         let mut sampler = Sampler::new(self.sampling, req.seed.unwrap_or(self.seed));
         let mut summary = Summary { sentences: segments.len(), ..Summary::default() };
         for (i, segment) in segments.iter().enumerate() {
+            if observer.cancelled() {
+                return Err(Error::Cancelled);
+            }
             let text_token = self.encode(segment)?;
             if text_token.is_empty() {
                 return Err(Error::Input(format!("sentence {segment:?} gives no text tokens")));
@@ -300,7 +411,8 @@ impl Synthesizer {
                 summary.chunks += 1;
                 on_chunk(c)
             };
-            self.run_segment(&prompt, &prompt_text_token, &text_token, llm_speech, req, &mut sampler, trace.as_mut(), &mut on)?;
+            let seg = Segment { index: i, prompt: &prompt, prompt_text_token: &prompt_text_token, text_token: &text_token, llm_prompt_speech: llm_speech };
+            self.run_segment(&seg, req, &mut sampler, observer, trace.as_mut(), &mut on)?;
             if let (Some(root), Some(trace)) = (dump, trace) {
                 let dir = if segments.len() == 1 { root.to_path_buf() } else { root.join(format!("{i:03}")) };
                 dump::write_segment(&dir, &prompt, &prompt_text_token, &text_token, &trace, req.stream, self.constants.sample_rate)?;
@@ -314,20 +426,20 @@ impl Synthesizer {
     }
 
     /// One sentence: LLM thread → tokens → token2wav thread → chunks → `on_chunk` (this thread).
-    #[allow(clippy::too_many_arguments)]
     fn run_segment(
         &mut self,
-        prompt: &PromptFeatures,
-        prompt_text_token: &[i64],
-        text_token: &[i64],
-        llm_prompt_speech: &[i64],
+        seg: &Segment<'_>,
         req: &Request,
         sampler: &mut Sampler,
+        observer: &dyn SynthesisObserver,
         trace: Option<&mut SegmentTrace>,
         on_chunk: &mut dyn FnMut(&[f32]) -> Result<()>,
     ) -> Result<()> {
         let c = &self.constants;
-        let input = build_llm_input(&self.embeddings, prompt_text_token, text_token, llm_prompt_speech, &c.llm)?;
+        let prompt = seg.prompt;
+        let input = build_llm_input(&self.embeddings, seg.prompt_text_token, seg.text_token, seg.llm_prompt_speech, &c.llm)?;
+        let options = DecodeOptions { ignore_stop_until: req.ignore_stop_until.unwrap_or(0) };
+        let sentence = seg.index;
         let shape = c.llm_shape;
         let embeddings = &self.embeddings;
         let llm_constants = &c.llm;
@@ -344,6 +456,7 @@ impl Synthesizer {
             stream: req.stream,
             speed: req.speed,
             filter: SilentTokenFilter::new(&c.silent_tokens, c.max_silent_run),
+            observer,
         };
         let llm_session = &mut self.sessions.llm;
         let (tok_tx, tok_rx) = crossbeam_channel::unbounded::<i64>();
@@ -351,7 +464,14 @@ impl Synthesizer {
         std::thread::scope(|scope| -> Result<()> {
             let llm = scope.spawn(move || -> Result<crate::llm::DecodeOutcome> {
                 let mut step = OnnxLlm::new(llm_session, shape.layers, shape.hidden, shape.kv_heads, shape.head_dim)?;
-                decode(&mut step, &input, embeddings, sampler, llm_constants, |t| tok_tx.send(t).is_ok())
+                let mut emitted = 0usize;
+                let outcome = decode_with(&mut step, &input, embeddings, sampler, llm_constants, &options, |t| {
+                    observer.llm_token(sentence, emitted, t);
+                    emitted += 1;
+                    tok_tx.send(t).is_ok() && !observer.cancelled()
+                })?;
+                observer.llm_done(sentence, outcome.tokens.len(), outcome.termination);
+                Ok(outcome)
             });
             let worker = scope.spawn(move || t2w.run(tok_rx, chunk_tx));
             let mut consumer_err = None;
@@ -370,7 +490,11 @@ impl Synthesizer {
             let outcome = outcome?;
             let mut done = t2w_result?;
             if outcome.termination == Termination::Cancelled {
-                return Err(Error::Runtime("synthesis was cancelled".into()));
+                return Err(if observer.cancelled() {
+                    Error::Cancelled
+                } else {
+                    Error::Runtime("the token-to-wav worker stopped taking tokens".into())
+                });
             }
             if let Some(trace) = trace {
                 done.llm_token_raw = outcome.tokens;
@@ -406,6 +530,27 @@ fn load_f0(side: &SideFile) -> Result<F0Predictor> {
     F0Predictor::new(&views, &cw.data, cb.data.first().copied().unwrap_or(0.0))
 }
 
+/// What one sentence's synthesis starts from.
+struct Segment<'a> {
+    index: usize,
+    prompt: &'a PromptFeatures,
+    prompt_text_token: &'a [i64],
+    text_token: &'a [i64],
+    /// Prompt speech tokens for the LLM (empty in cross-lingual and instruct modes).
+    llm_prompt_speech: &'a [i64],
+}
+
+/// Refuses a text longer than `limit` characters (`limits.max_text_chars`).
+pub fn check_text_length(text: &str, limit: usize) -> Result<()> {
+    let n = text.chars().count();
+    if n > limit {
+        return Err(Error::Input(format!(
+            "the text has {n} characters, more than the limit of {limit} (limits.max_text_chars); split it, or raise the limit"
+        )));
+    }
+    Ok(())
+}
+
 /// The token-to-wav worker of one sentence.
 struct TokenToWav<'a> {
     flow_front: &'a mut StageSession,
@@ -420,6 +565,7 @@ struct TokenToWav<'a> {
     stream: bool,
     speed: f64,
     filter: SilentTokenFilter,
+    observer: &'a dyn SynthesisObserver,
 }
 
 impl TokenToWav<'_> {
@@ -434,6 +580,9 @@ impl TokenToWav<'_> {
         let mut planner = StreamPlanner::new(self.stream_params, self.prompt.speech_token.len());
         let mut hift = HiftStream::new(self.constants.mel_dim);
         for t in tokens_in.iter() {
+            if self.observer.cancelled() {
+                return Err(Error::Cancelled);
+            }
             if self.filter.accept(t) {
                 tokens.push(t);
             }
@@ -447,6 +596,9 @@ impl TokenToWav<'_> {
             }
         }
         // The LLM is done (or failed; its error is reported by the caller).
+        if self.observer.cancelled() {
+            return Err(Error::Cancelled);
+        }
         if tokens.is_empty() {
             return Err(Error::Input(
                 "the LLM produced no speech tokens for this sentence (it stopped at once); try other text".into(),

@@ -1,0 +1,196 @@
+//! `cosy say`: streaming synthesis played live.
+//!
+//! The device is opened first (so a machine without one fails at once, with the player's one-line
+//! message pointing to `cosy file`), then the model is loaded and the request runs with the
+//! streaming schedule: every chunk the token-to-wav worker produces is pushed to the [`Player`]
+//! while the LLM thread keeps decoding, so the first audio plays before the LLM is done. `push`
+//! blocks while the player's queue is full, which paces synthesis by the device.
+//!
+//! Ctrl-C cancels the player (queue dropped, output silenced); the synthesis observer sees the
+//! cancel and stops the LLM loop (its token callback returns false) and the token-to-wav worker,
+//! and the command ends with [`Error::Cancelled`] (exit status 130). A second Ctrl-C exits at once.
+//!
+//! `--event-log PATH` (hidden, for tests and debugging) writes one line per event, `SEQ EVENT
+//! ARGS…`, where SEQ comes from the sequence counter the device callback shares
+//! ([`PlaybackEvents::next_seq`]), so sorting by SEQ gives the true order of "the device pulled its
+//! first samples" against the producer's steps. Events: `llm_token SENTENCE INDEX TOKEN`,
+//! `llm_done SENTENCE TOKENS TERMINATION`, `chunk_ready N SAMPLES` (taken before the chunk is
+//! queued), `chunk_pushed N SAMPLES` (after), `device_first_samples`, `playback_done`,
+//! `cancelled`. Lines are written as they happen (flushed), `device_first_samples` as soon as a
+//! later event notices it, so the file is useful even when the process is interrupted.
+
+use std::io::Write;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use crate::audio::{cancel_on_ctrl_c, CancelHandle, Flow, PlaybackEvents, Player, MODEL_SAMPLE_RATE};
+use crate::error::{Error, Result};
+use crate::llm::Termination;
+use crate::pipeline::{Request, SynthesisObserver, Synthesizer};
+
+/// What `cosy say` plays to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Output {
+    /// The host's default output.
+    Default,
+    /// A named device (`--device`, `output.device`).
+    Named(String),
+    /// No playback (`output.device = "none"`): synthesise and discard.
+    Nothing,
+}
+
+impl Output {
+    /// From `--device` or else `output.device`.
+    pub fn from_setting(flag: Option<&str>, config_value: &str) -> Output {
+        match flag.unwrap_or(config_value).trim() {
+            "" | "default" => Output::Default,
+            "none" => Output::Nothing,
+            name => Output::Named(name.to_string()),
+        }
+    }
+}
+
+/// The `--event-log` file and the counter it orders lines by.
+pub struct EventLog {
+    file: Mutex<std::fs::File>,
+    events: Arc<PlaybackEvents>,
+    first_samples_logged: AtomicBool,
+}
+
+impl EventLog {
+    pub fn create(path: &Path, events: Arc<PlaybackEvents>) -> Result<EventLog> {
+        let file = std::fs::File::create(path)
+            .map_err(|e| Error::Input(format!("--event-log {}: cannot create ({e})", path.display())))?;
+        Ok(EventLog { file: Mutex::new(file), events, first_samples_logged: AtomicBool::new(false) })
+    }
+
+    /// Writes `line` under the next sequence number.
+    pub fn log(&self, line: &str) {
+        let seq = self.events.next_seq();
+        self.write(seq, line);
+        self.note_first_samples();
+    }
+
+    /// Logs `device_first_samples` (with the device's own sequence number) once it happened.
+    pub fn note_first_samples(&self) {
+        if let Some(seq) = self.events.first_samples_seq() {
+            if !self.first_samples_logged.swap(true, Ordering::SeqCst) {
+                self.write(seq, "device_first_samples");
+            }
+        }
+    }
+
+    fn write(&self, seq: u64, line: &str) {
+        let mut f = self.file.lock().unwrap_or_else(|e| e.into_inner());
+        // A debug log: a failed write must not stop playback.
+        let _ = writeln!(f, "{seq} {line}").and_then(|_| f.flush());
+    }
+}
+
+/// Observer of a `say` synthesis: cancellation from the player, events into the log.
+struct SayObserver<'a> {
+    cancel: Option<CancelHandle>,
+    log: Option<&'a EventLog>,
+}
+
+impl SynthesisObserver for SayObserver<'_> {
+    fn llm_token(&self, sentence: usize, index: usize, token: i64) {
+        if let Some(log) = self.log {
+            log.log(&format!("llm_token {sentence} {index} {token}"));
+        }
+    }
+    fn llm_done(&self, sentence: usize, tokens: usize, termination: Termination) {
+        if let Some(log) = self.log {
+            let why = match termination {
+                Termination::StopToken(_) => "stop_token",
+                Termination::MaxLen => "max_len",
+                Termination::Cancelled => "cancelled",
+            };
+            log.log(&format!("llm_done {sentence} {tokens} {why}"));
+        }
+    }
+    fn cancelled(&self) -> bool {
+        self.cancel.as_ref().is_some_and(CancelHandle::is_cancelled)
+    }
+}
+
+/// Plays `req` (its `stream` flag decides the schedule) on `output`. `event_log` as in the module
+/// docs. Returns [`Error::Cancelled`] after Ctrl-C.
+pub fn say(
+    config: &crate::config::Config,
+    req: &Request,
+    output: &Output,
+    event_log: Option<&Path>,
+) -> Result<()> {
+    let mut player = match output {
+        Output::Default => Some(Player::open(None, MODEL_SAMPLE_RATE)?),
+        Output::Named(name) => Some(Player::open(Some(name), MODEL_SAMPLE_RATE)?),
+        Output::Nothing => None,
+    };
+    // Without a player there is no device callback; the counter still orders the log lines.
+    let events = player.as_ref().map_or_else(|| Arc::new(PlaybackEvents::default()), Player::events);
+    let cancel = match &player {
+        Some(p) => {
+            cancel_on_ctrl_c(p.cancel_handle())?;
+            Some(p.cancel_handle())
+        }
+        None => None,
+    };
+    let log = event_log.map(|p| EventLog::create(p, events.clone())).transpose()?;
+    if let Some(p) = &player {
+        let c = p.config();
+        tracing::info!("playing on {} ({} Hz, {} ch, {})", c.device, c.device_rate, c.channels, c.sample_format);
+    }
+
+    let mut synth = Synthesizer::load(config)?;
+    let rate = synth.constants.sample_rate;
+    if rate != MODEL_SAMPLE_RATE {
+        if let Some(p) = &player {
+            let device = p.config().device.clone();
+            player = Some(Player::open(Some(&device), rate)?);
+        }
+    }
+    let observer = SayObserver { cancel: cancel.clone(), log: log.as_ref() };
+    let chunks = AtomicU64::new(0);
+    let result = synth.synthesize_observed(req, None, &observer, |chunk| {
+        let n = chunks.fetch_add(1, Ordering::SeqCst) + 1;
+        if let Some(log) = &log {
+            log.log(&format!("chunk_ready {n} {}", chunk.len()));
+        }
+        if let Some(p) = player.as_mut() {
+            if p.push(chunk)? == Flow::Cancelled {
+                return Err(Error::Cancelled);
+            }
+        }
+        if let Some(log) = &log {
+            log.log(&format!("chunk_pushed {n} {}", chunk.len()));
+        }
+        Ok(())
+    });
+    let cancelled = cancel.as_ref().is_some_and(CancelHandle::is_cancelled);
+    if cancelled || matches!(result, Err(Error::Cancelled)) {
+        if let Some(log) = &log {
+            log.log("cancelled");
+        }
+        return Err(Error::Cancelled);
+    }
+    let summary = result?;
+    if let Some(p) = player {
+        p.finish()?;
+    }
+    if let Some(log) = &log {
+        log.note_first_samples();
+        log.log("playback_done");
+    }
+    if cancel.as_ref().is_some_and(CancelHandle::is_cancelled) {
+        return Err(Error::Cancelled);
+    }
+    tracing::info!(
+        "said {} sentence(s), {} chunk(s), {:.2} s",
+        summary.sentences,
+        summary.chunks,
+        summary.samples as f64 / f64::from(rate)
+    );
+    Ok(())
+}

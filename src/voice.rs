@@ -1,0 +1,406 @@
+//! Saved voices: the zero-shot prompt of a recording, computed once and stored, so that
+//! `--voice NAME` skips all prompt-audio work (decoding, resampling, whisper mel, speech
+//! tokenizer, fbank, campplus, 24 kHz mel, alignment).
+//!
+//! One file per voice, `<voices.dir>/<NAME>.safetensors`, holding exactly what the synthesis needs
+//! from a prompt recording:
+//!
+//! | tensor | dtype | shape | what |
+//! |---|---|---|---|
+//! | `speech_token` | int64 | `[L]` | prompt speech tokens after alignment with the mel |
+//! | `prompt_feat` | float32 | `[2L, 80]` | the 24 kHz prompt mel, aligned |
+//! | `embedding` | float32 | `[192]` | the campplus speaker embedding |
+//!
+//! and, as safetensors string metadata: `format` (`cosy-voice`), `format_version` (`1`), `name`,
+//! `transcript` (the recording's text, stored as text and tokenized again at synthesis time, so
+//! the text frontend treats it exactly as a `--prompt-text`), `model_key`, `model` (the model folder
+//! the voice was made with, for messages), `frontend_precision`, `source_wav` (file name),
+//! `created` (UTC, RFC 3339) and `cosy_version`.
+//!
+//! **Model key.** A voice is only valid for the model whose frontend produced it. The key is the
+//! sha256 of a canonical text listing (1) the sha256 of every variant of the `speech_tokenizer`
+//! and `campplus` graphs (they make the tokens and the embedding), (2) the sha256 of the text
+//! tokenizer file, and (3) the manifest's `config` section (the model's hyperparameters, which
+//! tell a tiny test model from the real one) as canonical JSON (sorted keys). The sha256 values
+//! are those the manifest lists (checked against the files by `cosy doctor`). The whole manifest
+//! is deliberately not hashed: re-exporting to add a precision variant of the LLM or the DiT, or a
+//! newer exporter, changes nothing a voice depends on.
+//!
+//! Every write goes through a temporary file in the voices folder, fsync and rename.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+
+use ndarray::Array2;
+use safetensors::{Dtype, SafeTensors};
+use sha2::{Digest, Sha256};
+
+use crate::error::{Error, Result};
+use crate::model::ModelDir;
+
+/// The `format` metadata of a voice file.
+pub const VOICE_FORMAT: &str = "cosy-voice";
+/// The voice file version this runtime reads and writes.
+pub const VOICE_FORMAT_VERSION: &str = "1";
+/// File name extension of a voice.
+pub const VOICE_EXTENSION: &str = "safetensors";
+
+/// A voice as stored: the prompt's features plus where they came from.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SavedVoice {
+    pub name: String,
+    /// What is said in the recording.
+    pub transcript: String,
+    /// Aligned prompt speech tokens `[L]`.
+    pub speech_token: Vec<i64>,
+    /// Aligned 24 kHz prompt mel `[2L, 80]`.
+    pub prompt_feat: Array2<f32>,
+    /// Speaker embedding `[192]`.
+    pub embedding: Vec<f32>,
+    /// [`model_key`] of the model that made it.
+    pub model_key: String,
+    /// The model folder it was made with (shown in messages only).
+    pub model: String,
+    /// Precision the frontend graphs ran in when it was made.
+    pub frontend_precision: String,
+    /// File name of the recording.
+    pub source_wav: String,
+    /// UTC creation time, RFC 3339.
+    pub created: String,
+    pub cosy_version: String,
+}
+
+/// The model key of a model folder (see the module docs).
+pub fn model_key(dir: &ModelDir) -> Result<String> {
+    let mut text = String::from("cosy-voice-model-key-1\n");
+    for stage in ["speech_tokenizer", "campplus"] {
+        let graph = dir.graph(stage)?;
+        for (precision, variant) in &graph.variants {
+            text.push_str(&format!("{stage} {precision} {}\n", variant.sha256.to_ascii_lowercase()));
+        }
+    }
+    let tokenizer = dir
+        .manifest
+        .files
+        .get("tokenizer")
+        .ok_or_else(|| Error::model(&dir.root, "manifest.json lists no tokenizer file"))?;
+    text.push_str(&format!("tokenizer {}\n", tokenizer.sha256.to_ascii_lowercase()));
+    text.push_str("config ");
+    canonical_json(&dir.manifest.config, &mut text);
+    text.push('\n');
+    Ok(hex::encode(Sha256::digest(text.as_bytes())))
+}
+
+/// JSON with object keys sorted, no spaces: the same text for the same value whatever the
+/// map type behind `serde_json::Value`.
+fn canonical_json(v: &serde_json::Value, out: &mut String) {
+    match v {
+        serde_json::Value::Object(map) => {
+            let sorted: BTreeMap<&String, &serde_json::Value> = map.iter().collect();
+            out.push('{');
+            for (i, (k, v)) in sorted.into_iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                out.push_str(&serde_json::Value::String(k.clone()).to_string());
+                out.push(':');
+                canonical_json(v, out);
+            }
+            out.push('}');
+        }
+        serde_json::Value::Array(items) => {
+            out.push('[');
+            for (i, v) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                canonical_json(v, out);
+            }
+            out.push(']');
+        }
+        other => out.push_str(&other.to_string()),
+    }
+}
+
+/// Refuses names that are not a plain file stem: letters, digits, `.`, `_`, `-`; 1–64 chars; not
+/// starting with `.` or `-`.
+pub fn check_name(name: &str) -> Result<()> {
+    let ok_chars = name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
+    if name.is_empty() || name.len() > 64 || !ok_chars || name.starts_with(['.', '-']) {
+        return Err(Error::Input(format!(
+            "voice name {name:?} is not allowed; use 1-64 letters, digits, '.', '_' or '-' (not first)"
+        )));
+    }
+    Ok(())
+}
+
+/// UTC now as `YYYY-MM-DDTHH:MM:SSZ`.
+pub fn utc_now_rfc3339() -> String {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    rfc3339_from_unix(secs)
+}
+
+/// `YYYY-MM-DDTHH:MM:SSZ` for seconds since the Unix epoch (proleptic Gregorian calendar).
+pub fn rfc3339_from_unix(secs: u64) -> String {
+    let days = (secs / 86_400) as i64;
+    let rem = secs % 86_400;
+    // Civil date from a day count (Howard Hinnant's algorithm, era = 400 years).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!("{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z", rem / 3600, rem % 3600 / 60, rem % 60)
+}
+
+fn le_bytes_f32(v: &[f32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+fn le_bytes_i64(v: &[i64]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+impl SavedVoice {
+    /// The voice file's bytes.
+    pub fn to_bytes(&self) -> Result<Vec<u8>> {
+        let l = self.speech_token.len();
+        if self.prompt_feat.dim() != (2 * l, self.prompt_feat.ncols()) {
+            return Err(Error::Input(format!(
+                "voice {}: prompt_feat has {} frames for {l} tokens (expected {})",
+                self.name,
+                self.prompt_feat.nrows(),
+                2 * l
+            )));
+        }
+        let tokens = le_bytes_i64(&self.speech_token);
+        let feat: Vec<f32> = self.prompt_feat.as_standard_layout().iter().copied().collect();
+        let feat = le_bytes_f32(&feat);
+        let embedding = le_bytes_f32(&self.embedding);
+        let view = |dtype, shape: Vec<usize>, data| {
+            safetensors::tensor::TensorView::new(dtype, shape, data)
+                .map_err(|e| Error::Input(format!("voice {}: {e}", self.name)))
+        };
+        let tensors = vec![
+            ("speech_token", view(Dtype::I64, vec![l], &tokens)?),
+            ("prompt_feat", view(Dtype::F32, vec![self.prompt_feat.nrows(), self.prompt_feat.ncols()], &feat)?),
+            ("embedding", view(Dtype::F32, vec![self.embedding.len()], &embedding)?),
+        ];
+        let meta: HashMap<String, String> = [
+            ("format", VOICE_FORMAT),
+            ("format_version", VOICE_FORMAT_VERSION),
+            ("name", &self.name),
+            ("transcript", &self.transcript),
+            ("model_key", &self.model_key),
+            ("model", &self.model),
+            ("frontend_precision", &self.frontend_precision),
+            ("source_wav", &self.source_wav),
+            ("created", &self.created),
+            ("cosy_version", &self.cosy_version),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        safetensors::serialize(tensors, Some(meta)).map_err(|e| Error::Input(format!("voice {}: {e}", self.name)))
+    }
+
+    /// Parses a voice file's bytes (`path` is for messages).
+    pub fn from_bytes(bytes: &[u8], path: &Path) -> Result<SavedVoice> {
+        let bad = |msg: String| Error::Input(format!("voice file {}: {msg}; add the voice again (`cosy voice add`)", path.display()));
+        let (_, header) = SafeTensors::read_metadata(bytes).map_err(|e| bad(format!("not a voice file ({e})")))?;
+        let meta = header.metadata().clone().unwrap_or_default();
+        let get = |k: &str| meta.get(k).cloned().ok_or_else(|| bad(format!("metadata {k:?} missing")));
+        if get("format")? != VOICE_FORMAT {
+            return Err(bad(format!("format is {:?}, expected {VOICE_FORMAT:?}", meta.get("format"))));
+        }
+        let version = get("format_version")?;
+        if version != VOICE_FORMAT_VERSION {
+            return Err(bad(format!("format_version {version}, this cosy reads {VOICE_FORMAT_VERSION}")));
+        }
+        let tensors = SafeTensors::deserialize(bytes).map_err(|e| bad(format!("unreadable ({e})")))?;
+        let tensor = |name: &str, dtype: Dtype| -> Result<(Vec<usize>, Vec<u8>)> {
+            let t = tensors.tensor(name).map_err(|_| bad(format!("tensor {name:?} missing")))?;
+            if t.dtype() != dtype {
+                return Err(bad(format!("tensor {name} is {:?}, expected {dtype:?}", t.dtype())));
+            }
+            Ok((t.shape().to_vec(), t.data().to_vec()))
+        };
+        let (ts, tb) = tensor("speech_token", Dtype::I64)?;
+        let speech_token: Vec<i64> =
+            tb.chunks_exact(8).map(|b| i64::from_le_bytes(b.try_into().unwrap_or([0; 8]))).collect();
+        let (fs, fb) = tensor("prompt_feat", Dtype::F32)?;
+        let feat: Vec<f32> = fb.chunks_exact(4).map(|b| f32::from_le_bytes(b.try_into().unwrap_or([0; 4]))).collect();
+        let (es, eb) = tensor("embedding", Dtype::F32)?;
+        let embedding: Vec<f32> = eb.chunks_exact(4).map(|b| f32::from_le_bytes(b.try_into().unwrap_or([0; 4]))).collect();
+        let l = speech_token.len();
+        let prompt_feat = match (ts.as_slice(), fs.as_slice(), es.as_slice()) {
+            ([tl], [frames, mels], [_]) if *tl == l && *frames == 2 * l && l > 0 => {
+                Array2::from_shape_vec((*frames, *mels), feat).map_err(|e| bad(e.to_string()))?
+            }
+            _ => return Err(bad(format!("tensor shapes {ts:?}, {fs:?}, {es:?} do not fit together"))),
+        };
+        Ok(SavedVoice {
+            name: get("name")?,
+            transcript: get("transcript")?,
+            speech_token,
+            prompt_feat,
+            embedding,
+            model_key: get("model_key")?,
+            model: get("model")?,
+            frontend_precision: meta.get("frontend_precision").cloned().unwrap_or_default(),
+            source_wav: meta.get("source_wav").cloned().unwrap_or_default(),
+            created: get("created")?,
+            cosy_version: get("cosy_version")?,
+        })
+    }
+
+    /// Refuses a voice made for another model, naming both.
+    pub fn check_model(&self, key: &str, model: &Path) -> Result<()> {
+        if self.model_key == key {
+            return Ok(());
+        }
+        Err(Error::Input(format!(
+            "voice {:?} was made for another model ({}, key {}) than the one in use ({}, key {}); add it again with this model (`cosy voice add {} --wav … --text …`)",
+            self.name,
+            self.model,
+            short(&self.model_key),
+            model.display(),
+            short(key),
+            self.name
+        )))
+    }
+}
+
+/// The first 12 hex digits of a key.
+pub fn short(key: &str) -> &str {
+    key.get(..12).unwrap_or(key)
+}
+
+/// The voices folder.
+#[derive(Debug, Clone)]
+pub struct VoiceStore {
+    pub dir: PathBuf,
+}
+
+impl VoiceStore {
+    pub fn new(dir: impl Into<PathBuf>) -> Self {
+        VoiceStore { dir: dir.into() }
+    }
+
+    /// The file of voice `name`.
+    pub fn path_of(&self, name: &str) -> PathBuf {
+        self.dir.join(format!("{name}.{VOICE_EXTENSION}"))
+    }
+
+    /// Names of the stored voices, sorted (an absent folder has none).
+    pub fn names(&self) -> Result<Vec<String>> {
+        let entries = match std::fs::read_dir(&self.dir) {
+            Ok(e) => e,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(Error::io(&self.dir, e)),
+        };
+        let mut names = Vec::new();
+        for entry in entries {
+            let path = entry.map_err(|e| Error::io(&self.dir, e))?.path();
+            if path.extension().and_then(|e| e.to_str()) != Some(VOICE_EXTENSION) {
+                continue;
+            }
+            if let Some(stem) = path.file_stem().and_then(|s| s.to_str()) {
+                if check_name(stem).is_ok() {
+                    names.push(stem.to_string());
+                }
+            }
+        }
+        names.sort();
+        Ok(names)
+    }
+
+    fn unknown(&self, name: &str) -> Result<Error> {
+        let names = self.names()?;
+        let have = if names.is_empty() {
+            format!("there are no saved voices in {}", self.dir.display())
+        } else {
+            format!("saved voices in {}: {}", self.dir.display(), names.join(", "))
+        };
+        Ok(Error::Input(format!("unknown voice {name:?}; {have} (add one with `cosy voice add NAME --wav FILE --text TEXT`)")))
+    }
+
+    /// Reads voice `name`; an unknown name lists the voices there are.
+    pub fn load(&self, name: &str) -> Result<SavedVoice> {
+        check_name(name)?;
+        let path = self.path_of(name);
+        let bytes = match std::fs::read(&path) {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(self.unknown(name)?),
+            Err(e) => return Err(Error::io(&path, e)),
+        };
+        SavedVoice::from_bytes(&bytes, &path)
+    }
+
+    /// Writes `voice` atomically; an existing voice of that name is kept unless `replace`.
+    pub fn save(&self, voice: &SavedVoice, replace: bool) -> Result<PathBuf> {
+        check_name(&voice.name)?;
+        let path = self.path_of(&voice.name);
+        if path.exists() && !replace {
+            return Err(Error::Input(format!(
+                "voice {:?} already exists ({}); remove it first (`cosy voice rm {}`) or pass --force",
+                voice.name,
+                path.display(),
+                voice.name
+            )));
+        }
+        let bytes = voice.to_bytes()?;
+        std::fs::create_dir_all(&self.dir).map_err(|e| Error::io(&self.dir, e))?;
+        crate::pipeline::dump::write_atomic(&path, &bytes)?;
+        Ok(path)
+    }
+
+    /// Deletes voice `name`.
+    pub fn remove(&self, name: &str) -> Result<PathBuf> {
+        check_name(name)?;
+        let path = self.path_of(name);
+        match std::fs::remove_file(&path) {
+            Ok(()) => Ok(path),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(self.unknown(name)?),
+            Err(e) => Err(Error::io(&path, e)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rfc3339_dates() {
+        assert_eq!(rfc3339_from_unix(0), "1970-01-01T00:00:00Z");
+        assert_eq!(rfc3339_from_unix(951_782_400), "2000-02-29T00:00:00Z");
+        assert_eq!(rfc3339_from_unix(1_700_000_000), "2023-11-14T22:13:20Z");
+        assert_eq!(rfc3339_from_unix(4_107_542_399), "2100-02-28T23:59:59Z");
+    }
+
+    #[test]
+    fn names() {
+        for ok in ["alice", "Bob_2", "v1.0-x"] {
+            check_name(ok).unwrap();
+        }
+        for bad in ["", ".hidden", "-x", "a/b", "a b", "é", &"x".repeat(65)] {
+            assert!(check_name(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn canonical_json_sorts_keys() {
+        let a: serde_json::Value = serde_json::from_str(r#"{"b":1,"a":{"d":[1,2.5,"x"],"c":null}}"#).unwrap();
+        let mut s = String::new();
+        canonical_json(&a, &mut s);
+        assert_eq!(s, r#"{"a":{"c":null,"d":[1,2.5,"x"]},"b":1}"#);
+    }
+}

@@ -1,0 +1,171 @@
+//! Bad inputs end to end through the CLI, on the bundled tiny model: each is refused with one
+//! clear line on stderr, exit status 2, and no output file (nor voice file, nor playback).
+//! tests/pipeline_cli.rs covers some text cases against the exported reference model when Python
+//! is available; these run everywhere.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+const TRANSCRIPT: &str = "Good evening, this recording captures my natural voice.";
+const TEXT: &str = "The old lighthouse blinked twice before the fog rolled in.";
+
+fn root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn prompt() -> PathBuf {
+    root().join("tests/fixtures/prompt_24k.wav")
+}
+
+fn cosy(dir: &Path, args: &[&str]) -> Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_cosy"));
+    for (k, _) in std::env::vars() {
+        if k.starts_with("COSY_") {
+            cmd.env_remove(k);
+        }
+    }
+    // HOME with a null default output: a `say` that got past its checks would play silently.
+    std::fs::write(dir.join(".asoundrc"), "pcm.!default { type null }\n").unwrap();
+    cmd.env("HOME", dir)
+        .current_dir(dir)
+        .arg("--model")
+        .arg(root().join("tests/fixtures/tiny"))
+        .args(["--provider", "cpu", "--set"])
+        .arg(format!("voices.dir={}", dir.join("voices").display()))
+        .args(args)
+        .output()
+        .expect("run cosy")
+}
+
+/// Exit 2, exactly one `cosy: …` line containing `needle`, and `out` not written.
+fn refuses(o: &Output, what: &str, needle: &str, out: &Path) {
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{what}: exit {:?}, stderr {err}", o.status.code());
+    let lines: Vec<&str> = err.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert_eq!(lines.len(), 1, "{what}: expected one line, got {err}");
+    assert!(lines[0].starts_with("cosy: "), "{what}: {err}");
+    assert!(lines[0].contains(needle), "{what}: {:?} lacks {needle:?}", lines[0]);
+    assert!(!out.exists(), "{what}: {} was written", out.display());
+    assert!(o.stdout.is_empty(), "{what}: stdout {:?}", String::from_utf8_lossy(&o.stdout));
+}
+
+fn write_wav(path: &Path, rate: u32, samples: &[i16]) {
+    let spec = hound::WavSpec { channels: 1, sample_rate: rate, bits_per_sample: 16, sample_format: hound::SampleFormat::Int };
+    let mut w = hound::WavWriter::create(path, spec).unwrap();
+    for &s in samples {
+        w.write_sample(s).unwrap();
+    }
+    w.finalize().unwrap();
+}
+
+fn tone(rate: u32, seconds: f64) -> Vec<i16> {
+    (0..(rate as f64 * seconds) as usize).map(|i| ((i as f32 * 0.05).sin() * 8000.0) as i16).collect()
+}
+
+/// Prompt files that cannot be used, with a word the message must contain.
+fn bad_prompts(dir: &Path) -> Vec<(&'static str, PathBuf, &'static str)> {
+    let mk = |name: &str| dir.join(name);
+    let unreadable = mk("notes.wav");
+    std::fs::write(&unreadable, "these are not audio samples\n").unwrap();
+    let empty = mk("empty.wav");
+    write_wav(&empty, 24_000, &[]);
+    let truncated = mk("truncated.wav");
+    write_wav(&truncated, 24_000, &tone(24_000, 2.0));
+    let bytes = std::fs::read(&truncated).unwrap();
+    std::fs::write(&truncated, &bytes[..bytes.len() - 20_001]).unwrap();
+    let low = mk("low_rate.wav");
+    write_wav(&low, 8_000, &tone(8_000, 2.0));
+    let long = mk("long.wav");
+    write_wav(&long, 16_000, &tone(16_000, 31.0));
+    let silent = mk("silent.wav");
+    write_wav(&silent, 24_000, &vec![0; 48_000]);
+    let zero_bytes = mk("zero.wav");
+    std::fs::write(&zero_bytes, b"").unwrap();
+    vec![
+        ("unreadable prompt", unreadable, "not a readable audio file"),
+        ("empty prompt", empty, "no samples"),
+        ("zero-byte prompt", zero_bytes, "not a readable audio file"),
+        ("truncated prompt", truncated, "truncated"),
+        ("8 kHz prompt", low, "below 16000 Hz"),
+        ("31 s prompt", long, "at most 30"),
+        ("silent prompt", silent, "silent"),
+        ("missing prompt", mk("absent.wav"), "cannot open"),
+    ]
+}
+
+#[test]
+fn bad_text_is_refused_by_file_and_say() {
+    let d = tempfile::tempdir().unwrap();
+    let dir = d.path();
+    let out = dir.join("o.wav");
+    let p = prompt();
+    let p = p.to_str().unwrap();
+    let file = |text: &str, extra: &[&str]| {
+        let mut args = vec!["file", "--prompt-wav", p, "--prompt-text", TRANSCRIPT, "-o", out.to_str().unwrap()];
+        args.extend_from_slice(extra);
+        args.extend(["--", text]);
+        cosy(dir, &args)
+    };
+    refuses(&file("", &[]), "empty text", "empty", &out);
+    refuses(&file(" \n ", &[]), "blank text", "empty", &out);
+    refuses(&file("?!…", &[]), "only punctuation", "only punctuation", &out);
+    refuses(&file("。，！", &[]), "only CJK punctuation", "only punctuation", &out);
+    // Over the configured limit (counted in characters, not bytes).
+    refuses(&file(TEXT, &["--set", "limits.max_text_chars=20"]), "text over the limit", "limit of 20", &out);
+    let cjk = "你好".repeat(6);
+    refuses(&file(&cjk, &["--set", "limits.max_text_chars=11"]), "12 CJK chars over 11", "12 characters", &out);
+    assert!(file(&cjk, &["--set", "limits.max_text_chars=12"]).status.success(), "12 characters are within a limit of 12");
+    std::fs::remove_file(&out).unwrap();
+
+    let say = |text: &str, extra: &[&str]| {
+        let mut args = vec!["say", "--prompt-wav", p, "--prompt-text", TRANSCRIPT];
+        args.extend_from_slice(extra);
+        args.extend(["--", text]);
+        cosy(dir, &args)
+    };
+    refuses(&say("", &[]), "say: empty text", "empty", &out);
+    refuses(&say("...", &[]), "say: only punctuation", "only punctuation", &out);
+    refuses(&say(TEXT, &["--set", "limits.max_text_chars=5"]), "say: over the limit", "limits.max_text_chars", &out);
+    // A bad limit value itself is a config error naming the key.
+    refuses(&file(TEXT, &["--set", "limits.max_text_chars=0"]), "limit 0", "limits.max_text_chars", &out);
+}
+
+#[test]
+fn bad_prompt_audio_is_refused_by_file_say_and_voice_add() {
+    let d = tempfile::tempdir().unwrap();
+    let dir = d.path();
+    let out = dir.join("o.wav");
+    let voice_file = dir.join("voices/v.safetensors");
+    for (what, wav, needle) in bad_prompts(dir) {
+        let w = wav.to_str().unwrap();
+        let o = cosy(dir, &["file", "--prompt-wav", w, "--prompt-text", TRANSCRIPT, "-o", out.to_str().unwrap(), TEXT]);
+        refuses(&o, &format!("file: {what}"), needle, &out);
+        refuses(&o, &format!("file: {what} names the file"), &wav.display().to_string(), &out);
+        // Cross-lingual (no transcript) checks the same.
+        let o = cosy(dir, &["file", "--prompt-wav", w, "-o", out.to_str().unwrap(), TEXT]);
+        refuses(&o, &format!("file (cross-lingual): {what}"), needle, &out);
+        let o = cosy(dir, &["say", "--prompt-wav", w, "--prompt-text", TRANSCRIPT, TEXT]);
+        refuses(&o, &format!("say: {what}"), needle, &out);
+        let o = cosy(dir, &["voice", "add", "v", "--wav", w, "--text", TRANSCRIPT]);
+        refuses(&o, &format!("voice add: {what}"), needle, &voice_file);
+    }
+}
+
+#[test]
+fn missing_voice_options_are_refused() {
+    let d = tempfile::tempdir().unwrap();
+    let dir = d.path();
+    let out = dir.join("o.wav");
+    let o = cosy(dir, &["file", "-o", out.to_str().unwrap(), TEXT]);
+    refuses(&o, "no voice at all", "--prompt-wav", &out);
+    let o = cosy(dir, &["say", TEXT]);
+    refuses(&o, "say: no voice at all", "--voice", &out);
+    let o = cosy(dir, &["file", "--voice", "nobody", "-o", out.to_str().unwrap(), TEXT]);
+    refuses(&o, "unknown voice, none saved", "no saved voices", &out);
+    let p = prompt();
+    // --voice and --prompt-wav together: a usage error from the parser (exit 2, no file).
+    let o = cosy(dir, &["file", "--voice", "x", "--prompt-wav", p.to_str().unwrap(), "-o", out.to_str().unwrap(), TEXT]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("cannot be used with"));
+    assert!(!out.exists());
+}

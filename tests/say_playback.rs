@@ -1,0 +1,216 @@
+//! `cosy say` end to end on the bundled tiny model (tests/fixtures/tiny), played through ALSA's
+//! null device. Every test spawns the built binary as its own process with HOME pointing to a
+//! temporary folder whose `.asoundrc` makes the default PCM the null device (ALSA reads its
+//! configuration once per process), so nothing here needs a sound card.
+//!
+//! Streaming is checked by the order of events in the hidden `--event-log` (one line per event,
+//! numbered by the sequence counter the device callback shares), not by wall time.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const TRANSCRIPT: &str = "Good evening, this recording captures my natural voice.";
+const TEXT: &str = "The old lighthouse blinked twice before the fog rolled in.";
+
+fn root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn model() -> PathBuf {
+    root().join("tests/fixtures/tiny")
+}
+
+fn prompt() -> PathBuf {
+    root().join("tests/fixtures/prompt_24k.wav")
+}
+
+/// A HOME whose ALSA default output is `asoundrc`.
+fn home(asoundrc: &str) -> tempfile::TempDir {
+    let h = tempfile::tempdir().unwrap();
+    std::fs::write(h.path().join(".asoundrc"), asoundrc).unwrap();
+    h
+}
+
+const NULL_DEFAULT: &str = "pcm.!default { type null }\n";
+/// A default output that does not exist, whatever the machine has.
+const NO_DEVICE: &str = "pcm.!default { type hw; card 99; device 0 }\n";
+
+/// `cosy --model tiny --provider cpu ARGS` in a clean environment (no COSY_*, cwd = HOME, so no
+/// config.toml is picked up).
+fn cosy_cmd(home: &Path, args: &[&str]) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_cosy"));
+    for (k, _) in std::env::vars() {
+        if k.starts_with("COSY_") {
+            cmd.env_remove(k);
+        }
+    }
+    cmd.env("HOME", home).current_dir(home);
+    cmd.arg("--model").arg(model()).args(["--provider", "cpu"]).args(args);
+    cmd
+}
+
+fn cosy(home: &Path, args: &[&str]) -> Output {
+    cosy_cmd(home, args).output().expect("run cosy")
+}
+
+fn say_args<'a>(prompt: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
+    let mut v = vec!["say", "--prompt-wav", prompt, "--prompt-text", TRANSCRIPT];
+    v.extend_from_slice(extra);
+    v.push("--");
+    v.push(TEXT);
+    v
+}
+
+/// Event-log lines sorted by sequence number: (seq, event, args).
+fn events(path: &Path) -> Vec<(u64, String, Vec<String>)> {
+    let text = std::fs::read_to_string(path).expect("event log");
+    let mut out: Vec<(u64, String, Vec<String>)> = text
+        .lines()
+        .map(|l| {
+            let mut parts = l.split_whitespace().map(str::to_string);
+            let seq = parts.next().and_then(|s| s.parse().ok()).unwrap_or_else(|| panic!("bad line {l:?}"));
+            let name = parts.next().unwrap_or_else(|| panic!("bad line {l:?}"));
+            (seq, name, parts.collect())
+        })
+        .collect();
+    out.sort_by_key(|e| e.0);
+    let mut seqs: Vec<u64> = out.iter().map(|e| e.0).collect();
+    seqs.dedup();
+    assert_eq!(seqs.len(), out.len(), "sequence numbers are unique");
+    out
+}
+
+fn first(ev: &[(u64, String, Vec<String>)], name: &str) -> Option<u64> {
+    ev.iter().find(|e| e.1 == name).map(|e| e.0)
+}
+
+fn ok(o: &Output) {
+    assert!(o.status.success(), "cosy failed ({:?}): {}", o.status.code(), String::from_utf8_lossy(&o.stderr));
+}
+
+/// The first audio reaches the device while the LLM is still decoding. `--min-tokens 200` makes
+/// the random tiny LLM decode at least 200 tokens, so the streaming schedule has several chunks;
+/// the first chunk needs ~28 tokens, and the device must have pulled its samples before the LLM
+/// emitted its last token. An implementation that waited for the LLM (offline) fails this on
+/// every run, whatever the speed of the machine.
+#[test]
+fn say_plays_while_the_llm_is_still_decoding() {
+    let h = home(NULL_DEFAULT);
+    let log = h.path().join("events.txt");
+    let p = prompt();
+    let l = log.to_str().unwrap().to_string();
+    let o = cosy(h.path(), &say_args(p.to_str().unwrap(), &["--min-tokens", "200", "--event-log", &l]));
+    ok(&o);
+    let ev = events(&log);
+    let tokens: Vec<usize> =
+        ev.iter().filter(|e| e.1 == "llm_token").map(|e| e.2[1].parse::<usize>().unwrap()).collect();
+    assert!(tokens.len() >= 200, "--min-tokens 200 gave {} tokens", tokens.len());
+    assert_eq!(tokens, (0..tokens.len()).collect::<Vec<_>>(), "tokens logged in order");
+    let done = ev.iter().find(|e| e.1 == "llm_done").expect("llm_done");
+    assert_eq!(done.2[1].parse::<usize>().unwrap(), tokens.len());
+    assert_ne!(done.2[2], "cancelled");
+    let pushed: Vec<u64> = ev.iter().filter(|e| e.1 == "chunk_pushed").map(|e| e.0).collect();
+    assert!(pushed.len() >= 2, "expected several streaming chunks, got {}", pushed.len());
+    let ready1 = first(&ev, "chunk_ready").unwrap();
+    let device = first(&ev, "device_first_samples").expect("the device pulled audio");
+    let llm_done = done.0;
+    assert!(ready1 < device, "device got samples before the first chunk existed: {ev:?}");
+    assert!(pushed[0] < llm_done, "first chunk pushed after the LLM finished (not streaming)");
+    assert!(device < llm_done, "device got its first samples only after the LLM finished (not streaming)");
+    // The first audio comes before the LLM's last token, not just before its done event.
+    let last_token = ev.iter().filter(|e| e.1 == "llm_token").map(|e| e.0).max().unwrap();
+    assert!(device < last_token);
+    // Everything was pushed and played out, in order.
+    let play_done = first(&ev, "playback_done").expect("playback_done");
+    assert!(pushed.iter().all(|&s| s < play_done));
+    assert_eq!(ev.last().unwrap().1, "playback_done");
+    assert!(o.stderr.is_empty(), "no output on stderr by default: {}", String::from_utf8_lossy(&o.stderr));
+}
+
+#[test]
+fn say_plays_on_a_named_device_and_with_a_saved_voice() {
+    let h = home("");
+    let p = prompt();
+    // `--device null` needs no .asoundrc.
+    ok(&cosy(h.path(), &say_args(p.to_str().unwrap(), &["--device", "null"])));
+    let voices = h.path().join("voices");
+    let set = format!("voices.dir={}", voices.display());
+    ok(&cosy(h.path(), &["--set", &set, "voice", "add", "me", "--wav", p.to_str().unwrap(), "--text", TRANSCRIPT]));
+    let log = h.path().join("ev.txt");
+    let o = cosy(h.path(), &["--set", &set, "say", "--device", "null", "--voice", "me", "--event-log", log.to_str().unwrap(), TEXT]);
+    ok(&o);
+    let ev = events(&log);
+    assert!(first(&ev, "device_first_samples").is_some());
+    assert!(first(&ev, "playback_done").is_some());
+}
+
+#[test]
+fn list_devices_prints_the_outputs_and_exits_0() {
+    let h = home(NULL_DEFAULT);
+    let o = cosy(h.path(), &["say", "--list-devices"]);
+    ok(&o);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.lines().any(|l| l.starts_with("default (default)")), "{out}");
+    assert!(out.lines().any(|l| l.starts_with("null ")), "{out}");
+    assert!(out.contains("Hz"), "{out}");
+}
+
+#[test]
+fn no_audio_device_is_one_line_pointing_to_cosy_file() {
+    let h = home(NO_DEVICE);
+    let p = prompt();
+    let o = cosy(h.path(), &say_args(p.to_str().unwrap(), &[]));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success());
+    assert_ne!(o.status.code(), Some(0));
+    let lines: Vec<&str> = err.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert_eq!(lines.len(), 1, "{err}");
+    assert!(lines[0].starts_with("cosy: no audio output device"), "{err}");
+    assert!(lines[0].contains("cosy file"), "{err}");
+    // An unknown device name is refused the same way, naming the ones there are.
+    let o = cosy(h.path(), &say_args(p.to_str().unwrap(), &["--device", "no-such-speaker"]));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("no-such-speaker") && err.contains("null"), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+}
+
+/// Ctrl-C while the LLM is decoding: playback and synthesis stop, the process exits 130 with one
+/// line, and the LLM loop reports that it was cancelled (it did not run to its end).
+#[test]
+fn ctrl_c_stops_playback_and_the_llm() {
+    let h = home(NULL_DEFAULT);
+    let log = h.path().join("events.txt");
+    let p = prompt();
+    // Many tokens, so the LLM is certainly still running when the first chunk has been pushed.
+    let args = say_args(p.to_str().unwrap(), &["--min-tokens", "600", "--event-log", log.to_str().unwrap()]);
+    let mut child = cosy_cmd(h.path(), &args).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().expect("spawn");
+    let start = Instant::now();
+    loop {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        if text.contains("chunk_pushed") {
+            break;
+        }
+        if let Some(status) = child.try_wait().unwrap() {
+            panic!("cosy ended before the first chunk: {status:?}");
+        }
+        assert!(start.elapsed() < Duration::from_secs(120), "no chunk within 120 s");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let st = Command::new("kill").args(["-INT", &child.id().to_string()]).status().expect("kill");
+    assert!(st.success());
+    let out = child.wait_with_output().expect("wait");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(130), "{err}");
+    let lines: Vec<&str> = err.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert_eq!(lines, vec!["cosy: stopped (Ctrl-C)"], "{err}");
+    let ev = events(&log);
+    assert_eq!(ev.last().unwrap().1, "cancelled", "{ev:?}");
+    assert!(first(&ev, "playback_done").is_none());
+    let tokens = ev.iter().filter(|e| e.1 == "llm_token").count();
+    assert!(tokens < 600, "the LLM ran on to {tokens} tokens after Ctrl-C");
+    if let Some(done) = ev.iter().find(|e| e.1 == "llm_done") {
+        assert_eq!(done.2[2], "cancelled", "{done:?}");
+    }
+}
