@@ -128,6 +128,12 @@ fn named_dim(stage: &str, name: &str) -> i64 {
         "speech_tokenizer" => if n == "batch" { 1 } else { 200 },
         "dit" => if n == "batch" { 2 } else { 8 },
         "flow_front" => if n == "batch" { 1 } else { 7 },
+        // 10 frames to decode + 4 of right context; the source covers the 10 frames.
+        "hift_decode" => match n.as_str() {
+            "mel_frames" => 14,
+            "source_samples" => 4800,
+            _ => 1,
+        },
         _ => if n == "batch" { 1 } else { 4 },
     }
 }
