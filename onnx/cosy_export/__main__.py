@@ -112,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     ref.add_argument("--prompt-wav", required=True)
     ref.add_argument("--stream", action="store_true")
     ref.add_argument("--seed", type=int, default=0)
-    ref.add_argument("--ignore-stop-until", type=int, default=None, help="benchmark only: decode exactly N tokens")
+    ref.add_argument("--ignore-stop-until", type=int, default=None, help="benchmark/test only: mask stop ids until N tokens (cosy --min-tokens)")
     ref.add_argument("--dump", type=Path)
     ref.add_argument("-o", "--output", type=Path)
     ref.set_defaults(fn=_reference)
