@@ -135,3 +135,20 @@ def test_graphs_carry_exactly_the_checkpoint_parameters(exported: Path, tiny_off
     # the DiT graph carries no rotary inv_freq buffer as a parameter (it is folded into angles)
     inv_freq = flow_sd["decoder.estimator.rotary_embed.inv_freq"].numel()
     assert abs(in_flow - (flow_params - inv_freq)) <= inv_freq, (in_flow, flow_params)
+
+
+def test_cli_names_the_first_bad_key_and_exits_non_zero(tiny_official: Path, tmp_path: Path,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    import torch
+
+    from cosy_export.__main__ import main
+
+    src = tmp_path / "src"
+    shutil.copytree(tiny_official, src)
+    sd = torch.load(src / "flow.pt", weights_only=True)
+    sd["decoder.estimator.not_a_real_key"] = torch.zeros(1)
+    torch.save(sd, src / "flow.pt")
+    assert main(["export", str(src), str(tmp_path / "out")]) != 0
+    err = capsys.readouterr().err
+    assert "not_a_real_key" in err and "flow.pt" in err and err.count("\n") == 1
+    assert not (tmp_path / "out").exists()
