@@ -405,6 +405,7 @@ fn file_command(config: &Config, args: &FileArgs) -> anyhow::Result<()> {
             speed: args.speed,
             seed: args.seed,
             stream: args.stream,
+            ignore_stop_until: None,
         };
         let dump = args.dump.as_ref().map(|d| if several { d.join(format!("{index:03}")) } else { d.clone() });
         let mut samples: Vec<f32> = Vec::new();

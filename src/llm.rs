@@ -9,6 +9,7 @@
 //! * [`SilentTokenFilter`]: the post-LLM silent-token pruning of `llm_job`.
 
 use crate::error::{Error, Result};
+use crate::profile::Profiler;
 use crate::rng::SamplingRng;
 
 /// Token ids and ratios that drive decoding (manifest `constants`).
@@ -118,6 +119,9 @@ pub struct LlmInput {
     pub min_len: usize,
     /// At most this many tokens are generated.
     pub max_len: usize,
+    /// Benchmark only: every stop id is masked while fewer than this many tokens were emitted
+    /// (set `max_len` to the same value to decode exactly that many). `None`: official rule.
+    pub ignore_stop_until: Option<usize>,
 }
 
 /// Builds `[speech_emb[sos]] ++ text_emb(prompt_text ++ tts_text) ++ [speech_emb[task_id]] ++
@@ -153,7 +157,7 @@ pub fn build_llm_input<E: EmbeddingLookup + ?Sized>(
         tables.speech_row(id, next()?)?;
     }
     let (min_len, max_len) = constants.length_bounds(tts_text.len());
-    Ok(LlmInput { embeds, seq_len, hidden, min_len, max_len })
+    Ok(LlmInput { embeds, seq_len, hidden, min_len, max_len, ignore_stop_until: None })
 }
 
 /// `log_softmax` in float32 with torch's op order: `(x − max) − ln Σ exp(x − max)`.
@@ -308,6 +312,24 @@ pub fn decode<S, E, F>(
     tables: &E,
     sampler: &mut Sampler,
     constants: &LlmConstants,
+    on_token: F,
+) -> Result<DecodeOutcome>
+where
+    S: LlmStep + ?Sized,
+    E: EmbeddingLookup + ?Sized,
+    F: FnMut(i64) -> bool,
+{
+    decode_profiled(llm, input, tables, sampler, constants, &Profiler::disabled(), on_token)
+}
+
+/// [`decode`], recording `llm.prefill`, `llm.decode` (one span per step) and `llm.sampling`.
+pub fn decode_profiled<S, E, F>(
+    llm: &mut S,
+    input: &LlmInput,
+    tables: &E,
+    sampler: &mut Sampler,
+    constants: &LlmConstants,
+    profiler: &Profiler,
     mut on_token: F,
 ) -> Result<DecodeOutcome>
 where
@@ -320,10 +342,11 @@ where
     let vocab = usize::try_from(constants.stop_token_end).unwrap_or(0);
     for step in 0..input.max_len {
         let logits = if step == 0 {
-            llm.prefill(&input.embeds, input.seq_len)?
+            profiler.time("llm.prefill", || llm.prefill(&input.embeds, input.seq_len))?
         } else {
-            llm.step(&embed)?
+            profiler.time("llm.decode", || llm.step(&embed))?
         };
+        let sampling_span = profiler.span("llm.sampling");
         if logits.len() != vocab {
             return Err(Error::Runtime(format!(
                 "llm returned {} logits, expected {vocab}",
@@ -336,7 +359,13 @@ where
                 *v = f32::NEG_INFINITY;
             }
         }
+        if input.ignore_stop_until.is_some_and(|n| tokens.len() < n) {
+            let lo = usize::try_from(constants.stop_token_min).unwrap_or(0).min(logp.len());
+            let hi = usize::try_from(constants.stop_token_end).unwrap_or(0).min(logp.len());
+            logp[lo..hi].fill(f32::NEG_INFINITY);
+        }
         let top = sampler.sample(&mut logp, &tokens)?;
+        sampling_span.end();
         if constants.is_stop(top) {
             return Ok(DecodeOutcome { tokens, termination: Termination::StopToken(top) });
         }

@@ -224,7 +224,7 @@ fn ranked(order: &[usize]) -> Vec<f32> {
 }
 
 fn input(min_len: usize, max_len: usize, hidden: usize) -> LlmInput {
-    LlmInput { embeds: vec![0.0; 4 * hidden], seq_len: 4, hidden, min_len, max_len }
+    LlmInput { embeds: vec![0.0; 4 * hidden], seq_len: 4, hidden, min_len, max_len, ignore_stop_until: None }
 }
 
 #[test]
