@@ -9,6 +9,8 @@
 //! top-level stage, the rest a sub-step of it. [`STAGE_KEYS`] lists every name the pipeline
 //! records, so a report always has all of them (with zero calls where a stage did not run).
 
+pub mod report;
+
 use std::borrow::Cow;
 use std::cell::Cell;
 use std::collections::BTreeMap;
