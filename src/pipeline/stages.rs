@@ -92,8 +92,8 @@ impl<'s> OnnxLlm<'s> {
         })
     }
 
-    /// Records `llm.copy_in` (host embeddings bound as the input) and `llm.copy_out` (logits
-    /// read back to the host) around each step.
+    /// Records `llm.{prefill,decode}.copy_in` (host embeddings bound as the input) and
+    /// `llm.{prefill,decode}.copy_out` (logits read back to the host) in each step.
     pub fn with_profiler(mut self, profiler: &Profiler) -> Self {
         self.profiler = profiler.clone();
         self
@@ -104,7 +104,8 @@ impl<'s> OnnxLlm<'s> {
             return Err(Error::Input(format!("llm: {} embedding values for {seq}×{}", embeds.len(), self.hidden)));
         }
         self.binding.clear_inputs();
-        let copy_in = self.profiler.span("llm.copy_in");
+        let prefill = self.cache.is_empty();
+        let copy_in = self.profiler.span(if prefill { "llm.prefill.copy_in" } else { "llm.decode.copy_in" });
         let x = tensor(&[1, seq, self.hidden], embeds.to_vec())?;
         self.binding.bind_input("inputs_embeds", &x)?;
         copy_in.end();
@@ -123,7 +124,7 @@ impl<'s> OnnxLlm<'s> {
         }
         self.binding.inner_mut().bind_output_to_device("logits", &self.host)?;
         let mut outputs = self.binding.run(self.session)?;
-        let copy_out = self.profiler.span("llm.copy_out");
+        let copy_out = self.profiler.span(if prefill { "llm.prefill.copy_out" } else { "llm.decode.copy_out" });
         let (_, logits) = out_f32(&outputs, "llm", "logits")?;
         copy_out.end();
         let mut cache = Vec::with_capacity(self.present_names.len());
