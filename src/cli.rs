@@ -156,6 +156,9 @@ pub struct ProfileArgs {
     /// Sampling seed (default: sampling.seed from the config).
     #[arg(long)]
     pub seed: Option<u64>,
+    /// Pass the text to the tokenizer as is: no normalisation, no sentence splitting.
+    #[arg(long)]
+    pub no_text_frontend: bool,
     /// Run over several provider × precision settings and print one table.
     #[arg(long)]
     pub matrix: bool,
@@ -502,7 +505,7 @@ fn profile_command(config: &Config, args: &ProfileArgs) -> anyhow::Result<()> {
         request: Request {
             text,
             voice,
-            text_frontend: true,
+            text_frontend: !args.no_text_frontend,
             speed: 1.0,
             seed: args.seed,
             stream: args.stream,
