@@ -66,7 +66,8 @@ def cosy_runs(args: argparse.Namespace, out: Path) -> tuple[list[dict[str, float
         st = r["stages"]
         rows.append({"frontend": st["frontend"]["total_ms"], "llm": st["llm"]["total_ms"], "flow": st["flow"]["total_ms"],
                      "hift": st["hift"]["total_ms"], "total": r["total_ms"], "speech_tokens": r["speech_tokens"],
-                     "audio_s": r["audio_s"]})
+                     "audio_s": r["audio_s"], "sub": {k: v["total_ms"] for k, v in st.items()},
+                     "calls": {k: v["calls"] for k, v in st.items()}})
     return rows, report
 
 
@@ -123,13 +124,13 @@ def main() -> int:
     print(f"speech tokens: reference {tok_r:.0f}, cosy {tok_c:.0f}; audio: reference {aud_r:.2f} s, cosy {aud_c:.2f} s")
     print(f"RTF: reference {median([x['total'] for x in ref]) / 1e3 / aud_r:.3f}, "
           f"cosy {median([x['total'] for x in cos]) / 1e3 / aud_c:.3f}")
-    sub = report.get("stages", {})
-    if sub:
-        print("\ncosy sub-steps (median ms per run, p50 per call):")
+    if cos:
+        print("\ncosy sub-steps (median ms per run over all rounds, calls per run):")
         for k in ("llm.prefill", "llm.decode", "llm.sampling", "flow.front", "flow.dit", "hift.f0", "hift.source",
                   "hift.decode"):
-            if k in sub:
-                print(f"  {k:<14} {sub[k]['ms']:>10.1f} ms  {sub[k]['calls']:>5.0f} calls  p50 {sub[k]['p50_ms']:.2f} ms")
+            ms = median([x["sub"].get(k, 0.0) for x in cos])
+            calls = median([x["calls"].get(k, 0) for x in cos])
+            print(f"  {k:<14} {ms:>10.1f} ms  {calls:>5.0f} calls  {ms / calls if calls else 0:.2f} ms/call")
     if args.out:
         args.out.write_text(json.dumps({"machine": machine(), "args": {k: str(v) for k, v in vars(args).items()},
                                         "reference_runs": ref, "cosy_runs": cos, "ratios": ratios,
