@@ -118,12 +118,25 @@ impl Recorder {
     fn record(&self, name: Cow<'static, str>, start: Instant, end: Instant) {
         let (thread, first) = thread_number();
         if first {
-            let label = std::thread::current().name().map_or_else(|| format!("thread {thread}"), str::to_string);
-            self.thread_names.lock().unwrap_or_else(|p| p.into_inner()).insert(thread, label);
+            let label = std::thread::current()
+                .name()
+                .map_or_else(|| format!("thread {thread}"), str::to_string);
+            self.thread_names
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(thread, label);
         }
         let start_ns = start.saturating_duration_since(self.origin).as_nanos() as u64;
         let dur_ns = end.saturating_duration_since(start).as_nanos() as u64;
-        self.events.lock().unwrap_or_else(|p| p.into_inner()).push(SpanEvent { name, start_ns, dur_ns, thread });
+        self.events
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(SpanEvent {
+                name,
+                start_ns,
+                dur_ns,
+                thread,
+            });
     }
 }
 
@@ -151,12 +164,22 @@ impl Profiler {
     /// Starts a span named `name` (a static dotted path such as `"llm.decode"`).
     #[inline]
     pub fn span(&self, name: &'static str) -> SpanGuard<'_> {
-        SpanGuard { open: self.recorder.as_deref().map(|r| (r, Cow::Borrowed(name), Instant::now())) }
+        SpanGuard {
+            open: self
+                .recorder
+                .as_deref()
+                .map(|r| (r, Cow::Borrowed(name), Instant::now())),
+        }
     }
 
     /// Starts a span with a computed name (only built when enabled).
     pub fn span_with(&self, name: impl FnOnce() -> String) -> SpanGuard<'_> {
-        SpanGuard { open: self.recorder.as_deref().map(|r| (r, Cow::Owned(name()), Instant::now())) }
+        SpanGuard {
+            open: self
+                .recorder
+                .as_deref()
+                .map(|r| (r, Cow::Owned(name()), Instant::now())),
+        }
     }
 
     /// Times `f` as a span.
@@ -168,12 +191,16 @@ impl Profiler {
 
     /// Nanoseconds since the profiler was made (0 when disabled).
     pub fn now_ns(&self) -> u64 {
-        self.recorder.as_ref().map_or(0, |r| r.origin.elapsed().as_nanos() as u64)
+        self.recorder
+            .as_ref()
+            .map_or(0, |r| r.origin.elapsed().as_nanos() as u64)
     }
 
     /// Takes every event recorded so far, in start order.
     pub fn take_events(&self) -> Vec<SpanEvent> {
-        let Some(r) = &self.recorder else { return Vec::new() };
+        let Some(r) = &self.recorder else {
+            return Vec::new();
+        };
         let mut events = std::mem::take(&mut *r.events.lock().unwrap_or_else(|p| p.into_inner()));
         events.sort_by_key(|e| (e.start_ns, std::cmp::Reverse(e.dur_ns)));
         events
@@ -183,7 +210,12 @@ impl Profiler {
     pub fn thread_names(&self) -> BTreeMap<u64, String> {
         self.recorder
             .as_ref()
-            .map(|r| r.thread_names.lock().unwrap_or_else(|p| p.into_inner()).clone())
+            .map(|r| {
+                r.thread_names
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .clone()
+            })
             .unwrap_or_default()
     }
 }
@@ -224,9 +256,15 @@ pub fn median(v: &[f64]) -> f64 {
 
 /// Statistics per span name, with every [`STAGE_KEYS`] entry present.
 pub fn summarize(events: &[SpanEvent]) -> BTreeMap<String, SpanStats> {
-    let mut durations: BTreeMap<String, Vec<f64>> = STAGE_KEYS.iter().map(|k| (k.to_string(), Vec::new())).collect();
+    let mut durations: BTreeMap<String, Vec<f64>> = STAGE_KEYS
+        .iter()
+        .map(|k| (k.to_string(), Vec::new()))
+        .collect();
     for e in events {
-        durations.entry(e.name.to_string()).or_default().push(e.dur_ns as f64 / 1e6);
+        durations
+            .entry(e.name.to_string())
+            .or_default()
+            .push(e.dur_ns as f64 / 1e6);
     }
     durations
         .into_iter()

@@ -17,7 +17,10 @@ use serde::Serialize;
 use crate::config::{Config, Precision, ProviderKind};
 use crate::error::{Error, Result};
 use crate::pipeline::{Request, Synthesizer};
-use crate::profile::{chrome_trace, median, peak_rss_bytes, summarize, top_level_keys, Profiler, SpanEvent, SpanStats, STAGE_KEYS};
+use crate::profile::{
+    chrome_trace, median, peak_rss_bytes, summarize, top_level_keys, Profiler, SpanEvent,
+    SpanStats, STAGE_KEYS,
+};
 
 /// What to run and how often.
 #[derive(Debug, Clone)]
@@ -37,12 +40,24 @@ pub struct Setting {
 impl Setting {
     /// `cpu:fp32`, `cuda:fp16`, `tensorrt:fp16`, …
     pub fn parse(s: &str) -> Result<Setting> {
-        let (p, q) = s.split_once(':').or_else(|| s.split_once('-')).unwrap_or((s, "fp32"));
-        let provider = ProviderKind::parse(p.trim())
-            .ok_or_else(|| Error::Input(format!("--matrix setting {s:?}: unknown provider {p:?} (cpu, cuda, tensorrt)")))?;
-        let precision = Precision::parse(q.trim())
-            .ok_or_else(|| Error::Input(format!("--matrix setting {s:?}: unknown precision {q:?} (fp32, fp16, bf16)")))?;
-        Ok(Setting { provider, precision })
+        let (p, q) = s
+            .split_once(':')
+            .or_else(|| s.split_once('-'))
+            .unwrap_or((s, "fp32"));
+        let provider = ProviderKind::parse(p.trim()).ok_or_else(|| {
+            Error::Input(format!(
+                "--matrix setting {s:?}: unknown provider {p:?} (cpu, cuda, tensorrt)"
+            ))
+        })?;
+        let precision = Precision::parse(q.trim()).ok_or_else(|| {
+            Error::Input(format!(
+                "--matrix setting {s:?}: unknown precision {q:?} (fp32, fp16, bf16)"
+            ))
+        })?;
+        Ok(Setting {
+            provider,
+            precision,
+        })
     }
 
     pub fn label(&self) -> String {
@@ -53,10 +68,19 @@ impl Setting {
     pub fn default_matrix() -> Vec<Setting> {
         use Precision::*;
         use ProviderKind::*;
-        [(Cpu, Fp32), (Cpu, Fp16), (Cuda, Fp32), (Cuda, Fp16), (TensorRt, Fp16)]
-            .into_iter()
-            .map(|(provider, precision)| Setting { provider, precision })
-            .collect()
+        [
+            (Cpu, Fp32),
+            (Cpu, Fp16),
+            (Cuda, Fp32),
+            (Cuda, Fp16),
+            (TensorRt, Fp16),
+        ]
+        .into_iter()
+        .map(|(provider, precision)| Setting {
+            provider,
+            precision,
+        })
+        .collect()
     }
 
     /// `config` with every stage on this setting (per-stage overrides dropped, no fallback: a
@@ -66,7 +90,11 @@ impl Setting {
         c.runtime.providers = match self.provider {
             ProviderKind::Cpu => vec![ProviderKind::Cpu],
             ProviderKind::Cuda => vec![ProviderKind::Cuda, ProviderKind::Cpu],
-            ProviderKind::TensorRt => vec![ProviderKind::TensorRt, ProviderKind::Cuda, ProviderKind::Cpu],
+            ProviderKind::TensorRt => vec![
+                ProviderKind::TensorRt,
+                ProviderKind::Cuda,
+                ProviderKind::Cpu,
+            ],
         };
         c.runtime.precision = self.precision;
         c.runtime.allow_fallback = false;
@@ -185,7 +213,10 @@ pub fn profile(config: &Config, plan: &ProfilePlan, setting_label: &str) -> Resu
             fallbacks: l.fallbacks.clone(),
         })
         .collect();
-    let on_gpu = synth.load_times().iter().any(|l| l.provider != ProviderKind::Cpu);
+    let on_gpu = synth
+        .load_times()
+        .iter()
+        .any(|l| l.provider != ProviderKind::Cpu);
     let rate = f64::from(synth.constants.sample_rate);
     let profiler = Profiler::enabled();
     synth.set_profiler(profiler.clone());
@@ -206,16 +237,26 @@ pub fn profile(config: &Config, plan: &ProfilePlan, setting_label: &str) -> Resu
             continue;
         }
         let stages = summarize(&run_events);
-        let accounted_ms: f64 = top_level_keys().map(|k| stages.get(k).map_or(0.0, |s| s.total_ms)).sum();
+        let accounted_ms: f64 = top_level_keys()
+            .map(|k| stages.get(k).map_or(0.0, |s| s.total_ms))
+            .sum();
         let audio_s = summary.samples as f64 / rate;
         let llm_ms = stages.get("llm").map_or(0.0, |s| s.total_ms);
         runs.push(RunReport {
             total_ms,
             ttfb_ms: first_chunk.unwrap_or(total_ms),
             audio_s,
-            rtf: if audio_s > 0.0 { total_ms / 1e3 / audio_s } else { f64::INFINITY },
+            rtf: if audio_s > 0.0 {
+                total_ms / 1e3 / audio_s
+            } else {
+                f64::INFINITY
+            },
             speech_tokens: summary.speech_tokens,
-            tokens_per_s: if llm_ms > 0.0 { summary.speech_tokens as f64 / (llm_ms / 1e3) } else { 0.0 },
+            tokens_per_s: if llm_ms > 0.0 {
+                summary.speech_tokens as f64 / (llm_ms / 1e3)
+            } else {
+                0.0
+            },
             chunks: summary.chunks,
             accounted_ms,
             unaccounted_ms: total_ms - accounted_ms,
@@ -262,7 +303,11 @@ pub fn profile(config: &Config, plan: &ProfilePlan, setting_label: &str) -> Resu
         stages,
         memory: MemoryReport {
             peak_rss_mib: peak_rss_bytes().map(|b| b as f64 / (1024.0 * 1024.0)),
-            device_mib: if on_gpu { device_memory_mib().map_or("n/a".into(), serde_json::Value::from) } else { "n/a".into() },
+            device_mib: if on_gpu {
+                device_memory_mib().map_or("n/a".into(), serde_json::Value::from)
+            } else {
+                "n/a".into()
+            },
         },
         per_run: runs,
         threads: profiler.thread_names(),
@@ -277,13 +322,18 @@ fn ms(d: std::time::Duration) -> f64 {
 /// GPU memory this process holds (MiB), from `nvidia-smi --query-compute-apps`.
 fn device_memory_mib() -> Option<f64> {
     let out = std::process::Command::new("nvidia-smi")
-        .args(["--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"])
+        .args([
+            "--query-compute-apps=pid,used_memory",
+            "--format=csv,noheader,nounits",
+        ])
         .output()
         .ok()?;
     let me = std::process::id().to_string();
     String::from_utf8_lossy(&out.stdout).lines().find_map(|l| {
         let (pid, mib) = l.split_once(',')?;
-        (pid.trim() == me).then(|| mib.trim().parse().ok()).flatten()
+        (pid.trim() == me)
+            .then(|| mib.trim().parse().ok())
+            .flatten()
     })
 }
 
@@ -303,13 +353,24 @@ impl ProfileReport {
             self.setting,
             self.runs,
             self.warmup,
-            self.min_tokens.map_or(String::new(), |n| format!(", {n} speech tokens forced"))
+            self.min_tokens
+                .map_or(String::new(), |n| format!(", {n} speech tokens forced"))
         );
-        let _ = writeln!(s, "\n{:<28} {:>7} {:>11} {:>7} {:>10} {:>10}", "stage", "calls", "wall ms", "share", "p50 ms", "p95 ms");
+        let _ = writeln!(
+            s,
+            "\n{:<28} {:>7} {:>11} {:>7} {:>10} {:>10}",
+            "stage", "calls", "wall ms", "share", "p50 ms", "p95 ms"
+        );
         for k in STAGE_KEYS {
-            let Some(r) = self.stages.get(*k) else { continue };
+            let Some(r) = self.stages.get(*k) else {
+                continue;
+            };
             let depth = k.matches('.').count();
-            let name = format!("{}{}", "  ".repeat(depth), k.rsplit('.').next().unwrap_or(k));
+            let name = format!(
+                "{}{}",
+                "  ".repeat(depth),
+                k.rsplit('.').next().unwrap_or(k)
+            );
             let _ = writeln!(
                 s,
                 "{name:<28} {:>7} {:>11.1} {:>6.1}% {:>10.2} {:>10.2}",
@@ -320,15 +381,32 @@ impl ProfileReport {
                 r.p95_ms
             );
         }
-        let _ = writeln!(s, "{:<28} {:>7} {:>11.1}", if self.overlapped { "(overlap)" } else { "(unaccounted)" }, "", self.unaccounted_ms);
-        let _ = writeln!(s, "{:<28} {:>7} {:>11.1} {:>6.1}%", "total", "", self.total_ms, 100.0);
+        let _ = writeln!(
+            s,
+            "{:<28} {:>7} {:>11.1}",
+            if self.overlapped {
+                "(overlap)"
+            } else {
+                "(unaccounted)"
+            },
+            "",
+            self.unaccounted_ms
+        );
+        let _ = writeln!(
+            s,
+            "{:<28} {:>7} {:>11.1} {:>6.1}%",
+            "total", "", self.total_ms, 100.0
+        );
         let _ = writeln!(s);
         let _ = writeln!(
             s,
             "time to first audio {:.1} ms · RTF {:.3} ({:.2} s audio) · {} speech tokens, {:.1} tokens/s",
             self.ttfb_ms, self.rtf, self.audio_s, self.speech_tokens, self.tokens_per_s
         );
-        let rss = self.memory.peak_rss_mib.map_or("n/a".to_string(), |m| format!("{m:.0} MiB"));
+        let rss = self
+            .memory
+            .peak_rss_mib
+            .map_or("n/a".to_string(), |m| format!("{m:.0} MiB"));
         let dev = match &self.memory.device_mib {
             serde_json::Value::Number(n) => format!("{n} MiB"),
             _ => "n/a".to_string(),
@@ -336,7 +414,11 @@ impl ProfileReport {
         let _ = writeln!(s, "peak host RSS {rss} · device memory {dev}");
         let _ = writeln!(s, "session load {:.0} ms:", self.load_ms);
         for l in &self.load {
-            let _ = writeln!(s, "  {:<18} {:>8.1} ms  {} {} ({})", l.stage, l.ms, l.provider, l.precision, l.kind);
+            let _ = writeln!(
+                s,
+                "  {:<18} {:>8.1} ms  {} {} ({})",
+                l.stage, l.ms, l.provider, l.precision, l.kind
+            );
             for f in &l.fallbacks {
                 let _ = writeln!(s, "    fallback: {f}");
             }
@@ -346,7 +428,11 @@ impl ProfileReport {
 
     /// `llm=cpu/fp32 dit=cpu/fp16 …`: what each stage really got.
     pub fn providers_line(&self) -> String {
-        self.load.iter().map(|l| format!("{}={}/{}", l.stage, l.provider, l.precision)).collect::<Vec<_>>().join(" ")
+        self.load
+            .iter()
+            .map(|l| format!("{}={}/{}", l.stage, l.provider, l.precision))
+            .collect::<Vec<_>>()
+            .join(" ")
     }
 }
 
@@ -375,15 +461,27 @@ pub fn matrix(config: &Config, plan: &ProfilePlan, settings: &[Setting]) -> Vec<
         .map(|s| {
             let label = s.label();
             match profile(&s.apply(config), plan, &label) {
-                Ok(r) => MatrixRow { setting: label, report: Some(r), error: None },
-                Err(e) => MatrixRow { setting: label, report: None, error: Some(one_line(&e.to_string())) },
+                Ok(r) => MatrixRow {
+                    setting: label,
+                    report: Some(r),
+                    error: None,
+                },
+                Err(e) => MatrixRow {
+                    setting: label,
+                    report: None,
+                    error: Some(one_line(&e.to_string())),
+                },
             }
         })
         .collect()
 }
 
 fn one_line(s: &str) -> String {
-    s.split('\n').map(str::trim).filter(|l| !l.is_empty()).collect::<Vec<_>>().join("; ")
+    s.split('\n')
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 /// The `--matrix` table.
@@ -392,7 +490,16 @@ pub fn render_matrix(rows: &[MatrixRow]) -> String {
     let _ = writeln!(
         s,
         "{:<15} {:>9} {:>9} {:>8} {:>6} {:>8} {:>9} {:>9} {:>9} {:>9}  stages",
-        "setting", "load ms", "total ms", "TTFB ms", "RTF", "tok/s", "frontend", "llm", "flow", "hift"
+        "setting",
+        "load ms",
+        "total ms",
+        "TTFB ms",
+        "RTF",
+        "tok/s",
+        "frontend",
+        "llm",
+        "flow",
+        "hift"
     );
     for r in rows {
         match (&r.report, &r.error) {
@@ -415,7 +522,12 @@ pub fn render_matrix(rows: &[MatrixRow]) -> String {
                 );
             }
             (None, e) => {
-                let _ = writeln!(s, "{:<15} cannot run here: {}", r.setting, e.as_deref().unwrap_or("unknown reason"));
+                let _ = writeln!(
+                    s,
+                    "{:<15} cannot run here: {}",
+                    r.setting,
+                    e.as_deref().unwrap_or("unknown reason")
+                );
             }
         }
     }
@@ -426,7 +538,12 @@ pub fn render_matrix(rows: &[MatrixRow]) -> String {
 pub fn machine() -> serde_json::Value {
     let cpu = std::fs::read_to_string("/proc/cpuinfo")
         .ok()
-        .and_then(|c| c.lines().find(|l| l.starts_with("model name")).and_then(|l| l.split_once(':')).map(|(_, v)| v.trim().to_string()))
+        .and_then(|c| {
+            c.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split_once(':'))
+                .map(|(_, v)| v.trim().to_string())
+        })
         .unwrap_or_else(|| "unknown".into());
     let threads = std::thread::available_parallelism().map_or(0, |n| n.get());
     serde_json::json!({ "cpu": cpu, "logical_cpus": threads, "cosy": env!("CARGO_PKG_VERSION") })
