@@ -50,8 +50,8 @@ pub enum Command {
     Say(SayArgs),
     /// Synthesise text to a wav file (or raw PCM on stdout).
     File(FileArgs),
-    /// Time each stage on a sample text.
-    Profile(SynthArgs),
+    /// Time each stage (table, --json, --trace); --matrix compares providers and precisions.
+    Profile(ProfileArgs),
     /// Saved voices: a prompt recording prepared once, used with --voice NAME.
     Voice {
         #[command(subcommand)]
@@ -175,6 +175,58 @@ pub struct SayArgs {
     pub min_tokens: Option<usize>,
 }
 
+/// Arguments of `cosy profile`.
+#[derive(Debug, Args)]
+pub struct ProfileArgs {
+    /// The text to synthesise (default: a built-in sentence); `-` reads stdin.
+    pub text: Option<String>,
+    /// Read the text from this file instead.
+    #[arg(long, value_name = "FILE", conflicts_with = "text")]
+    pub input: Option<PathBuf>,
+    /// Prompt recording whose voice to use.
+    #[arg(long, value_name = "FILE")]
+    pub prompt_wav: Option<PathBuf>,
+    /// Transcript of the prompt recording (zero-shot); without it the voice is cross-lingual.
+    #[arg(long, value_name = "TEXT")]
+    pub prompt_text: Option<String>,
+    /// A saved voice (`cosy voice add`) instead of --prompt-wav/--prompt-text.
+    #[arg(long, value_name = "NAME", conflicts_with_all = ["prompt_wav", "prompt_text"])]
+    pub voice: Option<String>,
+    /// Profile the streaming schedule (reports time to first audio of the first chunk).
+    #[arg(long)]
+    pub stream: bool,
+    /// Measured runs (medians are reported).
+    #[arg(long, default_value_t = 3)]
+    pub runs: usize,
+    /// Unmeasured runs first (allocator and thread-pool warm-up).
+    #[arg(long, default_value_t = 1)]
+    pub warmup: usize,
+    /// Write the report as JSON to this file (`-` = stdout, the table then goes to stderr).
+    #[arg(long, value_name = "PATH")]
+    pub json: Option<PathBuf>,
+    /// Write a Chrome trace (chrome://tracing, Perfetto) of the measured runs.
+    #[arg(long, value_name = "PATH")]
+    pub trace: Option<PathBuf>,
+    /// Benchmark only: mask stop tokens until N speech tokens and stop there (random weights).
+    #[arg(long, value_name = "N")]
+    pub min_tokens: Option<usize>,
+    /// Sampling seed (default: sampling.seed from the config).
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Pass the text to the tokenizer as is: no normalisation, no sentence splitting.
+    #[arg(long)]
+    pub no_text_frontend: bool,
+    /// Run over several provider × precision settings and print one table.
+    #[arg(long)]
+    pub matrix: bool,
+    /// The settings of --matrix, e.g. `cpu:fp32,cpu:fp16,cuda:fp16,tensorrt:fp16`.
+    #[arg(long, value_name = "LIST", value_delimiter = ',', requires = "matrix")]
+    pub settings: Vec<String>,
+}
+
+/// The text `cosy profile` speaks when given none.
+pub const PROFILE_TEXT: &str = "The quick brown fox jumps over the lazy dog, and then it runs back home across the wide green field.";
+
 #[derive(Debug, Subcommand)]
 pub enum VoiceAction {
     /// Prepare a voice from a recording and its transcript and save it as NAME.
@@ -268,7 +320,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::File(args) => file_command(&config, args),
         Command::Say(args) => say_command(&config, args),
         Command::Voice { action } => voice_command(&config, action),
-        Command::Profile(_) => anyhow::bail!("`cosy profile` is not yet implemented"),
+        Command::Profile(args) => profile_command(&config, args),
         Command::Doctor { quick } => {
             let report = crate::doctor::run(&config, &crate::doctor::DoctorOptions { quick: *quick });
             print!("{}", report.render());
@@ -662,4 +714,87 @@ fn voice_command(config: &Config, action: &VoiceAction) -> anyhow::Result<()> {
             Ok(())
         }
     }
+}
+
+fn profile_command(config: &Config, args: &ProfileArgs) -> anyhow::Result<()> {
+    use crate::pipeline::Request;
+    use crate::profile::report::{machine, matrix, profile, render_matrix, ProfilePlan, Setting};
+
+    let text = match (&args.input, args.text.as_deref()) {
+        (Some(f), _) => std::fs::read_to_string(f).map_err(|e| Error::Input(format!("--input {}: {e}", f.display())))?,
+        (None, Some("-")) => read_stdin()?,
+        (None, Some(t)) => t.to_string(),
+        (None, None) => PROFILE_TEXT.to_string(),
+    };
+    let voice = resolve_voice(
+        config,
+        VoiceChoice {
+            prompt_wav: args.prompt_wav.as_ref(),
+            prompt_text: args.prompt_text.as_ref(),
+            instruct: None,
+            voice: args.voice.as_ref(),
+        },
+    )?;
+    if args.runs == 0 {
+        return Err(Error::Input("--runs must be at least 1".into()).into());
+    }
+    let plan = ProfilePlan {
+        request: Request {
+            text,
+            voice,
+            text_frontend: !args.no_text_frontend,
+            speed: 1.0,
+            seed: args.seed,
+            stream: args.stream,
+            ignore_stop_until: args.min_tokens,
+        },
+        runs: args.runs,
+        warmup: args.warmup,
+    };
+    // With `--json -` the JSON owns stdout and the table goes to stderr.
+    let json_stdout = args.json.as_deref().is_some_and(|p| p.as_os_str() == "-");
+    let show = |text: &str| {
+        if json_stdout {
+            eprint!("{text}");
+        } else {
+            print!("{text}");
+        }
+    };
+    let (json, trace) = if args.matrix {
+        let settings = if args.settings.is_empty() {
+            Setting::default_matrix()
+        } else {
+            args.settings.iter().map(|s| Setting::parse(s)).collect::<Result<Vec<_>, _>>()?
+        };
+        let rows = matrix(config, &plan, &settings);
+        show(&render_matrix(&rows));
+        let trace = rows.iter().find_map(|r| r.report.as_ref()).map(|r| r.chrome_trace());
+        (serde_json::json!({ "machine": machine(), "matrix": rows }), trace)
+    } else {
+        let label = format!(
+            "{} {}",
+            config.runtime.providers.first().copied().unwrap_or(crate::config::ProviderKind::Cpu),
+            config.runtime.precision
+        );
+        let report = profile(config, &plan, &label)?;
+        show(&report.render());
+        let mut json = serde_json::to_value(&report).map_err(|e| Error::Runtime(format!("report: {e}")))?;
+        json["machine"] = machine();
+        (json, Some(report.chrome_trace()))
+    };
+    let write = |path: &std::path::Path, value: &serde_json::Value| -> Result<(), Error> {
+        let text = serde_json::to_string_pretty(value).map_err(|e| Error::Runtime(format!("json: {e}")))?;
+        crate::pipeline::dump::write_atomic(path, text.as_bytes())
+    };
+    if let Some(p) = &args.json {
+        if json_stdout {
+            println!("{}", serde_json::to_string_pretty(&json).map_err(|e| Error::Runtime(format!("json: {e}")))?);
+        } else {
+            write(p, &json)?;
+        }
+    }
+    if let (Some(p), Some(t)) = (&args.trace, trace) {
+        write(p, &t)?;
+    }
+    Ok(())
 }

@@ -12,6 +12,7 @@ use ndarray::{s, Array2, Array3, ArrayView2, ArrayView3, Axis};
 use rayon::prelude::*;
 
 use crate::error::{Error, Result};
+use crate::profile::Profiler;
 use crate::rng::{SineNoise, SINE_NOISE_WIDTH};
 
 /// One conv layer of the f0 net, stored for an im2col product over time-major activations:
@@ -400,12 +401,24 @@ pub fn prepare_hift_inputs(
     finalize: bool,
     conv_pre_look_right: usize,
 ) -> Result<HiftInputs> {
+    prepare_hift_inputs_profiled(f0_net, source, acc_mel, finalize, conv_pre_look_right, &Profiler::disabled())
+}
+
+/// [`prepare_hift_inputs`], recording `hift.f0` and `hift.source`.
+pub fn prepare_hift_inputs_profiled(
+    f0_net: &F0Predictor,
+    source: &mut SourceGenerator,
+    acc_mel: ArrayView2<f32>,
+    finalize: bool,
+    conv_pre_look_right: usize,
+    profiler: &Profiler,
+) -> Result<HiftInputs> {
     let (channels, frames) = acc_mel.dim();
     let spf = source.params.samples_per_frame;
     let plan = plan_hift_call(frames, finalize, f0_net.look_right(), conv_pre_look_right, spf)?;
-    let f0 = f0_net.predict(acc_mel, finalize)?;
+    let f0 = profiler.time("hift.f0", || f0_net.predict(acc_mel, finalize))?;
     debug_assert_eq!(f0.len(), plan.f0_frames);
-    let src = source.generate(&f0[..plan.source_frames]);
+    let src = profiler.time("hift.source", || source.generate(&f0[..plan.source_frames]));
     let mut mel = Array3::<f32>::zeros((1, channels, plan.mel_frames + plan.zero_pad_frames));
     mel.slice_mut(s![0, .., ..plan.mel_frames]).assign(&acc_mel.slice(s![.., ..plan.mel_frames]));
     let n = src.len();

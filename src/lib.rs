@@ -17,6 +17,7 @@ pub mod llm;
 pub mod model;
 pub mod npy;
 pub mod pipeline;
+pub mod profile;
 pub mod rng;
 pub mod side;
 pub mod runtime;

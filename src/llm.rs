@@ -9,6 +9,7 @@
 //! * [`SilentTokenFilter`]: the post-LLM silent-token pruning of `llm_job`.
 
 use crate::error::{Error, Result};
+use crate::profile::Profiler;
 use crate::rng::SamplingRng;
 
 /// Token ids and ratios that drive decoding (manifest `constants`).
@@ -315,20 +316,22 @@ where
     E: EmbeddingLookup + ?Sized,
     F: FnMut(i64) -> bool,
 {
-    decode_with(llm, input, tables, sampler, constants, &DecodeOptions::default(), on_token)
+    decode_with(llm, input, tables, sampler, constants, &DecodeOptions::default(), &Profiler::disabled(), on_token)
 }
 
 /// Knobs of [`decode_with`] that are not part of the official algorithm.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct DecodeOptions {
-    /// Benchmark/test knob, NOT the official behaviour: every stop id (the whole
-    /// `[stop_token_min, stop_token_end)` range) is masked until this many tokens were emitted,
-    /// and `max_len` is raised to at least this, so a model that would stop early (e.g. random
-    /// weights) still produces a known amount of work. 0 = off (the official loop).
+    /// Benchmark/test knob, NOT the official behaviour: decode exactly this many tokens — every
+    /// stop id (the whole `[stop_token_min, stop_token_end)` range) is masked and decoding ends at
+    /// this count — so random-weight models produce a known amount of work, the same on every
+    /// side of a comparison. 0 = off (the official loop).
     pub ignore_stop_until: usize,
 }
 
-/// [`decode`] with [`DecodeOptions`].
+/// [`decode`] with [`DecodeOptions`], recording `llm.prefill`, `llm.decode` (one span per step)
+/// and `llm.sampling` into `profiler` (free when it is disabled).
+#[allow(clippy::too_many_arguments)]
 pub fn decode_with<S, E, F>(
     llm: &mut S,
     input: &LlmInput,
@@ -336,6 +339,7 @@ pub fn decode_with<S, E, F>(
     sampler: &mut Sampler,
     constants: &LlmConstants,
     options: &DecodeOptions,
+    profiler: &Profiler,
     mut on_token: F,
 ) -> Result<DecodeOutcome>
 where
@@ -346,14 +350,15 @@ where
     let mut tokens: Vec<i64> = Vec::new();
     let mut embed = vec![0f32; input.hidden];
     let vocab = usize::try_from(constants.stop_token_end).unwrap_or(0);
-    let max_len = input.max_len.max(options.ignore_stop_until);
+    let max_len = if options.ignore_stop_until > 0 { options.ignore_stop_until } else { input.max_len };
     let stop_range = usize::try_from(constants.stop_token_min).unwrap_or(vocab)..vocab;
     for step in 0..max_len {
         let logits = if step == 0 {
-            llm.prefill(&input.embeds, input.seq_len)?
+            profiler.time("llm.prefill", || llm.prefill(&input.embeds, input.seq_len))?
         } else {
-            llm.step(&embed)?
+            profiler.time("llm.decode", || llm.step(&embed))?
         };
+        let sampling_span = profiler.span("llm.sampling");
         if logits.len() != vocab {
             return Err(Error::Runtime(format!(
                 "llm returned {} logits, expected {vocab}",
@@ -372,6 +377,7 @@ where
             }
         }
         let top = sampler.sample(&mut logp, &tokens)?;
+        sampling_span.end();
         if constants.is_stop(top) {
             return Ok(DecodeOutcome { tokens, termination: Termination::StopToken(top) });
         }

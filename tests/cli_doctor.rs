@@ -156,17 +156,6 @@ fn config_errors_are_one_line_with_exit_code_2() {
 }
 
 #[test]
-fn synthesis_commands_are_stubs_for_now() {
-    let cwd = tempfile::tempdir().unwrap();
-    // `say` is implemented (tests/say_*.rs); `profile` is still a stub.
-    cosy(cwd.path())
-        .args(["profile", "hello"])
-        .assert()
-        .code(1)
-        .stderr(predicate::str::contains("cosy profile` is not yet implemented"));
-}
-
-#[test]
 fn completions_are_generated() {
     let cwd = tempfile::tempdir().unwrap();
     cosy(cwd.path())

@@ -61,20 +61,36 @@ def _fixture(args: argparse.Namespace) -> int:
 
 
 def _reference(args: argparse.Namespace) -> int:
+    import torch
+
     from .reference import ReferenceModel, Request, synthesize, write_dump
 
     model = ReferenceModel.load(args.model)
     req = Request(tts_text=args.text, prompt_text=args.prompt_text, prompt_wav=Path(args.prompt_wav),
                   stream=args.stream, seed=args.seed, ignore_stop_until=args.ignore_stop_until)
     timings: dict[str, float] = {}
-    dump = synthesize(model, req, timings)
+    runs: list[dict[str, float]] = []
+    for i in range(args.warmup + args.runs):
+        timings = {}
+        t0 = time.perf_counter()
+        dump = synthesize(model, req, timings)
+        timings["total"] = time.perf_counter() - t0
+        timings["speech_tokens"] = float(len(dump["llm_token_raw"]))
+        timings["audio_s"] = float(dump["waveform"].shape[0]) / 24000.0
+        if i >= args.warmup:
+            runs.append(timings)
+    if args.json:
+        import json
+
+        Path(args.json).write_text(json.dumps({"torch_threads": torch.get_num_threads(), "torch": torch.__version__,
+                                               "runs": runs}, indent=1))
     if args.dump:
         write_dump(dump, args.dump)
     if args.output:
         from .wavio import write_wav_pcm16
 
         write_wav_pcm16(args.output, dump["waveform"], 24000)
-    print(" ".join(f"{k}={v:.3f}s" for k, v in timings.items()))
+    print(" ".join(f"{k}={v:.3f}s" for k, v in timings.items() if k not in ("speech_tokens", "audio_s")))
     return 0
 
 
@@ -112,7 +128,10 @@ def main(argv: list[str] | None = None) -> int:
     ref.add_argument("--prompt-wav", required=True)
     ref.add_argument("--stream", action="store_true")
     ref.add_argument("--seed", type=int, default=0)
-    ref.add_argument("--ignore-stop-until", type=int, default=None, help="benchmark/test only: mask stop ids until N tokens (cosy --min-tokens)")
+    ref.add_argument("--ignore-stop-until", type=int, default=None, help="benchmark/test only, not the official rule: decode exactly N tokens (stop ids masked; cosy --min-tokens)")
+    ref.add_argument("--runs", type=int, default=1, help="measured runs (timings of each go to --json)")
+    ref.add_argument("--warmup", type=int, default=0, help="unmeasured runs first")
+    ref.add_argument("--json", type=Path, help="write per-run stage timings (seconds) as JSON")
     ref.add_argument("--dump", type=Path)
     ref.add_argument("-o", "--output", type=Path)
     ref.set_defaults(fn=_reference)

@@ -79,16 +79,16 @@ def decode_llm(
 ) -> tuple[list[int], int | None, str]:
     """Official decoding loop (§4.2). Returns (tokens, stop id or None, termination).
 
-    `ignore_stop_until` is a benchmark/test-only option (not the official behaviour): stop ids
-    are masked until that many tokens have been produced and max_len is raised to at least that,
-    so random-weight models produce a known amount of speech (the runtime's `--min-tokens`).
+    `ignore_stop_until` is a benchmark/test-only option (not the official behaviour): exactly that
+    many tokens are decoded, every stop id masked, so random-weight models produce a known amount
+    of speech, the same on both sides of a comparison (the runtime's `--min-tokens`).
     """
     cfg = llm.cfg
     gen = torch.Generator().manual_seed(seed)
     min_len = int(n_tts_text_tokens * 2)
     max_len = int(n_tts_text_tokens * 20)
     if ignore_stop_until is not None:
-        max_len = max(max_len, ignore_stop_until)
+        max_len = ignore_stop_until
     cache = llm.empty_cache()
     x = lm_input
     out: list[int] = []
@@ -98,7 +98,7 @@ def decode_llm(
         if i < min_len:
             # Official quirk: masks index speech_token_size (= sos), not eos.
             logp[cfg.speech_token_size] = float("-inf")
-        if ignore_stop_until is not None and i < ignore_stop_until:
+        if ignore_stop_until is not None:
             logp[cfg.speech_token_size : cfg.speech_vocab_size] = float("-inf")
         top = ras_sample(logp, out, sampling, gen)
         if cfg.speech_token_size <= top < cfg.speech_vocab_size:

@@ -35,9 +35,10 @@ use crate::frontend::prompt::{plan, PromptMode};
 use crate::frontend::text::{is_only_punctuation, normalize, IdentityNormalizer, Normalizer};
 use crate::frontend::tn::WetextPair;
 use crate::frontend::tokenizer::TextTokenizer;
-use crate::hift::{prepare_hift_inputs, F0Predictor, HiftStream, SourceGenerator};
+use crate::hift::{prepare_hift_inputs_profiled, F0Predictor, HiftStream, SourceGenerator};
 use crate::llm::{build_llm_input, decode_with, DecodeOptions, Sampler, SamplingParams, SilentTokenFilter, Termination};
 use crate::model::ModelDir;
+use crate::profile::Profiler;
 use crate::runtime::{SessionFactory, StageSession};
 use crate::side::{SideEmbeddings, SideFile};
 use crate::voice::SavedVoice;
@@ -82,6 +83,24 @@ pub struct Synthesizer {
     max_text_chars: usize,
     /// Precision of the frontend graphs (recorded in saved voices).
     frontend_precision: crate::config::Precision,
+    /// Span recorder for `cosy profile`; disabled (free) unless [`Synthesizer::set_profiler`].
+    profiler: Profiler,
+    /// How long each session took to open, in the order they were opened.
+    load_times: Vec<StageLoad>,
+}
+
+/// How one stage's session was opened (for `cosy profile`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct StageLoad {
+    /// Manifest stage name (`llm`, `flow_front`, `dit`, `hift_decode`, `campplus`, `speech_tokenizer`).
+    pub stage: String,
+    pub seconds: f64,
+    pub provider: crate::config::ProviderKind,
+    pub precision: crate::config::Precision,
+    /// `load` (engine cache hit), `build` (TensorRT built an engine) or `session` (no engine).
+    pub kind: &'static str,
+    /// Providers asked for but not used, with the reason.
+    pub fallbacks: Vec<String>,
 }
 
 /// How the voice is given.
@@ -149,8 +168,8 @@ pub struct Request {
     pub seed: Option<u64>,
     /// Use the streaming chunk schedule.
     pub stream: bool,
-    /// Benchmark/test knob, not the official behaviour: stop ids are masked until this many
-    /// tokens per sentence (see [`DecodeOptions::ignore_stop_until`]). `None` = official.
+    /// Benchmark/test knob, not the official behaviour: decode exactly this many speech tokens
+    /// per sentence, stop ids masked (see [`DecodeOptions::ignore_stop_until`]). `None` = official.
     pub ignore_stop_until: Option<usize>,
 }
 
@@ -180,6 +199,8 @@ pub struct Summary {
     pub samples: usize,
     pub sentences: usize,
     pub chunks: usize,
+    /// Speech tokens the LLM emitted (before silent-token pruning), all sentences.
+    pub speech_tokens: usize,
 }
 
 fn model_err(dir: &ModelDir, msg: impl Into<String>) -> Error {
@@ -232,13 +253,31 @@ impl Synthesizer {
         let tokenizer = TextTokenizer::from_file(&file_of("tokenizer")?)?;
         let voice_key = crate::voice::model_key(&dir)?;
         let factory = SessionFactory::new(config, dir.clone())?;
+        let mut load_times = Vec::new();
+        let mut open = |stage: &str| -> Result<StageSession> {
+            let started = std::time::Instant::now();
+            let session = factory.open(stage)?;
+            load_times.push(StageLoad {
+                stage: stage.to_string(),
+                seconds: started.elapsed().as_secs_f64(),
+                provider: session.provider_used,
+                precision: session.precision,
+                kind: match session.engine_cached {
+                    Some(true) => "load",
+                    Some(false) => "build",
+                    None => "session",
+                },
+                fallbacks: session.fallbacks.clone(),
+            });
+            Ok(session)
+        };
         let sessions = Sessions {
-            llm: factory.open("llm")?,
-            flow_front: factory.open("flow_front")?,
-            dit: factory.open("dit")?,
-            hift: factory.open("hift_decode")?,
-            campplus: factory.open("campplus")?,
-            speech_tokenizer: factory.open("speech_tokenizer")?,
+            llm: open("llm")?,
+            flow_front: open("flow_front")?,
+            dit: open("dit")?,
+            hift: open("hift_decode")?,
+            campplus: open("campplus")?,
+            speech_tokenizer: open("speech_tokenizer")?,
         };
         let normalizer = load_normalizer(&dir)?;
         Ok(Synthesizer {
@@ -257,6 +296,8 @@ impl Synthesizer {
             voice_key,
             max_text_chars: config.limits.max_text_chars,
             frontend_precision: config.precision_for(crate::config::StageGroup::Frontend),
+            profiler: Profiler::disabled(),
+            load_times,
         })
     }
 
@@ -314,6 +355,16 @@ impl Synthesizer {
         }
     }
 
+    /// Records spans of every later request into `profiler` (see [`crate::profile::STAGE_KEYS`]).
+    pub fn set_profiler(&mut self, profiler: Profiler) {
+        self.profiler = profiler;
+    }
+
+    /// How each stage's session was opened, and how long it took.
+    pub fn load_times(&self) -> &[StageLoad] {
+        &self.load_times
+    }
+
     /// The text tokenizer of the model.
     pub fn tokenizer(&self) -> &TextTokenizer {
         &self.tokenizer
@@ -322,14 +373,19 @@ impl Synthesizer {
     /// The prompt's features: 16 kHz whisper mel → speech tokens; 16 kHz fbank → campplus
     /// embedding; 24 kHz mel; alignment of tokens and mel.
     pub fn prompt_features(&mut self, wav: &Path) -> Result<PromptFeatures> {
-        let audio = load_audio(wav)?;
-        let wav16 = to_rate(&audio, 16_000, Some(MAX_TOKENIZER_SECONDS.min(self.constants.max_prompt_seconds)), wav)?;
-        let wav24 = to_rate(&audio, self.constants.sample_rate, None, wav)?;
-        let whisper_mel = whisper_log_mel(&wav16);
-        let speech_token_raw = run_speech_tokenizer(&mut self.sessions.speech_tokenizer, whisper_mel.view())?;
-        let fbank = kaldi_fbank_cmn(&wav16);
-        let embedding = run_campplus(&mut self.sessions.campplus, fbank.view())?;
-        let feat_raw = mel_24k(&wav24);
+        let prof = &self.profiler;
+        let audio = prof.time("frontend.audio_load", || load_audio(wav))?;
+        let (wav16, wav24) = prof.time("frontend.resample", || -> Result<_> {
+            let max_seconds = MAX_TOKENIZER_SECONDS.min(self.constants.max_prompt_seconds);
+            Ok((to_rate(&audio, 16_000, Some(max_seconds), wav)?, to_rate(&audio, self.constants.sample_rate, None, wav)?))
+        })?;
+        let whisper_mel = prof.time("frontend.whisper_mel", || whisper_log_mel(&wav16));
+        let speech_token_raw = prof.time("frontend.speech_tokenizer", || {
+            run_speech_tokenizer(&mut self.sessions.speech_tokenizer, whisper_mel.view())
+        })?;
+        let fbank = prof.time("frontend.fbank", || kaldi_fbank_cmn(&wav16));
+        let embedding = prof.time("frontend.campplus", || run_campplus(&mut self.sessions.campplus, fbank.view()))?;
+        let feat_raw = prof.time("frontend.mel_24k", || mel_24k(&wav24));
         let (speech_token, feat) = align_prompt(&speech_token_raw, &feat_raw);
         if speech_token.is_empty() {
             return Err(Error::Input(format!("prompt audio {}: too short to give any speech token", wav.display())));
@@ -390,17 +446,26 @@ impl Synthesizer {
         if req.stream && req.speed != 1.0 {
             return Err(Error::Input("--speed works only without --stream (the official code refuses it too)".into()));
         }
+        let profiler = self.profiler.clone();
+        let frontend_span = profiler.span("frontend");
+        let tokenizer_span = profiler.span("frontend.tokenizer");
         let (prompt_text, segments) = self.plan_text(req)?;
         let p = plan(&req.voice.mode(), &req.text, req.text_frontend);
-        let prompt = self.prompt_for(&req.voice)?;
         let prompt_text_token = self.encode(&prompt_text)?;
+        tokenizer_span.end();
+        let prompt = self.prompt_for(&req.voice)?;
+        frontend_span.end();
         let mut sampler = Sampler::new(self.sampling, req.seed.unwrap_or(self.seed));
         let mut summary = Summary { sentences: segments.len(), ..Summary::default() };
         for (i, segment) in segments.iter().enumerate() {
             if observer.cancelled() {
                 return Err(Error::Cancelled);
             }
-            let text_token = self.encode(segment)?;
+            let text_token = {
+                let _f = profiler.span("frontend");
+                let _t = profiler.span("frontend.tokenizer");
+                self.encode(segment)?
+            };
             if text_token.is_empty() {
                 return Err(Error::Input(format!("sentence {segment:?} gives no text tokens")));
             }
@@ -412,7 +477,8 @@ impl Synthesizer {
                 on_chunk(c)
             };
             let seg = Segment { index: i, prompt: &prompt, prompt_text_token: &prompt_text_token, text_token: &text_token, llm_prompt_speech: llm_speech };
-            self.run_segment(&seg, req, &mut sampler, observer, trace.as_mut(), &mut on)?;
+            let emitted = self.run_segment(&seg, req, &mut sampler, observer, trace.as_mut(), &mut on)?;
+            summary.speech_tokens += emitted;
             if let (Some(root), Some(trace)) = (dump, trace) {
                 let dir = if segments.len() == 1 { root.to_path_buf() } else { root.join(format!("{i:03}")) };
                 dump::write_segment(&dir, &prompt, &prompt_text_token, &text_token, &trace, req.stream, self.constants.sample_rate)?;
@@ -434,12 +500,13 @@ impl Synthesizer {
         observer: &dyn SynthesisObserver,
         trace: Option<&mut SegmentTrace>,
         on_chunk: &mut dyn FnMut(&[f32]) -> Result<()>,
-    ) -> Result<()> {
+    ) -> Result<usize> {
         let c = &self.constants;
         let prompt = seg.prompt;
         let input = build_llm_input(&self.embeddings, seg.prompt_text_token, seg.text_token, seg.llm_prompt_speech, &c.llm)?;
         let options = DecodeOptions { ignore_stop_until: req.ignore_stop_until.unwrap_or(0) };
         let sentence = seg.index;
+        let profiler = &self.profiler;
         let shape = c.llm_shape;
         let embeddings = &self.embeddings;
         let llm_constants = &c.llm;
@@ -457,23 +524,32 @@ impl Synthesizer {
             speed: req.speed,
             filter: SilentTokenFilter::new(&c.silent_tokens, c.max_silent_run),
             observer,
+            profiler,
         };
         let llm_session = &mut self.sessions.llm;
         let (tok_tx, tok_rx) = crossbeam_channel::unbounded::<i64>();
         let (chunk_tx, chunk_rx) = crossbeam_channel::bounded::<Vec<f32>>(4);
-        std::thread::scope(|scope| -> Result<()> {
-            let llm = scope.spawn(move || -> Result<crate::llm::DecodeOutcome> {
-                let mut step = OnnxLlm::new(llm_session, shape.layers, shape.hidden, shape.kv_heads, shape.head_dim)?;
-                let mut emitted = 0usize;
-                let outcome = decode_with(&mut step, &input, embeddings, sampler, llm_constants, &options, |t| {
-                    observer.llm_token(sentence, emitted, t);
-                    emitted += 1;
-                    tok_tx.send(t).is_ok() && !observer.cancelled()
-                })?;
-                observer.llm_done(sentence, outcome.tokens.len(), outcome.termination);
-                Ok(outcome)
-            });
-            let worker = scope.spawn(move || t2w.run(tok_rx, chunk_tx));
+        std::thread::scope(|scope| -> Result<usize> {
+            let llm = std::thread::Builder::new()
+                .name("llm".into())
+                .spawn_scoped(scope, move || -> Result<crate::llm::DecodeOutcome> {
+                    let _span = profiler.span("llm");
+                    let mut step = OnnxLlm::new(llm_session, shape.layers, shape.hidden, shape.kv_heads, shape.head_dim)?
+                        .with_profiler(profiler);
+                    let mut emitted = 0usize;
+                    let outcome = decode_with(&mut step, &input, embeddings, sampler, llm_constants, &options, profiler, |t| {
+                        observer.llm_token(sentence, emitted, t);
+                        emitted += 1;
+                        tok_tx.send(t).is_ok() && !observer.cancelled()
+                    })?;
+                    observer.llm_done(sentence, outcome.tokens.len(), outcome.termination);
+                    Ok(outcome)
+                })
+                .map_err(|e| Error::Runtime(format!("cannot start the LLM thread: {e}")))?;
+            let worker = std::thread::Builder::new()
+                .name("token2wav".into())
+                .spawn_scoped(scope, move || t2w.run(tok_rx, chunk_tx))
+                .map_err(|e| Error::Runtime(format!("cannot start the token-to-wav thread: {e}")))?;
             let mut consumer_err = None;
             for chunk in chunk_rx.iter() {
                 if let Err(e) = on_chunk(&chunk) {
@@ -496,12 +572,13 @@ impl Synthesizer {
                     Error::Runtime("the token-to-wav worker stopped taking tokens".into())
                 });
             }
+            let emitted = outcome.tokens.len();
             if let Some(trace) = trace {
                 done.llm_token_raw = outcome.tokens;
                 done.termination = Some(outcome.termination);
                 *trace = done;
             }
-            Ok(())
+            Ok(emitted)
         })
     }
 }
@@ -566,6 +643,7 @@ struct TokenToWav<'a> {
     speed: f64,
     filter: SilentTokenFilter,
     observer: &'a dyn SynthesisObserver,
+    profiler: &'a Profiler,
 }
 
 impl TokenToWav<'_> {
@@ -631,11 +709,13 @@ impl TokenToWav<'_> {
         trace: &mut SegmentTrace,
     ) -> Result<Vec<f32>> {
         let c = self.constants;
+        let prof = self.profiler;
+        let flow_span = prof.span("flow");
         let prompt_tokens = &self.prompt.speech_token;
         let ratio = self.stream_params.token_mel_ratio;
         let prompt_frames = ratio * prompt_tokens.len();
         let ft = flow_front_tokens(prompt_tokens, &tokens[..chunk.n_tokens], chunk.finalize, self.stream_params.pre_lookahead_len);
-        let (mu, spks) = run_flow_front(self.flow_front, &ft, &self.prompt.embedding)?;
+        let (mu, spks) = prof.time("flow.front", || run_flow_front(self.flow_front, &ft, &self.prompt.embedding))?;
         let total = mu.ncols();
         if total != prompt_frames + chunk.mel_frames {
             return Err(Error::Runtime(format!(
@@ -652,7 +732,7 @@ impl TokenToWav<'_> {
         let cond = build_cond(self.prompt.feat.view(), total)?;
         let spks = ndarray::Array1::from_vec(spks);
         let request = CfmRequest { mu: mu.view(), spks: spks.view(), cond: cond.view(), noise: self.noise };
-        let mut estimator = OnnxEstimator { session: self.dit };
+        let mut estimator = OnnxEstimator { session: self.dit, profiler: prof };
         let mut solved = solve_cfm(&mut estimator, &[request], &c.cfm, chunk.block_frames as i64)?;
         let mel_all = solved.pop().ok_or_else(|| Error::Runtime("flow solver returned nothing".into()))?;
         let mel = strip_prompt(mel_all.view(), prompt_frames)?;
@@ -664,12 +744,15 @@ impl TokenToWav<'_> {
             trace.flow_mu = Some(mu);
             trace.flow_cond = Some(cond);
         }
+        flow_span.end();
+        let _hift_span = prof.span("hift");
         hift.push_mel(new.view())?;
-        let inputs = prepare_hift_inputs(self.f0, &mut self.source, hift.mel(), chunk.finalize, c.conv_pre_look_right)?;
+        let inputs =
+            prepare_hift_inputs_profiled(self.f0, &mut self.source, hift.mel(), chunk.finalize, c.conv_pre_look_right, prof)?;
         let plan = inputs.plan;
         trace.hift_f0 = Some(inputs.f0.clone());
         trace.hift_source = Some(inputs.source.index_axis(Axis(0), 0).index_axis(Axis(0), 0).to_vec());
-        let mut wav = run_hift_decode(self.hift, inputs.mel, inputs.source)?;
+        let mut wav = prof.time("hift.decode", || run_hift_decode(self.hift, inputs.mel, inputs.source))?;
         let keep = wav.len().saturating_sub(plan.drop_tail_samples);
         wav.truncate(keep);
         if wav.len() != plan.total_samples {

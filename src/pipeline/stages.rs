@@ -14,6 +14,7 @@ use crate::config::ProviderKind;
 use crate::error::{Error, Result};
 use crate::flow::Estimator;
 use crate::llm::LlmStep;
+use crate::profile::Profiler;
 use crate::runtime::{StageBinding, StageSession};
 
 /// An owned ORT tensor from a shape and row-major data.
@@ -59,6 +60,7 @@ pub struct OnnxLlm<'s> {
     present_names: Vec<String>,
     /// `present.*` of the previous run, in `past_names` order; empty before the prefill.
     cache: Vec<DynValue>,
+    profiler: Profiler,
 }
 
 impl<'s> OnnxLlm<'s> {
@@ -76,7 +78,25 @@ impl<'s> OnnxLlm<'s> {
                 present_names.push(format!("present.{i}.{kind}"));
             }
         }
-        Ok(OnnxLlm { session, binding, host, hidden, kv_heads, head_dim, past_names, present_names, cache: Vec::new() })
+        Ok(OnnxLlm {
+            session,
+            binding,
+            host,
+            hidden,
+            kv_heads,
+            head_dim,
+            past_names,
+            present_names,
+            cache: Vec::new(),
+            profiler: Profiler::disabled(),
+        })
+    }
+
+    /// Records `llm.{prefill,decode}.copy_in` (host embeddings bound as the input) and
+    /// `llm.{prefill,decode}.copy_out` (logits read back to the host) in each step.
+    pub fn with_profiler(mut self, profiler: &Profiler) -> Self {
+        self.profiler = profiler.clone();
+        self
     }
 
     fn run(&mut self, embeds: &[f32], seq: usize) -> Result<Vec<f32>> {
@@ -84,8 +104,11 @@ impl<'s> OnnxLlm<'s> {
             return Err(Error::Input(format!("llm: {} embedding values for {seq}×{}", embeds.len(), self.hidden)));
         }
         self.binding.clear_inputs();
+        let prefill = self.cache.is_empty();
+        let copy_in = self.profiler.span(if prefill { "llm.prefill.copy_in" } else { "llm.decode.copy_in" });
         let x = tensor(&[1, seq, self.hidden], embeds.to_vec())?;
         self.binding.bind_input("inputs_embeds", &x)?;
+        copy_in.end();
         if self.cache.is_empty() {
             let empty = tensor::<f32>(&[1, self.kv_heads, 0, self.head_dim], Vec::new())?;
             for name in &self.past_names {
@@ -101,7 +124,9 @@ impl<'s> OnnxLlm<'s> {
         }
         self.binding.inner_mut().bind_output_to_device("logits", &self.host)?;
         let mut outputs = self.binding.run(self.session)?;
+        let copy_out = self.profiler.span(if prefill { "llm.prefill.copy_out" } else { "llm.decode.copy_out" });
         let (_, logits) = out_f32(&outputs, "llm", "logits")?;
+        copy_out.end();
         let mut cache = Vec::with_capacity(self.present_names.len());
         for name in &self.present_names {
             cache.push(
@@ -131,6 +156,8 @@ impl LlmStep for OnnxLlm<'_> {
 /// The `dit` graph as the CFM [`Estimator`].
 pub struct OnnxEstimator<'s> {
     pub session: &'s mut StageSession,
+    /// Records `flow.dit` per call and `flow.dit.copy` for the input copies.
+    pub profiler: &'s Profiler,
 }
 
 impl Estimator for OnnxEstimator<'_> {
@@ -144,6 +171,8 @@ impl Estimator for OnnxEstimator<'_> {
         cond: ArrayView3<f32>,
         block_frames: i64,
     ) -> Result<Array3<f32>> {
+        let _call = self.profiler.span("flow.dit");
+        let copy = self.profiler.span("flow.dit.copy");
         let inputs: Vec<(String, DynValue)> = vec![
             ("x".into(), tensor(x.shape(), view_to_vec(x))?),
             ("mask".into(), tensor(mask.shape(), view_to_vec(mask))?),
@@ -153,6 +182,7 @@ impl Estimator for OnnxEstimator<'_> {
             ("cond".into(), tensor(cond.shape(), view_to_vec(cond))?),
             ("block_frames".into(), tensor(&[1], vec![block_frames])?),
         ];
+        copy.end();
         let outputs = self.session.session.run(inputs)?;
         let (shape, data) = out_f32(&outputs, "dit", "estimator_out")?;
         let dims: [usize; 3] = shape

@@ -35,6 +35,8 @@ pub struct StageSession {
     pub fallbacks: Vec<String>,
     /// The TensorRT cache folder, when TensorRT was registered.
     pub engine_dir: Option<PathBuf>,
+    /// With TensorRT: whether a cached engine was found (`true`) or one is built (`false`).
+    pub engine_cached: Option<bool>,
     pub(crate) device_id: u32,
 }
 
@@ -198,8 +200,10 @@ impl SessionFactory {
             let mut registered = Vec::new();
             let mut engine: Option<CacheKey> = None;
             let mut engine_dir = None;
+            let mut engine_cached = None;
             for &p in &candidates {
-                let result = self.register(&mut builder, stage, spec, p, precision, &mut engine, &mut engine_dir);
+                let result =
+                    self.register(&mut builder, stage, spec, p, precision, &mut engine, &mut engine_dir, &mut engine_cached);
                 match result {
                     Ok(()) => registered.push(p),
                     Err(reason) => {
@@ -252,6 +256,7 @@ impl SessionFactory {
                         graph_file,
                         fallbacks,
                         engine_dir,
+                        engine_cached,
                         device_id: self.config.runtime.device_id,
                     });
                 }
@@ -292,6 +297,7 @@ impl SessionFactory {
         precision: Precision,
         engine: &mut Option<CacheKey>,
         engine_dir: &mut Option<PathBuf>,
+        engine_cached: &mut Option<bool>,
     ) -> std::result::Result<(), String> {
         let rt = &self.config.runtime;
         if !providers::compiled_in(kind) {
@@ -340,6 +346,7 @@ impl SessionFactory {
                 }
                 *engine = Some(key);
                 *engine_dir = Some(dir);
+                *engine_cached = Some(reused);
                 trt.register(builder)
             }
         };
