@@ -32,7 +32,6 @@ DftMode = Literal["fft", "conv"]
 # Width of the official uniform noise buffer (`SineGen2.sine_waves`, [1, 7_200_000, 9]); fixed in
 # the official code whatever nb_harmonics says.
 SINE_NOISE_WIDTH = 9
-SINE_NOISE_ROWS = 300 * 24000
 # Right context of the f0 predictor's first conv (k=4, causal_type='right').
 F0_LOOK_RIGHT = 3
 # iSTFT magnitude clip and Snake's division guard, as in the official code.
@@ -430,42 +429,6 @@ class HiftGenerator(nn.Module):
             wav = self.decode(mel[:, :, :mel.shape[2] - F0_LOOK_RIGHT], src, dft)
             wav = wav[:, :wav.shape[1] - self.cfg.samples_per_frame]
         return wav, src, f0
-
-
-# --------------------------------------------------------------------------------------------
-# sine noise (construction-time replay, tiny/real configs)
-
-
-def sine_noise_offset(cfg: HiftConfig, flow_vocab_size: int, flow_input_size: int,
-                      spk_embed_dim: int, flow_output_size: int) -> int:
-    """Number of mt19937 outputs consumed after `manual_seed(0)` before `sine_waves` is drawn
-    (cosyvoice3.md §11): rand_noise, flow embedding + speaker affine, f0 predictor, rand_ini."""
-    c, f, n = cfg.f0_predictor.cond_channels, cfg.f0_predictor.in_channels, cfg.f0_predictor.num_class
-    vi = flow_vocab_size * flow_input_size
-    k = 80 * 15000
-    k += vi + (16 if vi % 16 else 0)
-    k += flow_output_size * spk_embed_dim + flow_output_size
-    k += 4 * c * f + c
-    k += 4 * (3 * c * c + c)
-    k += n * c + n
-    k += SINE_NOISE_WIDTH
-    return k
-
-
-def sine_noise(offset: int, rows: int) -> torch.Tensor:
-    """First `rows` rows of the official `sine_waves` buffer: [1, rows, 9] float32.
-
-    torch's CPU float32 `rand` consumes one mt19937 output per element, so drawing `offset`
-    values and then rows*9 values continues the same stream as the official construction."""
-    if not 0 < rows <= SINE_NOISE_ROWS:
-        raise ValueError(f"sine noise rows must be in 1..{SINE_NOISE_ROWS}, got {rows}")
-    gen = torch.Generator().manual_seed(0)
-    remaining = offset
-    while remaining:
-        step = min(remaining, 1 << 24)
-        torch.rand(step, generator=gen)
-        remaining -= step
-    return torch.rand(1, rows, SINE_NOISE_WIDTH, generator=gen)
 
 
 # --------------------------------------------------------------------------------------------

@@ -22,9 +22,9 @@ from cosy_export.hift import (
     hift_side_tensors,
     load_hift,
     make_hift_decode_fp16,
-    sine_noise,
-    sine_noise_offset,
 )
+from cosy_export.noise import sine_noise as _sine_rows
+from cosy_export.noise import sine_noise_offset
 from cosy_export.yamlcfg import load_model_config
 
 OFFLINE_CASES = ["en", "zh", "num", "p16k"]
@@ -59,14 +59,13 @@ def model(tiny_official: Path, cfg: HiftConfig) -> HiftGenerator:
 
 
 @pytest.fixture(scope="module")
-def noise_offset(cfg: HiftConfig, model_config) -> int:
-    flow = model_config.flow
-    return sine_noise_offset(cfg, flow.vocab_size, flow.input_size, flow.spk_embed_dim, flow.output_size)
+def noise_offset(model_config) -> int:
+    return sine_noise_offset(model_config)
 
 
 @pytest.fixture(scope="module")
 def noise(noise_offset: int) -> torch.Tensor:
-    return sine_noise(noise_offset, SPF * 260)  # longest golden mel: 246 frames
+    return _sine_rows(noise_offset, SPF * 260).unsqueeze(0)  # [1, rows, 9]; longest golden mel: 246 frames
 
 
 @pytest.fixture(scope="module")
