@@ -9,19 +9,10 @@ use cosy::frontend::features::{kaldi_fbank_cmn, mel_24k, whisper_log_mel};
 use cosy::npy;
 use ndarray::{Array2, ArrayD};
 
-const CASES: [&str; 5] = ["en", "zh", "num", "p16k", "stream"];
+mod common;
+use common::shared_dir;
 
-fn shared_dir() -> Option<PathBuf> {
-    let dir = std::env::var_os("COSY_SHARED")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared"));
-    if dir.join("reference/golden").is_dir() {
-        Some(dir)
-    } else {
-        eprintln!("skipping: no reference data at {} (set COSY_SHARED)", dir.display());
-        None
-    }
-}
+const CASES: [&str; 5] = ["en", "zh", "num", "p16k", "stream"];
 
 fn prompt_of(reference: &Path, case: &str) -> PathBuf {
     let meta: serde_json::Value =

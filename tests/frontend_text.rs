@@ -13,17 +13,8 @@ use cosy::frontend::text::{
 use cosy::frontend::tokenizer::TextTokenizer;
 use cosy::npy;
 
-fn shared_dir() -> Option<PathBuf> {
-    let dir = std::env::var_os("COSY_SHARED")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared"));
-    if dir.join("reference/golden").is_dir() {
-        Some(dir)
-    } else {
-        eprintln!("skipping: no reference data at {} (set COSY_SHARED)", dir.display());
-        None
-    }
-}
+mod common;
+use common::shared_dir;
 
 fn tokenizer() -> Option<TextTokenizer> {
     if let Some(path) = std::env::var_os("COSY_TOKENIZER_JSON") {

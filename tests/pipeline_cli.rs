@@ -6,20 +6,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::OnceLock;
 
-fn shared_dir() -> Option<PathBuf> {
-    let p = std::env::var_os("COSY_SHARED")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared"));
-    p.join("reference/tiny-official").is_dir().then_some(p)
-}
-
-fn python() -> Option<PathBuf> {
-    let v = std::env::var_os("COSY_VENV")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/cosy/venv")))?;
-    let py = v.join("bin/python");
-    py.is_file().then_some(py)
-}
+mod common;
+use common::{shared_dir, python};
 
 /// The reference tiny model exported once per test run (None = skip).
 fn model() -> Option<&'static Path> {

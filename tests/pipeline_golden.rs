@@ -5,19 +5,8 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-fn shared_dir() -> Option<PathBuf> {
-    let p = std::env::var_os("COSY_SHARED")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared"));
-    p.join("reference/tiny-official").is_dir().then_some(p)
-}
-
-fn venv_dir() -> Option<PathBuf> {
-    let v = std::env::var_os("COSY_VENV").map(PathBuf::from).or_else(|| {
-        std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/cosy/venv"))
-    })?;
-    v.join("bin/python").is_file().then_some(v)
-}
+mod common;
+use common::{shared_dir, venv_dir};
 
 #[test]
 fn all_golden_cases_pass_compare_py() {

@@ -5,8 +5,11 @@
 //! a mean |Δ log-mel| of the audio within 5e-3 — offline and streaming (4 chunks).
 //! Skips (with the reason) only when the exporter venv is absent.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
+
+mod common;
+use common::python;
 
 const TEXT: &str = "Parity check sentence for the tiny random model.";
 const PROMPT_TEXT: &str = "You are a helpful assistant.<|endofprompt|>This recording is the voice prompt.";
@@ -18,14 +21,6 @@ const LOGMEL_TOL: &str = "5e-3";
 
 fn repo() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
-}
-
-fn python() -> Option<PathBuf> {
-    let v = std::env::var_os("COSY_VENV")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/cosy/venv")))?;
-    let p = v.join("bin/python");
-    p.is_file().then_some(p)
 }
 
 fn run(cmd: &mut Command, what: &str) -> String {

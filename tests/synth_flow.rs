@@ -2,7 +2,7 @@
 //! the cond input against the golden `flow_cond`, and the CFM loop with a scripted estimator
 //! (which checks the batch layout, CFG and time bookkeeping, not DiT parity).
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use cosy::flow::{
     build_cond, cosine_t_span, flow_front_tokens, plan_stream, solve_cfm, strip_prompt, CfmParams, CfmRequest,
@@ -11,19 +11,10 @@ use cosy::flow::{
 use cosy::hift::{plan_hift_call, HiftStream};
 use ndarray::{Array1, Array2, Array3, ArrayView1, ArrayView2, ArrayView3, Axis};
 
-const CASES: [&str; 5] = ["en", "zh", "num", "p16k", "stream"];
+mod common;
+use common::reference_dir;
 
-fn reference_dir() -> Option<PathBuf> {
-    let dir = std::env::var_os("COSY_REFERENCE_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/reference"));
-    if dir.join("golden").is_dir() {
-        Some(dir)
-    } else {
-        eprintln!("SKIP: reference folder {} not found (set COSY_REFERENCE_DIR)", dir.display());
-        None
-    }
-}
+const CASES: [&str; 5] = ["en", "zh", "num", "p16k", "stream"];
 
 fn read_meta(dir: &Path, case: &str) -> serde_json::Value {
     let text = std::fs::read_to_string(dir.join(format!("golden/{case}/meta.json"))).expect("meta.json");

@@ -11,19 +11,10 @@ use cosy::hift::{prepare_hift_inputs, F0Predictor, SourceGenerator, SourceParams
 use cosy::rng::sine_noise_offset;
 use ndarray::{Array2, Array3, Axis, Ix2, Ix3};
 
-const CASES: [&str; 5] = ["en", "zh", "num", "p16k", "stream"];
+mod common;
+use common::reference_dir;
 
-fn reference_dir() -> Option<PathBuf> {
-    let dir = std::env::var_os("COSY_REFERENCE_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/reference"));
-    if dir.join("golden").is_dir() {
-        Some(dir)
-    } else {
-        eprintln!("SKIP: reference folder {} not found (set COSY_REFERENCE_DIR)", dir.display());
-        None
-    }
-}
+const CASES: [&str; 5] = ["en", "zh", "num", "p16k", "stream"];
 
 fn data(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/tiny_hift").join(name)

@@ -10,19 +10,10 @@ use cosy::llm::{
 };
 use cosy::Result;
 
-const CASES: [&str; 5] = ["en", "zh", "num", "p16k", "stream"];
+mod common;
+use common::reference_dir;
 
-fn reference_dir() -> Option<PathBuf> {
-    let dir = std::env::var_os("COSY_REFERENCE_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/reference"));
-    if dir.join("golden").is_dir() {
-        Some(dir)
-    } else {
-        eprintln!("SKIP: reference folder {} not found (set COSY_REFERENCE_DIR)", dir.display());
-        None
-    }
-}
+const CASES: [&str; 5] = ["en", "zh", "num", "p16k", "stream"];
 
 fn read_tokens(path: PathBuf) -> Vec<i64> {
     let arr = cosy::npy::read(&path).expect("npy");

@@ -2,22 +2,12 @@
 //! model, golden/construction_constants.json for the tiny reference model).
 #![allow(clippy::excessive_precision)] // reference values are kept as documented
 
-use std::path::PathBuf;
+
 
 use cosy::rng::{sine_noise, sine_noise_offset, Mt19937, SineNoise};
 
-/// The reference folder (`COSY_REFERENCE_DIR`, else `../shared/reference` next to the crate).
-fn reference_dir() -> Option<PathBuf> {
-    let dir = std::env::var_os("COSY_REFERENCE_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/reference"));
-    if dir.join("golden").is_dir() {
-        Some(dir)
-    } else {
-        eprintln!("SKIP: reference folder {} not found (set COSY_REFERENCE_DIR)", dir.display());
-        None
-    }
-}
+mod common;
+use common::reference_dir;
 
 const FULL_SIZE_K: u64 = 5_052_970;
 

@@ -6,12 +6,41 @@ use std::path::{Path, PathBuf};
 use cosy::model::{sha256_file, Dim, GraphSpec, Manifest};
 use ort::value::{DynValue, Tensor};
 
-/// The shared reference folder: `$COSY_SHARED`, else `../shared` beside the checkout.
+/// The shared reference folder: `$COSY_SHARED`, else `../shared` beside the checkout. `None`
+/// (with the reason printed) when it is absent.
 pub fn shared_dir() -> Option<PathBuf> {
     let p = std::env::var_os("COSY_SHARED")
         .map(PathBuf::from)
         .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared"));
-    p.join("reference/tiny-official").is_dir().then_some(p)
+    if p.join("reference/tiny-official").is_dir() && p.join("reference/golden").is_dir() {
+        Some(p)
+    } else {
+        eprintln!("SKIP: no reference data at {} (set COSY_SHARED)", p.display());
+        None
+    }
+}
+
+/// `<shared>/reference`: the tiny official model, golden intermediates and compare.py.
+pub fn reference_dir() -> Option<PathBuf> {
+    shared_dir().map(|s| s.join("reference"))
+}
+
+/// The exporter's venv (`$COSY_VENV`, else `~/.cache/cosy/venv`); `None` with the reason printed.
+pub fn venv_dir() -> Option<PathBuf> {
+    let v = std::env::var_os("COSY_VENV")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/cosy/venv")))?;
+    if v.join("bin/python").is_file() {
+        Some(v)
+    } else {
+        eprintln!("SKIP: no exporter venv at {} (scripts/setup.sh --python)", v.display());
+        None
+    }
+}
+
+/// The venv's python.
+pub fn python() -> Option<PathBuf> {
+    venv_dir().map(|v| v.join("bin/python"))
 }
 
 /// Where a model folder for the tests comes from.
