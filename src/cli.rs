@@ -75,28 +75,9 @@ pub enum Command {
     },
 }
 
-/// Arguments of the synthesis commands (not yet implemented).
+/// How the voice is given (shared by `file`, `say` and `profile`).
 #[derive(Debug, Args)]
-pub struct SynthArgs {
-    /// Text, or the input file for `cosy file`.
-    #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
-    pub rest: Vec<String>,
-}
-
-/// Arguments of `cosy file`.
-#[derive(Debug, Args)]
-pub struct FileArgs {
-    /// The text to say; `-` reads it from stdin. Omit it when using --input.
-    pub text: Option<String>,
-    /// One utterance per line (`-` = stdin); each line becomes its own file.
-    #[arg(long, value_name = "FILE", conflicts_with = "text")]
-    pub input: Option<PathBuf>,
-    /// Output file (`-` = stdout); with --input, the output folder. Default: out.wav (folder: .).
-    #[arg(short = 'o', long = "output", value_name = "PATH")]
-    pub output: Option<PathBuf>,
-    /// File name per --input line; `{index}` or `{index:03}` is the 0-based line number.
-    #[arg(long, value_name = "TEMPLATE", default_value = "{index:03}.wav")]
-    pub name_template: String,
+pub struct VoiceArgs {
     /// Prompt recording whose voice to use (wav/flac/mp3/ogg, ≥ 16 kHz, ≤ 30 s).
     #[arg(long, value_name = "FILE")]
     pub prompt_wav: Option<PathBuf>,
@@ -107,8 +88,26 @@ pub struct FileArgs {
     #[arg(long, value_name = "TEXT", conflicts_with = "prompt_text")]
     pub instruct: Option<String>,
     /// A saved voice (`cosy voice add`) instead of --prompt-wav/--prompt-text.
-    #[arg(long, value_name = "NAME", conflicts_with_all = ["prompt_wav", "prompt_text"])]
-    pub voice: Option<String>,
+    #[arg(long = "voice", value_name = "NAME", conflicts_with_all = ["prompt_wav", "prompt_text"])]
+    pub name: Option<String>,
+}
+
+/// Arguments of `cosy file`.
+#[derive(Debug, Args)]
+pub struct FileArgs {
+    /// The text to say; `-` reads it from stdin. Omit it when using --input.
+    pub text: Option<String>,
+    /// One utterance per line (`-` = stdin); each line becomes its own file.
+    #[arg(long, value_name = "FILE", conflicts_with = "text")]
+    pub input: Option<PathBuf>,
+    #[command(flatten)]
+    pub voice: VoiceArgs,
+    /// Output file (`-` = stdout); with --input, the output folder. Default: out.wav (folder: .).
+    #[arg(short = 'o', long = "output", value_name = "PATH")]
+    pub output: Option<PathBuf>,
+    /// File name per --input line; `{index}` or `{index:03}` is the 0-based line number.
+    #[arg(long, value_name = "TEMPLATE", default_value = "{index:03}.wav")]
+    pub name_template: String,
     /// Benchmark/test only, NOT the official behaviour: mask the LLM's stop ids until N tokens per
     /// sentence, so a model that stops early still produces N tokens.
     #[arg(long, value_name = "N", hide = true)]
@@ -138,18 +137,8 @@ pub struct FileArgs {
 pub struct SayArgs {
     /// The text to say; `-` reads it from stdin.
     pub text: Option<String>,
-    /// Prompt recording whose voice to use (wav/flac/mp3/ogg, ≥ 16 kHz, ≤ 30 s).
-    #[arg(long, value_name = "FILE")]
-    pub prompt_wav: Option<PathBuf>,
-    /// Transcript of the prompt recording (zero-shot); without it the voice is cross-lingual.
-    #[arg(long, value_name = "TEXT")]
-    pub prompt_text: Option<String>,
-    /// Style or dialect instruction (uses the prompt recording's or saved voice's voice).
-    #[arg(long, value_name = "TEXT", conflicts_with = "prompt_text")]
-    pub instruct: Option<String>,
-    /// A saved voice (`cosy voice add`) instead of --prompt-wav/--prompt-text.
-    #[arg(long, value_name = "NAME", conflicts_with_all = ["prompt_wav", "prompt_text"])]
-    pub voice: Option<String>,
+    #[command(flatten)]
+    pub voice: VoiceArgs,
     /// Speaking rate (mel time-stretch). Other than 1, each sentence is synthesised whole before
     /// it plays (the streaming schedule cannot stretch).
     #[arg(long, default_value_t = 1.0)]
@@ -183,15 +172,8 @@ pub struct ProfileArgs {
     /// Read the text from this file instead.
     #[arg(long, value_name = "FILE", conflicts_with = "text")]
     pub input: Option<PathBuf>,
-    /// Prompt recording whose voice to use.
-    #[arg(long, value_name = "FILE")]
-    pub prompt_wav: Option<PathBuf>,
-    /// Transcript of the prompt recording (zero-shot); without it the voice is cross-lingual.
-    #[arg(long, value_name = "TEXT")]
-    pub prompt_text: Option<String>,
-    /// A saved voice (`cosy voice add`) instead of --prompt-wav/--prompt-text.
-    #[arg(long, value_name = "NAME", conflicts_with_all = ["prompt_wav", "prompt_text"])]
-    pub voice: Option<String>,
+    #[command(flatten)]
+    pub voice: VoiceArgs,
     /// Profile the streaming schedule (reports time to first audio of the first chunk).
     #[arg(long)]
     pub stream: bool,
@@ -508,15 +490,7 @@ fn file_command(config: &Config, args: &FileArgs) -> anyhow::Result<()> {
             check_writable(p)?;
         }
     }
-    let voice = resolve_voice(
-        config,
-        VoiceChoice {
-            prompt_wav: args.prompt_wav.as_ref(),
-            prompt_text: args.prompt_text.as_ref(),
-            instruct: args.instruct.as_ref(),
-            voice: args.voice.as_ref(),
-        },
-    )?;
+    let voice = resolve_voice(config, &args.voice)?;
     if let Some(d) = &args.dump {
         std::fs::create_dir_all(d).map_err(|e| Error::Input(format!("--dump {}: cannot create ({e})", d.display())))?;
     }
@@ -572,33 +546,26 @@ fn check_text(config: &Config, text: &str) -> Result<(), Error> {
     crate::pipeline::check_text_length(text, config.limits.max_text_chars)
 }
 
-/// The voice options of `file` and `say`.
-struct VoiceChoice<'a> {
-    prompt_wav: Option<&'a PathBuf>,
-    prompt_text: Option<&'a String>,
-    instruct: Option<&'a String>,
-    voice: Option<&'a String>,
-}
 
 /// The pipeline voice from the command line. A saved voice is read (unknown names list the saved
 /// ones) and checked against the configured model before anything heavy is loaded.
-fn resolve_voice(config: &Config, c: VoiceChoice<'_>) -> Result<crate::pipeline::Voice, Error> {
+fn resolve_voice(config: &Config, c: &VoiceArgs) -> Result<crate::pipeline::Voice, Error> {
     use crate::pipeline::Voice;
-    if let Some(name) = c.voice {
+    if let Some(name) = &c.name {
         let saved = crate::voice::VoiceStore::new(&config.voices.dir).load(name)?;
         // The model folder's own problems are reported by the model loader, with their context.
         if let Ok(dir) = crate::model::ModelDir::open(&config.model_dir) {
             saved.check_model(&crate::voice::model_key(&dir)?, &config.model_dir)?;
         }
-        return Ok(Voice::Saved { voice: std::sync::Arc::new(saved), instruction: c.instruct.cloned() });
+        return Ok(Voice::Saved { voice: std::sync::Arc::new(saved), instruction: c.instruct.clone() });
     }
-    let Some(wav) = c.prompt_wav.cloned() else {
+    let Some(wav) = c.prompt_wav.clone() else {
         return Err(Error::Input(
             "--prompt-wav FILE is required (a recording of the voice to use), or --voice NAME (a saved voice)".into(),
         ));
     };
     check_prompt_audio(&wav)?;
-    Ok(match (c.prompt_text, c.instruct) {
+    Ok(match (&c.prompt_text, &c.instruct) {
         (Some(t), _) => Voice::ZeroShot { wav, transcript: t.clone() },
         (None, Some(i)) => Voice::Instruct { wav, instruction: i.clone() },
         (None, None) => Voice::CrossLingual { wav },
@@ -638,15 +605,7 @@ fn say_command(config: &Config, args: &SayArgs) -> anyhow::Result<()> {
         Some(t) => t.to_string(),
     };
     check_text(config, &text)?;
-    let voice = resolve_voice(
-        config,
-        VoiceChoice {
-            prompt_wav: args.prompt_wav.as_ref(),
-            prompt_text: args.prompt_text.as_ref(),
-            instruct: args.instruct.as_ref(),
-            voice: args.voice.as_ref(),
-        },
-    )?;
+    let voice = resolve_voice(config, &args.voice)?;
     let req = crate::pipeline::Request {
         text,
         voice,
@@ -726,15 +685,7 @@ fn profile_command(config: &Config, args: &ProfileArgs) -> anyhow::Result<()> {
         (None, Some(t)) => t.to_string(),
         (None, None) => PROFILE_TEXT.to_string(),
     };
-    let voice = resolve_voice(
-        config,
-        VoiceChoice {
-            prompt_wav: args.prompt_wav.as_ref(),
-            prompt_text: args.prompt_text.as_ref(),
-            instruct: None,
-            voice: args.voice.as_ref(),
-        },
-    )?;
+    let voice = resolve_voice(config, &args.voice)?;
     if args.runs == 0 {
         return Err(Error::Input("--runs must be at least 1".into()).into());
     }
