@@ -12,7 +12,14 @@ faster), are printed and written as JSON.
 
 Both sides force exactly `--tokens` speech tokens (stop ids masked: random weights never stop on
 their own) and run with the text frontend off and seed 0; cosy runs on CPU fp32 unless told
-otherwise (`--cosy-args`).
+otherwise (`--cosy-args`). `--also LABEL=ARGS` (repeatable) adds further cosy settings to every
+round, e.g. int8 for the two MatMul-bound stages:
+
+    bench/compare.py --export /work/models/full-export-int8 --rounds 2 --runs 1 --warmup 0 \
+        --also "int8=--provider cpu --set stages.dit.precision=int8 --set stages.llm.precision=int8"
+
+The first cosy setting is the one the `cosy ms`/ratio columns show; every `--also` setting gets its
+own column and ratio against the reference.
 """
 
 from __future__ import annotations
@@ -53,8 +60,8 @@ def reference_runs(args: argparse.Namespace, out: Path) -> list[dict[str, float]
     return [{k: v * 1e3 if k in STAGES or k == "token2wav" else v for k, v in r.items()} for r in rows]
 
 
-def cosy_runs(args: argparse.Namespace, out: Path) -> tuple[list[dict[str, float]], dict]:
-    cmd = [str(args.cosy), "--model", str(args.export), *shlex.split(args.cosy_args), "profile",
+def cosy_runs(args: argparse.Namespace, out: Path, cosy_args: str) -> tuple[list[dict[str, float]], dict]:
+    cmd = [str(args.cosy), "--model", str(args.export), *shlex.split(cosy_args), "profile",
            "--prompt-wav", str(args.prompt_wav), "--prompt-text", args.prompt_text, "--no-text-frontend",
            "--min-tokens", str(args.tokens), "--runs", str(args.runs), "--warmup", str(args.warmup),
            "--seed", "0", "--json", str(out), "--", args.text]
@@ -99,24 +106,43 @@ def main() -> int:
     p.add_argument("--python", default=os.environ.get("COSY_PYTHON", str(Path.home() / ".cache/cosy/venv/bin/python")))
     p.add_argument("--cosy", type=Path, default=Path(os.environ.get("CARGO_TARGET_DIR", REPO / "target")) / "release/cosy")
     p.add_argument("--cosy-args", default="--provider cpu --precision fp32", help="global cosy flags")
+    p.add_argument("--also", action="append", default=[], metavar="LABEL=ARGS",
+                   help="another cosy setting (global cosy flags) timed in every round; repeatable")
     p.add_argument("--out", type=Path, help="write all runs and the ratios as JSON")
     args = p.parse_args()
+    extra: list[tuple[str, str]] = []
+    for item in args.also:
+        label, sep, flags = item.partition("=")
+        if not sep or not label.strip():
+            p.error(f"--also {item!r}: expected LABEL=ARGS, e.g. int8=--precision int8")
+        extra.append((label.strip(), flags))
 
     ref: list[dict[str, float]] = []
     cos: list[dict[str, float]] = []
+    more: dict[str, list[dict[str, float]]] = {label: [] for label, _ in extra}
     report: dict = {}
     with tempfile.TemporaryDirectory() as tmp:
         for i in range(args.rounds):
             ref += reference_runs(args, Path(tmp) / f"ref{i}.json")
-            rows, report = cosy_runs(args, Path(tmp) / f"cosy{i}.json")
+            rows, report = cosy_runs(args, Path(tmp) / f"cosy{i}.json", args.cosy_args)
             cos += rows
+            for j, (label, flags) in enumerate(extra):
+                rows, _ = cosy_runs(args, Path(tmp) / f"cosy{i}.{j}.json", flags)
+                more[label] += rows
 
-    print(f"\n{'stage':<10} {'reference ms':>13} {'cosy ms':>10} {'ratio ref/cosy':>15}")
+    head = "".join(f" {label + ' ms':>12} {'ratio':>7}" for label in more)
+    print(f"\n{'stage':<10} {'reference ms':>13} {'cosy ms':>10} {'ratio ref/cosy':>15}{head}")
     ratios = {}
+    more_ratios: dict[str, dict[str, float]] = {label: {} for label in more}
     for s in STAGES:
         r, c = median([x[s] for x in ref]), median([x[s] for x in cos])
         ratios[s] = r / c if c > 0 else float("nan")
-        print(f"{s:<10} {r:>13.1f} {c:>10.1f} {ratios[s]:>14.2f}x")
+        cols = ""
+        for label, rows in more.items():
+            m = median([x[s] for x in rows])
+            more_ratios[label][s] = r / m if m > 0 else float("nan")
+            cols += f" {m:>12.1f} {more_ratios[label][s]:>6.2f}x"
+        print(f"{s:<10} {r:>13.1f} {c:>10.1f} {ratios[s]:>14.2f}x{cols}")
     tok_r = median([x["speech_tokens"] for x in ref])
     tok_c = median([x["speech_tokens"] for x in cos])
     aud_r = median([x["audio_s"] for x in ref])
@@ -124,16 +150,19 @@ def main() -> int:
     print(f"speech tokens: reference {tok_r:.0f}, cosy {tok_c:.0f}; audio: reference {aud_r:.2f} s, cosy {aud_c:.2f} s")
     print(f"RTF: reference {median([x['total'] for x in ref]) / 1e3 / aud_r:.3f}, "
           f"cosy {median([x['total'] for x in cos]) / 1e3 / aud_c:.3f}")
-    if cos:
-        print("\ncosy sub-steps (median ms per run over all rounds, calls per run):")
+    for label, rows in [("cosy", cos), *more.items()]:
+        if not rows:
+            continue
+        print(f"\n{label} sub-steps (median ms per run over all rounds, calls per run):")
         for k in ("llm.prefill", "llm.decode", "llm.sampling", "flow.front", "flow.dit", "hift.f0", "hift.source",
                   "hift.decode"):
-            ms = median([x["sub"].get(k, 0.0) for x in cos])
-            calls = median([x["calls"].get(k, 0) for x in cos])
+            ms = median([x["sub"].get(k, 0.0) for x in rows])
+            calls = median([x["calls"].get(k, 0) for x in rows])
             print(f"  {k:<14} {ms:>10.1f} ms  {calls:>5.0f} calls  {ms / calls if calls else 0:.2f} ms/call")
     if args.out:
         args.out.write_text(json.dumps({"machine": machine(), "args": {k: str(v) for k, v in vars(args).items()},
                                         "reference_runs": ref, "cosy_runs": cos, "ratios": ratios,
+                                        "also_runs": more, "also_ratios": more_ratios,
                                         "cosy_last_report": report}, indent=1))
     return 0
 

@@ -30,7 +30,7 @@ pub struct GlobalArgs {
     /// Execution providers in priority order, e.g. `tensorrt,cuda,cpu` (runtime.providers).
     #[arg(long, global = true, value_name = "LIST")]
     pub provider: Option<String>,
-    /// Precision for every stage: fp32, fp16 or bf16 (runtime.precision).
+    /// Precision for every stage: fp32, fp16, bf16 or int8 (runtime.precision).
     #[arg(long, global = true, value_name = "P")]
     pub precision: Option<String>,
     /// Set any config key, e.g. `--set stages.dit.precision=fp16` (repeatable).
@@ -239,7 +239,7 @@ pub enum EnginesAction {
     Build {
         #[arg(long = "stage", value_name = "STAGE")]
         stages: Vec<String>,
-        /// Precisions to build (repeatable): fp32, fp16, bf16.
+        /// Precisions to build (repeatable): fp32, fp16, bf16 (int8 has no TensorRT engine).
         #[arg(long = "precisions", value_name = "P", value_delimiter = ',')]
         precisions: Vec<String>,
     },
@@ -327,7 +327,7 @@ fn engines(config: &Config, action: &EnginesAction) -> anyhow::Result<()> {
                 .iter()
                 .map(|p| {
                     crate::config::Precision::parse(p)
-                        .ok_or_else(|| Error::Config(format!("--precisions {p:?}: allowed: fp32, fp16, bf16")))
+                        .ok_or_else(|| Error::Config(format!("--precisions {p:?}: allowed: {}", crate::config::Precision::ALLOWED)))
                 })
                 .collect::<Result<Vec<_>, _>>()?;
             let bar = indicatif::ProgressBar::new(0);

@@ -20,15 +20,22 @@ pub enum Precision {
     Fp32,
     Fp16,
     Bf16,
+    /// int8 weights (per output channel) with dynamically quantised activations in the MatMul/Gemm
+    /// projections only; everything else fp32. A graph variant of its own (CPU, CUDA); TensorRT
+    /// refuses it because no calibration is shipped.
+    Int8,
 }
 
 impl Precision {
-    pub const ALL: [Precision; 3] = [Precision::Fp32, Precision::Fp16, Precision::Bf16];
+    pub const ALL: [Precision; 4] = [Precision::Fp32, Precision::Fp16, Precision::Bf16, Precision::Int8];
+    /// The allowed values, for error messages.
+    pub const ALLOWED: &'static str = "fp32, fp16, bf16, int8";
     pub fn as_str(self) -> &'static str {
         match self {
             Precision::Fp32 => "fp32",
             Precision::Fp16 => "fp16",
             Precision::Bf16 => "bf16",
+            Precision::Int8 => "int8",
         }
     }
     pub fn parse(s: &str) -> Option<Self> {
@@ -423,7 +430,7 @@ impl Config {
             "runtime.allow_fallback" => self.runtime.allow_fallback = bool_of(value).ok_or_else(|| bad("true, false"))?,
             "runtime.precision" => {
                 self.runtime.precision =
-                    text_of(value).and_then(|s| Precision::parse(&s)).ok_or_else(|| bad("fp32, fp16, bf16"))?
+                    text_of(value).and_then(|s| Precision::parse(&s)).ok_or_else(|| bad(Precision::ALLOWED))?
             }
             "runtime.device_id" => {
                 self.runtime.device_id = int_of(value)
@@ -491,11 +498,11 @@ impl Config {
                 let stage = self.stages.entry(group).or_default();
                 match parts[2] {
                     "precision" => {
-                        let s = text_of(value).ok_or_else(|| bad("fp32, fp16, bf16, or \"\" to inherit"))?;
+                        let s = text_of(value).ok_or_else(|| bad(&format!("{}, or \"\" to inherit", Precision::ALLOWED)))?;
                         stage.precision = if s.is_empty() {
                             None
                         } else {
-                            Some(Precision::parse(&s).ok_or_else(|| bad("fp32, fp16, bf16, or \"\" to inherit"))?)
+                            Some(Precision::parse(&s).ok_or_else(|| bad(&format!("{}, or \"\" to inherit", Precision::ALLOWED)))?)
                         };
                     }
                     "providers" | "provider" => {

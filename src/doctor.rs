@@ -248,7 +248,8 @@ pub fn current_keys(factory: &SessionFactory) -> BTreeSet<String> {
         if StageGroup::of_graph(stage).is_none() {
             continue;
         }
-        for p in Precision::ALL {
+        // int8 never builds a TensorRT engine (refused in the factory), so it has no cache key.
+        for p in Precision::ALL.into_iter().filter(|p| *p != Precision::Int8) {
             if let Ok(k) = factory.cache_key(stage, p) {
                 out.insert(k.dir_name());
             }

@@ -181,7 +181,7 @@ impl ModelDir {
             }
             for name in g.variants.keys() {
                 if Precision::parse(name).is_none() {
-                    return Err(Error::model(&self.root, format!("{MANIFEST}: stage {stage}: unknown variant {name:?}; allowed: fp32, fp16, bf16")));
+                    return Err(Error::model(&self.root, format!("{MANIFEST}: stage {stage}: unknown variant {name:?}; allowed: {}", Precision::ALLOWED)));
                 }
             }
             for t in g.inputs.iter().chain(&g.outputs) {

@@ -149,7 +149,7 @@ fn config_errors_are_one_line_with_exit_code_2() {
     let out = cosy(cwd.path()).args(["--precision", "fp8", "doctor"]).assert().code(2).get_output().stderr.clone();
     let text = String::from_utf8(out).unwrap();
     assert_eq!(text.lines().count(), 1, "{text}");
-    assert!(text.starts_with("cosy: config: flag runtime.precision") && text.contains("fp32, fp16, bf16"), "{text}");
+    assert!(text.starts_with("cosy: config: flag runtime.precision") && text.contains("fp32, fp16, bf16, int8"), "{text}");
     cosy(cwd.path()).args(["--set", "runtime.thread=2", "doctor"]).assert().code(2).stderr(predicate::str::contains("unknown key"));
     // clap usage errors also exit 2.
     cosy(cwd.path()).arg("frobnicate").assert().code(2);

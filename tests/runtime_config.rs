@@ -99,7 +99,7 @@ fn unknown_keys_are_refused_with_the_key_and_the_known_ones() {
 fn bad_values_are_refused_with_key_value_and_allowed_set() {
     let d = tempfile::tempdir().unwrap();
     let cases: &[(&str, &str, &str)] = &[
-        ("[runtime]\nprecision = \"fp8\"\n", "runtime.precision = \"fp8\"", "fp32, fp16, bf16"),
+        ("[runtime]\nprecision = \"fp8\"\n", "runtime.precision = \"fp8\"", "fp32, fp16, bf16, int8"),
         ("[runtime]\nproviders = [\"rocm\"]\n", "runtime.providers = [\"rocm\"]", "tensorrt, cuda, cpu"),
         ("[runtime]\nproviders = [\"cpu\", \"cpu\"]\n", "runtime.providers", "without repeats"),
         ("[runtime]\nthreads = -1\n", "runtime.threads = -1", "0..=1024"),
@@ -119,10 +119,31 @@ fn bad_values_are_refused_with_key_value_and_allowed_set() {
     let m = config_err(&LoadOptions { env: env(&[("COSY_DEVICE_ID", "gpu0")]), ..Default::default() });
     assert!(m.contains("environment COSY_DEVICE_ID") && m.contains("\"gpu0\""), "{m}");
     let m = config_err(&LoadOptions { flags: vec![("runtime.precision".into(), "half".into())], ..Default::default() });
-    assert!(m.contains("flag runtime.precision") && m.contains("fp32, fp16, bf16"), "{m}");
+    assert!(m.contains("flag runtime.precision") && m.contains("fp32, fp16, bf16, int8"), "{m}");
     let m = config_err(&LoadOptions { config_file: Some(d.path().join("absent.toml")), ..Default::default() });
     assert!(m.contains("absent.toml") && m.contains("does not exist"), "{m}");
     let file = write(d.path(), "[runtime\nx=");
     let m = config_err(&LoadOptions { config_file: Some(file), ..Default::default() });
     assert!(m.contains("not valid TOML"), "{m}");
+}
+
+#[test]
+fn int8_is_a_precision_from_every_source() {
+    let d = tempfile::tempdir().unwrap();
+    let file = write(d.path(), "[stages.dit]\nprecision = \"int8\"\n[stages.llm]\nprecision = \"INT8\"\n");
+    let c = Config::load(&LoadOptions { config_file: Some(file), ..Default::default() }).unwrap();
+    assert_eq!(c.precision_for(StageGroup::Dit), Precision::Int8);
+    assert_eq!(c.precision_for(StageGroup::Llm), Precision::Int8);
+    assert_eq!(c.precision_for(StageGroup::Hift), Precision::Fp32, "other stages inherit fp32");
+    let c = Config::load(&LoadOptions { env: env(&[("COSY_PRECISION", "int8")]), ..Default::default() }).unwrap();
+    assert_eq!(c.runtime.precision, Precision::Int8);
+    let c = Config::load(&LoadOptions {
+        flags: vec![("runtime.precision".into(), "int8".into()), ("stages.hift.precision".into(), "fp32".into())],
+        ..Default::default()
+    })
+    .unwrap();
+    assert_eq!(c.precision_for(StageGroup::Dit), Precision::Int8);
+    assert_eq!(c.precision_for(StageGroup::Hift), Precision::Fp32);
+    let m = config_err(&LoadOptions { flags: vec![("stages.dit.precision".into(), "int4".into())], ..Default::default() });
+    assert!(m.contains("stages.dit.precision") && m.contains("int8") && m.contains("inherit"), "{m}");
 }

@@ -160,3 +160,80 @@ fn wrong_input_name_is_caught_against_the_graph() {
     assert!(problems.iter().any(|p| p.contains("\"feats\" is not in the manifest")), "{problems:?}");
     assert!(problems.iter().any(|p| p.contains("indices has dtype int32 in the graph, manifest says int64")), "{problems:?}");
 }
+
+/// A copy of the fixture whose `dit` lists an `int8` variant (`dit.int8.onnx`). The file is a copy
+/// of the fp32 graph: what is tested here is which file the factory loads and what it reports, not
+/// the quantised numerics (the exporter's tests check those on real int8 graphs).
+fn fixture_with_dit_int8(model: &std::path::Path) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    for entry in std::fs::read_dir(model).unwrap() {
+        let entry = entry.unwrap();
+        if entry.file_type().unwrap().is_file() {
+            std::fs::copy(entry.path(), dir.path().join(entry.file_name())).unwrap();
+        }
+    }
+    std::fs::copy(model.join("dit.fp32.onnx"), dir.path().join("dit.int8.onnx")).unwrap();
+    let path = dir.path().join("manifest.json");
+    let mut m: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    let mut v = m["graphs"]["dit"]["variants"]["fp32"].clone();
+    v["file"] = "dit.int8.onnx".into();
+    m["graphs"]["dit"]["variants"]["int8"] = v;
+    std::fs::write(&path, serde_json::to_string_pretty(&m).unwrap()).unwrap();
+    dir
+}
+
+#[test]
+fn int8_loads_the_int8_variant_on_cpu_and_falls_back_to_fp32_without_one() {
+    let Some(model) = fixture_model_dir() else { return };
+    if !model.path().join("dit.fp32.onnx").is_file() {
+        return;
+    }
+    let with8 = fixture_with_dit_int8(model.path());
+    let cache = tempfile::tempdir().unwrap();
+    let f = factory(with8.path(), cache.path(), |c| c.runtime.precision = Precision::Int8);
+    let mut s = f.open("dit").expect("int8 dit opens on cpu");
+    assert_eq!(s.precision, Precision::Int8);
+    assert!(s.graph_file.ends_with("dit.int8.onnx"), "{}", s.graph_file.display());
+    let spec = f.model.graph("dit").unwrap().clone();
+    s.session.run(inputs_for("dit", &spec)).expect("runs");
+    // llm has no int8 graph in this folder: fp32, with the reason recorded.
+    let plan = f.plan("llm").unwrap();
+    assert_eq!((plan.requested, plan.precision), (Precision::Int8, Precision::Fp32));
+    assert_eq!(plan.variant_file, "llm.fp32.onnx");
+    assert!(plan.note.as_deref().is_some_and(|n| n.contains("no int8 graph")), "{:?}", plan.note);
+    let s = f.open("llm").expect("llm opens in fp32");
+    assert_eq!(s.precision, Precision::Fp32);
+}
+
+#[test]
+fn tensorrt_refuses_int8_clearly_and_falls_back_when_allowed() {
+    let Some(model) = fixture_model_dir() else { return };
+    if !model.path().join("dit.fp32.onnx").is_file() {
+        return;
+    }
+    let with8 = fixture_with_dit_int8(model.path());
+    let cache = tempfile::tempdir().unwrap();
+    let f = factory(with8.path(), cache.path(), |c| {
+        c.runtime.providers = vec![ProviderKind::TensorRt, ProviderKind::Cpu];
+        c.runtime.precision = Precision::Int8;
+    });
+    match f.open("dit") {
+        Err(Error::Provider { provider, msg }) => {
+            assert_eq!(provider, "tensorrt");
+            assert!(msg.contains("int8") && msg.contains("calibration") && msg.contains("stages.dit.providers"), "{msg}");
+        }
+        Err(other) => panic!("wrong error kind: {other}"),
+        Ok(s) => panic!("TensorRT int8 must be refused, got {s:?}"),
+    }
+    // With fallback allowed, the next provider (CPU here) runs the int8 graph.
+    let f = factory(with8.path(), cache.path(), |c| {
+        c.runtime.providers = vec![ProviderKind::TensorRt, ProviderKind::Cpu];
+        c.runtime.precision = Precision::Int8;
+        c.runtime.allow_fallback = true;
+    });
+    let s = f.open("dit").expect("falls back to cpu");
+    assert_eq!(s.provider_used, ProviderKind::Cpu);
+    assert_eq!(s.precision, Precision::Int8);
+    assert!(s.graph_file.ends_with("dit.int8.onnx"));
+    assert_eq!(s.fallbacks.len(), 1, "{:?}", s.fallbacks);
+}

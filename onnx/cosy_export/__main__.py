@@ -101,7 +101,8 @@ def main(argv: list[str] | None = None) -> int:
     e = sub.add_parser("export", help="official checkpoint folder -> exported model folder")
     e.add_argument("src", type=Path)
     e.add_argument("dst", type=Path)
-    e.add_argument("--precisions", default="fp32,fp16", help="comma list of fp32, fp16 (default both)")
+    e.add_argument("--precisions", default="fp32,fp16",
+                   help="comma list of fp32, fp16, int8 (default fp32,fp16; int8 = dynamic int8 MatMuls of llm and dit)")
     e.add_argument("--noise-frames", type=int, default=15000, help="flow-noise columns to keep (15000 = 300 s)")
     e.add_argument("--sparse-text-embedding", action="store_true",
                    help="keep only text-embedding rows the tokenizer can produce (small test folders)")

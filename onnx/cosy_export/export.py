@@ -23,13 +23,17 @@ from . import __version__
 from .flow import export_dit, export_flow_front, load_flow, make_dit_mixed_fp16
 from .hift import HiftConfig, export_hift_decode, hift_side_tensors, load_hift, make_hift_decode_fp16
 from .llm import export_llm, export_llm_fp16, llm_graph_entry, load_llm
+from .quant import INT8_STAGES, quantize_int8
 from .manifest import FORMAT, FORMAT_VERSION, file_entry, graph_entry, graph_io, sha256_file
 from .noise import NOISE_FRAMES, flow_noise, sine_noise, sine_noise_offset
 from .tokenizer import build_tokenizer_json
 from .yamlcfg import ModelConfig, load_model_config
 
 OPSET = 17
-PRECISIONS = ("fp32", "fp16")
+PRECISIONS = ("fp32", "fp16", "int8")
+# int8 is opt-in (--precisions fp32,fp16,int8): it adds ~3 min on 2 cores and ~0.7 GB for the
+# full-size model, and it changes numerics (see docs/benchmarks.md for its measured cost).
+DEFAULT_PRECISIONS = ("fp32", "fp16")
 SILENT_TOKENS = [1, 2, 28, 29, 55, 248, 494, 2241, 2242, 2322, 2323]
 DEFAULT_SYSTEM_PROMPT = "You are a helpful assistant.<|endofprompt|>"
 REQUIRED_FILES = (
@@ -51,7 +55,7 @@ class ExportError(RuntimeError):
 
 @dataclass
 class ExportOptions:
-    precisions: Sequence[str] = PRECISIONS
+    precisions: Sequence[str] = DEFAULT_PRECISIONS
     # Columns of the fixed flow noise kept in side.safetensors (15000 = 300 s, the official size).
     # The bundled test fixture keeps fewer to stay small; the runtime refuses longer utterances.
     noise_frames: int = NOISE_FRAMES
@@ -207,6 +211,14 @@ def _export_into(src: Path, dst: Path, cfg: ModelConfig, hift_cfg: HiftConfig, o
     flow = _timed(opts, "load flow.pt", lambda: load_flow(src, cfg.flow))
     hift = _timed(opts, "load hift.pt", lambda: load_hift(src / "hift.pt", hift_cfg))
     want16 = "fp16" in opts.precisions
+    want8 = "int8" in opts.precisions
+
+    def add_int8(stage: str, variants: dict[str, str]) -> None:
+        # Dynamic int8 of the weight MatMuls, made from the fp32 graph just written.
+        if want8 and stage in INT8_STAGES:
+            name = f"{stage}.int8.onnx"
+            _timed(opts, f"{stage} int8", lambda: quantize_int8(dst / variants["fp32"], dst / name))
+            variants["int8"] = name
     graphs: dict[str, Any] = {}
 
     # LLM
@@ -215,6 +227,7 @@ def _export_into(src: Path, dst: Path, cfg: ModelConfig, hift_cfg: HiftConfig, o
     if want16:
         _timed(opts, "llm fp16", lambda: export_llm_fp16(llm, dst / "llm.fp16.onnx", OPSET))
         variants["fp16"] = "llm.fp16.onnx"
+    add_int8("llm", variants)
     graphs["llm"] = graph_entry(dst, variants, llm_graph_entry(cfg.llm)["trt_profile"])
 
     # Flow front
@@ -231,6 +244,7 @@ def _export_into(src: Path, dst: Path, cfg: ModelConfig, hift_cfg: HiftConfig, o
     if want16:
         _timed(opts, "dit fp16-mixed", lambda: make_dit_mixed_fp16(dst / "dit.fp32.onnx", dst / "dit.fp16.onnx"))
         variants["fp16"] = "dit.fp16.onnx"
+    add_int8("dit", variants)
     graphs["dit"] = graph_entry(dst, variants, dit.get("trt_profile"))
 
     # HiFT decode (f0 and source run natively in the runtime from side.safetensors)

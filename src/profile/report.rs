@@ -51,7 +51,8 @@ impl Setting {
         })?;
         let precision = Precision::parse(q.trim()).ok_or_else(|| {
             Error::Input(format!(
-                "--matrix setting {s:?}: unknown precision {q:?} (fp32, fp16, bf16)"
+                "--matrix setting {s:?}: unknown precision {q:?} ({})",
+                Precision::ALLOWED
             ))
         })?;
         Ok(Setting {

@@ -125,6 +125,14 @@ impl SessionFactory {
         requested: Precision,
     ) -> Result<(&'g Variant, Precision, Option<String>)> {
         let fp32 = spec.variant(Precision::Fp32);
+        // With fallback allowed, TensorRT's registration refuses int8 instead and the next
+        // provider (which can load the int8 graph) takes the stage.
+        if primary == ProviderKind::TensorRt && requested == Precision::Int8 && !self.config.runtime.allow_fallback {
+            return Err(Error::Provider {
+                provider: primary.to_string(),
+                msg: tensorrt_int8_refusal(stage),
+            });
+        }
         if primary == ProviderKind::TensorRt {
             if let Some(v) = fp32 {
                 return Ok((v, requested, None));
@@ -321,6 +329,10 @@ impl SessionFactory {
                 cuda.register(builder)
             }
             ProviderKind::TensorRt => {
+                // Also when TensorRT is not first: it must not build an engine for an int8 stage.
+                if precision == Precision::Int8 {
+                    return Err(tensorrt_int8_refusal(stage));
+                }
                 let key = self.cache_key(stage, precision).map_err(|e| e.to_string())?;
                 let (dir, reused) = self.cache.prepare(&key).map_err(|e| e.to_string())?;
                 if reused {
@@ -352,6 +364,19 @@ impl SessionFactory {
         };
         r.map_err(|e| e.to_string())
     }
+}
+
+/// Why TensorRT cannot take an int8 stage, and what to do instead.
+fn tensorrt_int8_refusal(stage: &str) -> String {
+    let group: &str = match StageGroup::of_graph(stage) {
+        Some(g) => g.as_str(),
+        None => stage,
+    };
+    format!(
+        "stage {stage}: TensorRT cannot run int8: int8 engines need calibration data, and none is shipped; \
+use fp16 or bf16 with TensorRT, or run this stage's int8 graph on cuda or cpu \
+(e.g. --set stages.{group}.providers=cpu)"
+    )
 }
 
 /// The DiT keeps LayerNorm in fp32 under reduced precision (its residual stream overflows fp16).
