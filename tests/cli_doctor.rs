@@ -19,6 +19,12 @@ fn cosy(cwd: &std::path::Path) -> Command {
     c
 }
 
+/// `cosy doctor --model DIR`, run from an empty working folder.
+fn doctor(model: &std::path::Path) -> assert_cmd::assert::Assert {
+    let cwd = tempfile::tempdir().unwrap();
+    cosy(cwd.path()).args(["doctor", "--model"]).arg(model).assert()
+}
+
 #[test]
 fn doctor_on_a_good_model_folder() {
     let Some(model) = fixture_model_dir() else { return };
@@ -42,11 +48,7 @@ fn doctor_on_a_good_model_folder() {
 fn doctor_names_a_missing_file() {
     let Some(dir) = writable_model_dir() else { return };
     std::fs::remove_file(dir.path().join("campplus.onnx")).unwrap();
-    let cwd = tempfile::tempdir().unwrap();
-    cosy(cwd.path())
-        .args(["doctor", "--model"])
-        .arg(dir.path())
-        .assert()
+    doctor(dir.path())
         .code(2)
         .stdout(predicate::str::contains("stage campplus (fp32): campplus.onnx is missing"))
         .stderr(predicate::str::starts_with("cosy: doctor found"))
@@ -59,11 +61,7 @@ fn doctor_names_a_wrong_hash() {
     edit_manifest(dir.path(), |m| {
         m["graphs"]["speech_tokenizer"]["variants"]["fp32"]["sha256"] = serde_json::json!("0".repeat(64));
     });
-    let cwd = tempfile::tempdir().unwrap();
-    cosy(cwd.path())
-        .args(["doctor", "--model"])
-        .arg(dir.path())
-        .assert()
+    doctor(dir.path())
         .code(2)
         .stdout(predicate::str::contains("speech_tokenizer_v3.onnx sha256 mismatch"))
         .stderr(predicate::str::contains("sha256 mismatch"));
@@ -75,11 +73,7 @@ fn doctor_names_a_wrong_input_name() {
     edit_manifest(dir.path(), |m| {
         m["graphs"]["campplus"]["inputs"][0]["name"] = serde_json::json!("fbank");
     });
-    let cwd = tempfile::tempdir().unwrap();
-    cosy(cwd.path())
-        .args(["doctor", "--model"])
-        .arg(dir.path())
-        .assert()
+    doctor(dir.path())
         .code(2)
         .stdout(predicate::str::contains("stage campplus: input \"fbank\" is not in the graph (graph has: input)"))
         .stderr(predicate::str::contains("fbank"));

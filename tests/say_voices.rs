@@ -10,17 +10,8 @@ use cosy::voice::{SavedVoice, VoiceStore};
 const TRANSCRIPT: &str = "Good evening, this recording captures my natural voice.";
 const TEXT: &str = "The old lighthouse blinked twice before the fog rolled in.";
 
-fn root() -> &'static Path {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-}
-
-fn model() -> PathBuf {
-    root().join("tests/fixtures/tiny")
-}
-
-fn prompt() -> PathBuf {
-    root().join("tests/fixtures/prompt_24k.wav")
-}
+mod common;
+use common::{fixture_model as model, fixture_prompt as prompt};
 
 /// `cosy --model MODEL --provider cpu --set voices.dir=<dir>/voices ARGS`, cwd = `dir`, no COSY_*.
 fn cosy_with(model: &Path, dir: &Path, args: &[&str]) -> Output {

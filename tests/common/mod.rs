@@ -6,6 +6,16 @@ use std::path::{Path, PathBuf};
 use cosy::model::{sha256_file, Dim, GraphSpec, Manifest};
 use ort::value::{DynValue, Tensor};
 
+/// The bundled tiny exported model.
+pub fn fixture_model() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tiny")
+}
+
+/// The bundled synthetic prompt recording (3 s, 24 kHz).
+pub fn fixture_prompt() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/prompt_24k.wav")
+}
+
 /// The shared reference folder: `$COSY_SHARED`, else `../shared` beside the checkout. `None`
 /// (with the reason printed) when it is absent.
 pub fn shared_dir() -> Option<PathBuf> {
