@@ -126,19 +126,27 @@ fn offline_report_has_every_stage_and_adds_up() {
         );
     }
 
-    // Top-level stages run one after another offline: they add up to the total within 5 %.
+    // Top-level stages run one after another offline, so in every run they fit inside the wall
+    // time, and so do their medians. How much is left over (thread hand-offs) depends on the
+    // machine's load, so it is reported, not bounded here.
     let total = num(&r, "total_ms");
-    let top: f64 = TOP.iter().map(|k| num(&stages[*k], "ms")).sum();
     assert!(total > 0.0);
-    assert!(
-        (top - total).abs() <= 0.05 * total,
-        "stages sum to {top:.2} ms, total {total:.2} ms"
-    );
     assert_eq!(r["overlapped"], false);
-    let shares: f64 = TOP.iter().map(|k| num(&stages[*k], "share")).sum();
+    for k in TOP {
+        let ms = num(&stages[k], "ms");
+        assert!(ms > 0.0, "{k} took no time");
+        assert!(ms <= total * 1.0001, "{k}: {ms} ms of a {total} ms run");
+        let share = num(&stages[k], "share");
+        assert!(
+            (share - ms / total).abs() < 1e-9,
+            "{k}: share {share} is not ms / total"
+        );
+    }
+    assert!(num(&r, "accounted_ms") <= total * 1.0001);
+    assert!(num(&r, "unaccounted_ms") >= -1e-6);
     assert!(
-        (shares - 1.0).abs() <= 0.05,
-        "top-level shares sum to {shares}"
+        table.contains("(unaccounted)"),
+        "the table shows the time outside the stages"
     );
 
     let runs = r["per_run"].as_array().expect("per_run");
