@@ -177,7 +177,7 @@ pub struct ProfileArgs {
     /// Profile the streaming schedule (reports time to first audio of the first chunk).
     #[arg(long)]
     pub stream: bool,
-    /// Measured runs (medians are reported).
+    /// Measured runs (the median run's breakdown is reported; p50/p95 pool every run).
     #[arg(long, default_value_t = 3)]
     pub runs: usize,
     /// Unmeasured runs first (allocator and thread-pool warm-up).

@@ -5,7 +5,8 @@
 //! Every number comes from spans the pipeline records (`crate::profile::STAGE_KEYS`) or from the
 //! caller's own clock around `Synthesizer::synthesize` (total, time to first audio). Offline, the
 //! top-level stages (frontend, llm, flow, hift) run one after another, so they add up to the total;
-//! the remainder is reported as `unaccounted_ms`. Streaming overlaps the LLM with flow/HiFT, so
+//! the remainder is reported as `unaccounted_ms`. The stage breakdown shown is that of the median
+//! run (by total time), so it adds up; p50/p95 pool every call of every measured run. Streaming overlaps the LLM with flow/HiFT, so
 //! there the stage times add up to more than the total (`overlapped: true`).
 
 use std::collections::BTreeMap;
@@ -21,6 +22,14 @@ use crate::profile::{
     chrome_trace, median, peak_rss_bytes, summarize, top_level_keys, Profiler, SpanEvent,
     SpanStats, STAGE_KEYS,
 };
+
+/// The run whose total is the median (for an even count the slower middle one, so a report never
+/// flatters).
+fn median_run(runs: &[RunReport]) -> Option<&RunReport> {
+    let mut order: Vec<&RunReport> = runs.iter().collect();
+    order.sort_by(|a, b| a.total_ms.total_cmp(&b.total_ms));
+    order.get(runs.len() / 2).copied()
+}
 
 /// What to run and how often.
 #[derive(Debug, Clone)]
@@ -267,17 +276,22 @@ pub fn profile(config: &Config, plan: &ProfilePlan, setting_label: &str) -> Resu
     }
 
     let med = |f: &dyn Fn(&RunReport) -> f64| median(&runs.iter().map(f).collect::<Vec<_>>());
-    let total_ms = med(&|r| r.total_ms);
+    // The breakdown is the median run's (by total time), not a median per stage: medians of
+    // separate stages come from different runs and need not add up to any run's total, which on a
+    // loaded machine makes the table look as if time went missing.
+    let typical =
+        median_run(&runs).ok_or_else(|| Error::Input("--runs must be at least 1".into()))?;
+    let total_ms = typical.total_ms;
     let pooled = summarize(&events);
     let stages = STAGE_KEYS
         .iter()
         .map(|&k| {
-            let ms = med(&|r| r.stages.get(k).map_or(0.0, |s| s.total_ms));
+            let ms = typical.stages.get(k).map_or(0.0, |s| s.total_ms);
             let p = pooled.get(k).cloned().unwrap_or_default();
             let row = StageRow {
                 ms,
                 share: if total_ms > 0.0 { ms / total_ms } else { 0.0 },
-                calls: med(&|r| r.stages.get(k).map_or(0.0, |s| s.calls as f64)),
+                calls: typical.stages.get(k).map_or(0.0, |s| s.calls as f64),
                 p50_ms: p.p50_ms,
                 p95_ms: p.p95_ms,
             };
@@ -298,8 +312,8 @@ pub fn profile(config: &Config, plan: &ProfilePlan, setting_label: &str) -> Resu
         audio_s: med(&|r| r.audio_s),
         speech_tokens: med(&|r| r.speech_tokens as f64),
         tokens_per_s: med(&|r| r.tokens_per_s),
-        accounted_ms: med(&|r| r.accounted_ms),
-        unaccounted_ms: med(&|r| r.unaccounted_ms),
+        accounted_ms: typical.accounted_ms,
+        unaccounted_ms: typical.unaccounted_ms,
         overlapped: plan.request.stream,
         stages,
         memory: MemoryReport {
@@ -350,7 +364,7 @@ impl ProfileReport {
         let mode = if self.stream { "streaming" } else { "offline" };
         let _ = writeln!(
             s,
-            "cosy profile — {} — {mode}, {} run(s) after {} warm-up (medians){}",
+            "cosy profile — {} — {mode}, {} run(s) after {} warm-up (median run){}",
             self.setting,
             self.runs,
             self.warmup,
