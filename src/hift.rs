@@ -144,6 +144,12 @@ impl F0Predictor {
         Ok(F0Predictor { convs, classifier_w: classifier_w.to_vec(), classifier_b })
     }
 
+    /// Frames of left context after which a window's f0 equals a whole-prefix call's: the later
+    /// convs pad zeros on the left, so the first `Σ (kernel − 1)` outputs of a window differ.
+    pub fn left_context(&self) -> usize {
+        self.convs[1..].iter().map(|c| c.kernel - 1).sum()
+    }
+
     /// Mel channels expected.
     pub fn in_channels(&self) -> usize {
         self.convs[0].in_channels
@@ -254,12 +260,21 @@ impl SourceGenerator {
     /// `noise_amp = uv·sigma + ((1 − uv)·alpha)/3`; `sig = sines·uv + noise_amp·U`;
     /// `tanh(l_linear(sig))`.
     pub fn generate(&mut self, f0: &[f32]) -> Vec<f32> {
+        let mut phase = vec![0f64; self.params.nb_harmonics + 1];
+        self.generate_from(f0, 0, &mut phase)
+    }
+
+    /// The source samples of frames `start..f0.len()` only, as [`Self::generate`] over all of
+    /// `f0` would give them. Every step is causal (the phase is a running sum, the noise is read at
+    /// absolute sample positions), so `phase` carries the running sums from frame `start` on:
+    /// zeros for `start == 0`, and after the call the sums through the last frame.
+    pub fn generate_from(&mut self, f0: &[f32], start: usize, phase_acc: &mut [f64]) -> Vec<f32> {
         let p = self.params;
         let hop = p.samples_per_frame;
         let frames = f0.len();
         let n_samples = frames * hop;
         let dim = p.nb_harmonics + 1;
-        if frames == 0 {
+        if start >= frames || phase_acc.len() != dim {
             return Vec::new();
         }
         let sr = p.sample_rate as f32;
@@ -276,9 +291,9 @@ impl SourceGenerator {
             let m = r % 1.0;
             if m < 0.0 { m + 1.0 } else { m }
         };
-        let mut phase = vec![0f32; frames * dim];
-        let mut acc = vec![0f64; dim];
-        for k in 0..frames {
+        let new_frames = frames - start;
+        let mut phase = vec![0f32; new_frames * dim];
+        for k in start..frames {
             let src = (down_ratio * (k as f32 + 0.5) - 0.5).max(0.0);
             let i0 = src as usize;
             let i1 = if i0 < n_samples - 1 { i0 + 1 } else { i0 };
@@ -286,23 +301,25 @@ impl SourceGenerator {
             let l0 = 1.0 - l1;
             for h in 0..dim {
                 let rad = rad_at(i0, h) * l0 + rad_at(i1, h) * l1;
-                acc[h] += f64::from(rad);
-                let cum = acc[h] as f32;
-                phase[k * dim + h] = ((cum * 2.0) * std::f32::consts::PI) * hop_f;
+                phase_acc[h] += f64::from(rad);
+                let cum = phase_acc[h] as f32;
+                phase[(k - start) * dim + h] = ((cum * 2.0) * std::f32::consts::PI) * hop_f;
             }
         }
         let noise = self.noise.rows(n_samples);
         let amp = p.nsf_alpha;
         let unvoiced_amp = (1.0f32 * amp) / 3.0;
-        let mut out = Vec::with_capacity(n_samples);
-        for n in 0..n_samples {
-            let k = nearest(n);
+        let mut out = Vec::with_capacity(new_frames * hop);
+        for n in start * hop..n_samples {
+            // nearest(n) is exactly n / hop over any length the flow noise allows (see the test
+            // `nearest_upsample_index_is_exact`), so it never falls before `start`.
+            let k = nearest(n).max(start);
             let voiced = f0[k] > p.nsf_voiced_threshold;
             let uv = if voiced { 1.0f32 } else { 0.0 };
             let noise_amp = uv * p.nsf_sigma + if voiced { 0.0 } else { unvoiced_amp };
             let mut y = f64::from(self.l_linear_b);
             for h in 0..dim {
-                let sine = phase[k * dim + h].sin() * amp;
+                let sine = phase[(k - start) * dim + h].sin() * amp;
                 let sig = sine * uv + noise_amp * noise[n * SINE_NOISE_WIDTH + h];
                 y += f64::from(sig) * f64::from(self.l_linear_w[h]);
             }
@@ -383,17 +400,20 @@ pub fn plan_hift_call(
 #[derive(Debug, Clone)]
 pub struct HiftInputs {
     pub plan: HiftCall,
-    /// f0 (Hz) of the `plan.f0_frames` frames, float32 as the official code casts it.
+    /// The window starts at this mel frame: the graph's output begins at sample
+    /// `samples_per_frame · first_frame` of the utterance (0 for a whole-prefix call).
+    pub first_frame: usize,
+    /// f0 (Hz) of all `plan.f0_frames` frames from frame 0, float32 as the official code casts it.
     pub f0: Vec<f32>,
-    /// The graph's `mel` input `[1, 80, decode_frames + 4]`.
+    /// The graph's `mel` input `[1, 80, decode_frames − first_frame + 4]`.
     pub mel: Array3<f32>,
-    /// The graph's `source` input `[1, 1, 480 · source_frames]`.
+    /// The graph's `source` input `[1, 1, 480 · (source_frames − first_frame)]`.
     pub source: Array3<f32>,
 }
 
-/// Runs the native part of one HiFT call over the accumulated mel `[80, T]`: f0 (with the
-/// call's `finalize`), the NSF source, and the mel slice/zero pad of [`plan_hift_call`]. The graph
-/// output (`480 · decode_frames` samples) must then lose `plan.drop_tail_samples` at the end.
+/// Runs the native part of one whole-prefix HiFT call over the accumulated mel `[80, T]`: f0
+/// (with the call's `finalize`), the NSF source, and the mel slice/zero pad of [`plan_hift_call`].
+/// The graph output (`480 · decode_frames` samples) must then lose `plan.drop_tail_samples`.
 pub fn prepare_hift_inputs(
     f0_net: &F0Predictor,
     source: &mut SourceGenerator,
@@ -401,44 +421,45 @@ pub fn prepare_hift_inputs(
     finalize: bool,
     conv_pre_look_right: usize,
 ) -> Result<HiftInputs> {
-    prepare_hift_inputs_profiled(f0_net, source, acc_mel, finalize, conv_pre_look_right, &Profiler::disabled())
+    let mut stream = HiftStream::new(acc_mel.nrows(), source.params.nb_harmonics + 1, None);
+    stream.push_mel(acc_mel)?;
+    stream.prepare(f0_net, source, finalize, conv_pre_look_right, &Profiler::disabled())
 }
 
-/// [`prepare_hift_inputs`], recording `hift.f0` and `hift.source`.
-pub fn prepare_hift_inputs_profiled(
-    f0_net: &F0Predictor,
-    source: &mut SourceGenerator,
-    acc_mel: ArrayView2<f32>,
-    finalize: bool,
-    conv_pre_look_right: usize,
-    profiler: &Profiler,
-) -> Result<HiftInputs> {
-    let (channels, frames) = acc_mel.dim();
-    let spf = source.params.samples_per_frame;
-    let plan = plan_hift_call(frames, finalize, f0_net.look_right(), conv_pre_look_right, spf)?;
-    let f0 = profiler.time("hift.f0", || f0_net.predict(acc_mel, finalize))?;
-    debug_assert_eq!(f0.len(), plan.f0_frames);
-    let src = profiler.time("hift.source", || source.generate(&f0[..plan.source_frames]));
-    let mut mel = Array3::<f32>::zeros((1, channels, plan.mel_frames + plan.zero_pad_frames));
-    mel.slice_mut(s![0, .., ..plan.mel_frames]).assign(&acc_mel.slice(s![.., ..plan.mel_frames]));
-    let n = src.len();
-    let source = Array3::from_shape_vec((1, 1, n), src)
-        .map_err(|e| Error::Input(format!("hift source shape: {e}")))?;
-    Ok(HiftInputs { plan, f0, mel, source })
-}
-
-/// Per-request HiFT bookkeeping: the accumulated mel and how many samples were already emitted
-/// (official `hift_cache_dict[uuid]`: `mel` and `speech_offset`). Each call re-vocodes the whole
-/// accumulated mel; only the samples after `speech_offset` are new.
+/// Per-request HiFT state for streaming (official `hift_cache_dict[uuid]`: the accumulated `mel`
+/// and `speech_offset`, the samples already emitted).
+///
+/// The official code re-vocodes the whole accumulated mel on every chunk. Everything in HiFT is
+/// causal (or looks a fixed few frames right), so this keeps what no later call can change and
+/// computes only what is new; the emitted samples are the same:
+/// * f0 of frames that had their full right context is kept; a call computes the f0 of new frames
+///   over a window with [`F0Predictor::left_context`] frames before them;
+/// * the source of those frames is kept with its running phase sums, and extended frame by frame;
+/// * with `decode_context = Some(c)`, the `hift_decode` graph runs over a window that starts `c`
+///   frames before the first sample not yet emitted (the exporter's bound on the decoder's
+///   receptive field, `decode_left_context_frames`), not over the whole prefix. `None` decodes the
+///   whole prefix every call, as the official code does.
 #[derive(Debug, Clone)]
 pub struct HiftStream {
     mel: Array2<f32>,
     speech_offset: usize,
+    f0: Vec<f32>,
+    source: Vec<f32>,
+    phase: Vec<f64>,
+    decode_context: Option<usize>,
 }
 
 impl HiftStream {
-    pub fn new(mel_dim: usize) -> Self {
-        HiftStream { mel: Array2::zeros((mel_dim, 0)), speech_offset: 0 }
+    /// `harmonics` is the source's sine count (nb_harmonics + 1).
+    pub fn new(mel_dim: usize, harmonics: usize, decode_context: Option<usize>) -> Self {
+        HiftStream {
+            mel: Array2::zeros((mel_dim, 0)),
+            speech_offset: 0,
+            f0: Vec::new(),
+            source: Vec::new(),
+            phase: vec![0.0; harmonics],
+            decode_context,
+        }
     }
 
     /// Appends the new frames `[80, n]` of a flow call.
@@ -451,16 +472,113 @@ impl HiftStream {
         self.mel.view()
     }
 
+    /// f0 of every frame settled so far (all frames after a final call).
+    pub fn f0(&self) -> &[f32] {
+        &self.f0
+    }
+
+    /// The NSF source of those frames.
+    pub fn source(&self) -> &[f32] {
+        &self.source
+    }
+
     pub fn speech_offset(&self) -> usize {
         self.speech_offset
     }
 
-    /// Takes the samples of a call's full output (from sample 0, after the tail drop) that were
-    /// not emitted before, and advances `speech_offset`.
-    pub fn take_new(&mut self, call_output: &[f32]) -> Vec<f32> {
-        let start = self.speech_offset.min(call_output.len());
+    /// The graph inputs of the next call over the accumulated mel (recording `hift.f0` and
+    /// `hift.source`).
+    pub fn prepare(
+        &mut self,
+        f0_net: &F0Predictor,
+        source: &mut SourceGenerator,
+        finalize: bool,
+        conv_pre_look_right: usize,
+        profiler: &Profiler,
+    ) -> Result<HiftInputs> {
+        let (channels, frames) = self.mel.dim();
+        let spf = source.params.samples_per_frame;
+        let plan = plan_hift_call(frames, finalize, f0_net.look_right(), conv_pre_look_right, spf)?;
+        if plan.f0_frames < self.f0.len() {
+            return Err(Error::Runtime(format!(
+                "hift: {} f0 frames settled but this call yields only {}",
+                self.f0.len(),
+                plan.f0_frames
+            )));
+        }
+
+        // f0 of the new frames, from a window with enough left context to be exact.
+        let done = self.f0.len();
+        let w = done.saturating_sub(f0_net.left_context());
+        let window = self.mel.slice(s![.., w..]);
+        let f0_new = profiler.time("hift.f0", || f0_net.predict(window, finalize))?;
+        if w + f0_new.len() != plan.f0_frames {
+            return Err(Error::Runtime(format!("hift: f0 window gave {} frames", f0_new.len())));
+        }
+        self.f0.extend_from_slice(&f0_new[done - w..]);
+
+        let src_new = profiler.time("hift.source", || source.generate_from(&self.f0, done, &mut self.phase));
+        self.source.extend_from_slice(&src_new);
+        debug_assert_eq!(self.source.len(), plan.source_frames * spf);
+
+        let first_needed = self.speech_offset / spf;
+        let first_frame = match self.decode_context {
+            Some(context) => first_needed.saturating_sub(context),
+            None => 0,
+        };
+        let mut mel = Array3::<f32>::zeros((1, channels, plan.mel_frames - first_frame + plan.zero_pad_frames));
+        mel.slice_mut(s![0, .., ..plan.mel_frames - first_frame])
+            .assign(&self.mel.slice(s![.., first_frame..plan.mel_frames]));
+        let src = self.source[first_frame * spf..plan.source_frames * spf].to_vec();
+        let n = src.len();
+        let source = Array3::from_shape_vec((1, 1, n), src)
+            .map_err(|e| Error::Input(format!("hift source shape: {e}")))?;
+        Ok(HiftInputs { plan, first_frame, f0: self.f0.clone(), mel, source })
+    }
+
+    /// Takes the samples of a call's output (which starts at sample `spf · first_frame` of the
+    /// utterance and has lost its tail drop) that were not emitted before, and advances
+    /// `speech_offset`.
+    pub fn take_new(&mut self, call_output: &[f32], first_frame: usize, samples_per_frame: usize) -> Vec<f32> {
+        let begin = first_frame * samples_per_frame;
+        let start = self.speech_offset.saturating_sub(begin).min(call_output.len());
         let new = call_output[start..].to_vec();
         self.speech_offset += new.len();
         new
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `generate_from` relies on torch's float nearest-upsample index being exactly `n / 480`
+    /// for every sample the flow noise allows (15 000 frames), so a frame's samples never read
+    /// an earlier frame's f0.
+    #[test]
+    fn nearest_upsample_index_is_exact() {
+        let hop = 480usize;
+        let up_scale = (1.0f64 / hop as f64) as f32;
+        for n in 0..hop * 20_000 {
+            assert_eq!((n as f32 * up_scale).floor() as usize, n / hop, "sample {n}");
+        }
+    }
+
+    /// Extending the source frame by frame (with the carried phase sums) gives the same bits as
+    /// generating it in one go.
+    #[test]
+    fn source_in_pieces_equals_source_at_once() {
+        let params = SourceParams::default();
+        let w: Vec<f32> = (0..9).map(|h| 0.1 * (h as f32 - 4.0)).collect();
+        let f0: Vec<f32> = (0..90).map(|k| if k % 17 < 3 { 0.0 } else { 90.0 + 3.7 * k as f32 }).collect();
+        let once = SourceGenerator::new(params, &w, 0.05, 1234).expect("source").generate(&f0);
+        let mut gen = SourceGenerator::new(params, &w, 0.05, 1234).expect("source");
+        let mut phase = vec![0f64; 9];
+        let mut pieces = Vec::new();
+        for (a, b) in [(0, 13), (13, 50), (50, 90)] {
+            pieces.extend(gen.generate_from(&f0[..b], a, &mut phase));
+        }
+        assert_eq!(pieces.len(), once.len());
+        assert!(pieces.iter().zip(&once).all(|(x, y)| x.to_bits() == y.to_bits()));
     }
 }

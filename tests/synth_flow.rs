@@ -41,7 +41,7 @@ fn flow_and_hift_schedule_matches_golden_calls() {
         let flow_calls = meta["flow_calls"].as_array().expect("flow_calls");
         assert_eq!(chunks.len(), flow_calls.len(), "case {case}");
         let hift_calls = meta["hift_calls"].as_array().expect("hift_calls");
-        let mut hift = HiftStream::new(MEL_DIM);
+        let mut hift = HiftStream::new(MEL_DIM, 9, None);
         let mut chunk_samples = Vec::new();
         for ((chunk, call), hcall) in chunks.iter().zip(flow_calls).zip(hift_calls) {
             assert_eq!(chunk.n_tokens, as_usize(&call["token_len"]), "case {case}");
@@ -59,7 +59,7 @@ fn flow_and_hift_schedule_matches_golden_calls() {
             assert_eq!(plan.decode_frames * 480 - plan.drop_tail_samples, plan.total_samples);
             assert_eq!(plan.mel_frames + plan.zero_pad_frames, plan.decode_frames + 4);
             let fake_output = vec![0f32; plan.total_samples];
-            chunk_samples.push(hift.take_new(&fake_output).len());
+            chunk_samples.push(hift.take_new(&fake_output, 0, 480).len());
         }
         assert_eq!(chunk_samples.iter().sum::<usize>(), as_usize(&meta["n_samples"]), "case {case}");
         if stream {

@@ -7,12 +7,12 @@
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use cosy::hift::{prepare_hift_inputs, F0Predictor, SourceGenerator, SourceParams};
+use cosy::hift::{prepare_hift_inputs, F0Predictor, HiftStream, SourceGenerator, SourceParams};
 use cosy::rng::sine_noise_offset;
 use ndarray::{Array2, Array3, Axis, Ix2, Ix3};
 
 mod common;
-use common::reference_dir;
+use common::{config_for, fixture_model, reference_dir};
 
 const CASES: [&str; 5] = ["en", "zh", "num", "p16k", "stream"];
 
@@ -164,4 +164,95 @@ fn prepared_final_call_reproduces_golden_source_from_mel() {
     let full_src: Vec<f32> = inputs.source.iter().copied().collect();
     let part_src: Vec<f32> = part.source.iter().copied().collect();
     assert_eq!(&full_src[..part_src.len()], part_src.as_slice());
+}
+
+/// Streams a mel through HiftStream in three calls (two non-final, one final); returns each
+/// call's new samples and window start.
+fn stream_hift(
+    session: &mut cosy::runtime::StageSession,
+    mel: &Array2<f32>,
+    cuts: &[usize],
+    decode_context: Option<usize>,
+) -> (Vec<Vec<f32>>, Vec<usize>) {
+    let net = tiny_f0_predictor();
+    let mut source = tiny_source();
+    let mut stream = HiftStream::new(80, 9, decode_context);
+    let (mut chunks, mut starts) = (Vec::new(), Vec::new());
+    let mut done = 0;
+    for (i, &cut) in cuts.iter().enumerate() {
+        let finalize = i + 1 == cuts.len();
+        stream.push_mel(mel.slice(ndarray::s![.., done..cut])).expect("push");
+        done = cut;
+        let inputs = stream
+            .prepare(&net, &mut source, finalize, 4, &cosy::profile::Profiler::disabled())
+            .expect("prepare");
+        let (plan, first) = (inputs.plan, inputs.first_frame);
+        let mut wav = cosy::pipeline::stages::run_hift_decode(session, inputs.mel, inputs.source).expect("decode");
+        wav.truncate(wav.len() - plan.drop_tail_samples);
+        assert_eq!(wav.len() + 480 * first, plan.total_samples);
+        chunks.push(stream.take_new(&wav, first, 480));
+        starts.push(first);
+    }
+    assert_eq!(stream.f0().len(), mel.ncols());
+    assert_eq!(stream.source().len(), 480 * mel.ncols());
+    (chunks, starts)
+}
+
+/// Streaming HiFT over a window of `decode_left_context_frames` (35 here) emits the same samples
+/// as re-vocoding the whole accumulated mel each call (the official way), and keeps f0/source of
+/// settled frames: the final f0/source equal a one-shot final call's.
+#[test]
+fn windowed_streaming_hift_matches_whole_prefix() {
+    let Some(dir) = reference_dir() else { return };
+    let model = fixture_model();
+    let ctx = common::manifest(&model).config["hift"]["decode_left_context_frames"]
+        .as_u64()
+        .expect("decode_left_context_frames") as usize;
+    let cache = tempfile::tempdir().expect("tmp");
+    let cfg = config_for(&model, cache.path());
+    let factory =
+        cosy::runtime::SessionFactory::new(&cfg, std::sync::Arc::new(cosy::model::ModelDir::open(&model).expect("model")))
+            .expect("runtime");
+    let mut session = factory.open("hift_decode").expect("hift_decode session");
+    let mel = golden_mel(&dir, "stream");
+    let cuts = [96, 196, mel.ncols()];
+
+    let (whole, whole_starts) = stream_hift(&mut session, &mel, &cuts, None);
+    let (windowed, starts) = stream_hift(&mut session, &mel, &cuts, Some(ctx));
+    let (short, _) = stream_hift(&mut session, &mel, &cuts, Some(2));
+    assert_eq!(whole_starts, vec![0, 0, 0]);
+    // Non-final calls emit 480·(T − 8): 88 and 188 frames; later windows start ctx frames earlier.
+    assert_eq!(starts, vec![0, 88 - ctx, 188 - ctx]);
+    let max_diff = |a: &[Vec<f32>], b: &[Vec<f32>]| -> f32 {
+        a.iter()
+            .zip(b)
+            .flat_map(|(x, y)| {
+                assert_eq!(x.len(), y.len(), "chunk lengths");
+                x.iter().zip(y).map(|(p, q)| (p - q).abs())
+            })
+            .fold(0f32, f32::max)
+    };
+    let err = max_diff(&whole, &windowed);
+    assert!(err <= 1e-5, "windowed vs whole-prefix HiFT: max abs {err}");
+    assert!(max_diff(&whole, &short) > 1e-4, "a 2-frame context should not be enough");
+
+    // The settled f0/source are the one-shot final call's.
+    let net = tiny_f0_predictor();
+    let mut source = tiny_source();
+    let once = prepare_hift_inputs(&net, &mut source, mel.view(), true, 4).expect("one shot");
+    let mut stream = HiftStream::new(80, 9, Some(ctx));
+    let mut src2 = tiny_source();
+    let mut done = 0;
+    for (i, &cut) in cuts.iter().enumerate() {
+        stream.push_mel(mel.slice(ndarray::s![.., done..cut])).expect("push");
+        done = cut;
+        stream
+            .prepare(&net, &mut src2, i + 1 == cuts.len(), 4, &cosy::profile::Profiler::disabled())
+            .expect("prepare");
+    }
+    let f0_err = stream.f0().iter().zip(&once.f0).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+    assert!(f0_err <= 1e-4, "f0 {f0_err}");
+    let once_src: Vec<f32> = once.source.iter().copied().collect();
+    let src_err = stream.source().iter().zip(&once_src).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+    assert!(src_err <= 1e-5, "source {src_err}");
 }

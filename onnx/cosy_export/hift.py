@@ -18,6 +18,7 @@ f0 context and 4 of conv_pre context and trims 480 more samples, emitting 480*(T
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Mapping
@@ -38,6 +39,7 @@ F0_LOOK_RIGHT = 3
 MAG_CLIP = 1e2
 SNAKE_EPS = 1e-9
 FINAL_LRELU_SLOPE = 0.01  # F.leaky_relu default, used after the last stage
+CONV_POST_KERNEL = 7
 
 
 # --------------------------------------------------------------------------------------------
@@ -153,6 +155,42 @@ class HiftConfig:
         if self.base_channels % (2 ** n):
             raise ValueError("hift: base_channels must be divisible by 2**len(upsample_rates)")
 
+    def decode_left_context_frames(self) -> int:
+        """Mel frames a windowed `hift_decode` call must include before the first frame it is
+        asked for, so that its output from there on equals a whole-prefix call's.
+
+        Every op of the decoder is causal except conv_pre, which only looks right, so an output
+        sample depends on a bounded stretch of earlier input. This is an upper bound on that
+        stretch: the left reach of every op, each at the rate it runs at, summed as if they were
+        all in one chain (the source branch joins the main one, so the sum over-counts, never
+        under-counts), rounded up to whole frames, plus one spare frame.
+        """
+        spf = self.samples_per_frame
+        columns_per_frame = self.upsample_total  # source STFT columns per mel frame
+
+        def resblock_reach(kernel: int, dilations: tuple[int, ...]) -> int:
+            # per dilation d: a conv of dilation d, then one of dilation 1, both left-causal
+            return (kernel - 1) * (sum(dilations) + len(dilations))
+
+        reach = Fraction(self.n_fft // 2, spf)  # centred STFT of the source (reflect pad)
+        rate = 1
+        n_stages = len(self.upsample_rates)
+        for i, (u, k) in enumerate(zip(self.upsample_rates, self.upsample_kernel_sizes)):
+            rate *= u
+            reach += Fraction(k - 1, rate)  # nearest upsample + left-causal conv
+            if i == n_stages - 1:
+                reach += Fraction(1, rate)  # ReflectionPad1d((1, 0))
+            stride = int(np.prod(self.upsample_rates[i + 1:]))
+            down_kernel = 1 if stride == 1 else 2 * stride
+            reach += Fraction(down_kernel - 1, columns_per_frame)
+            reach += Fraction(resblock_reach(self.source_resblock_kernel_sizes[i],
+                                             self.source_resblock_dilation_sizes[i]), rate)
+            reach += Fraction(max(resblock_reach(kr, dr) for kr, dr in
+                                  zip(self.resblock_kernel_sizes, self.resblock_dilation_sizes)), rate)
+        reach += Fraction(CONV_POST_KERNEL - 1, rate)
+        reach += Fraction(self.n_fft, spf)  # iSTFT overlap-add
+        return math.ceil(reach) + 1
+
     def manifest_config(self) -> dict[str, Any]:
         """The `config.hift` entry of manifest.json (docs/model-format.md)."""
         return {
@@ -168,6 +206,7 @@ class HiftConfig:
             "f0_cond_channels": self.f0_predictor.cond_channels,
             "conv_pre_look_right": self.conv_pre_look_right,
             "f0_look_right": F0_LOOK_RIGHT,
+            "decode_left_context_frames": self.decode_left_context_frames(),
         }
 
 
@@ -352,7 +391,7 @@ class HiftGenerator(nn.Module):
             CausalResBlock(base // 2 ** (i + 1), k, d)
             for i in range(len(cfg.upsample_rates))
             for k, d in zip(cfg.resblock_kernel_sizes, cfg.resblock_dilation_sizes))
-        self.conv_post = nn.Conv1d(base // 2 ** len(cfg.upsample_rates), spec_ch, 7)
+        self.conv_post = nn.Conv1d(base // 2 ** len(cfg.upsample_rates), spec_ch, CONV_POST_KERNEL)
         self.stft_conv = StftConv(cfg.n_fft, cfg.hop)
         self.istft_conv = IstftConv(cfg.n_fft, cfg.hop)
         window = torch.from_numpy(0.5 - 0.5 * np.cos(2 * np.pi * np.arange(cfg.n_fft) / cfg.n_fft))

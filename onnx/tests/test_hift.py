@@ -192,6 +192,38 @@ def test_golden_stream(model: HiftGenerator, noise: torch.Tensor, golden: Path, 
     _assert_waveform(np.concatenate(chunks, axis=1), _load(golden, "stream", "waveform"), log_mel, 1e-3, 1e-3)
 
 
+def test_decode_left_context_is_enough(tiny_official: Path, model: HiftGenerator, cfg: HiftConfig,
+                                       noise: torch.Tensor) -> None:
+    """A `hift_decode` call over a window that starts `decode_left_context_frames` before the
+    first wanted frame gives that frame's samples (and all later ones) as a whole-prefix call
+    does; the runtime's streaming relies on it. In float64 the two agree exactly (so the bound
+    really covers the receptive field); in float32 up to rounding. A short context does not agree,
+    so the check can fail."""
+    ctx = cfg.decode_left_context_frames()
+    assert cfg.manifest_config()["decode_left_context_frames"] == ctx
+    assert 20 <= ctx <= 60, ctx  # [8, 5, 3] / kernels (16, 11, 7): about 26 frames of reach
+    torch.manual_seed(3)
+    frames, first = 150, 100
+    mel = torch.randn(1, 80, frames) * 2
+    f0 = torch.rand(1, frames) * 300
+    model64 = load_hift(tiny_official, cfg).double()
+    with torch.inference_mode():
+        src = model.source(f0, noise)
+        for m, dtype, tol in ((model64, torch.float64, 0.0), (model, torch.float32, 2e-5)):
+            x, s = mel.to(dtype), src.to(dtype)
+            want = m.decode(F.pad(x, (0, cfg.conv_pre_look_right)), s)[:, SPF * first:]
+
+            def windowed(context: int) -> torch.Tensor:
+                w0 = first - context
+                out = m.decode(F.pad(x[:, :, w0:], (0, cfg.conv_pre_look_right)), s[:, :, SPF * w0:])
+                return out[:, SPF * context:]
+
+            got = windowed(ctx)
+            assert got.shape == want.shape
+            assert (got - want).abs().max().item() <= tol, dtype
+            assert (windowed(10) - want).abs().max().item() > 1e-3, dtype
+
+
 # ---------------------------------------------------------------------------------- DFT as convs
 
 

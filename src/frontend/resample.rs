@@ -14,7 +14,7 @@
 //!   clamped to ±width; tap = sinc(π t) · cos²(π t / (2·width)) · base/orig, built in f64 and
 //!   rounded to f32 (torchaudio's kernel dtype);
 //! * input zero-padded by `w` on the left and `w + orig` on the right, strided by `orig`;
-//!   output sample `i·new + j` = Σ_k tap[j][k] · x_pad[i·orig + k]; keep `ceil(new·len/orig)`.
+//!   output sample `i·new + j` = `Σ_k tap[j][k] · x_pad[i·orig + k]`; keep `ceil(new·len/orig)`.
 
 const LOWPASS_FILTER_WIDTH: f64 = 6.0;
 const ROLLOFF: f64 = 0.99;

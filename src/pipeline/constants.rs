@@ -34,6 +34,10 @@ pub struct ModelConstants {
     pub source: SourceParams,
     pub f0_look_right: usize,
     pub conv_pre_look_right: usize,
+    /// Mel frames of left context that make a windowed `hift_decode` call exact (manifest
+    /// `config.hift.decode_left_context_frames`); `None` for models exported before it existed,
+    /// which then re-vocode the whole accumulated mel each streaming chunk.
+    pub hift_decode_left_context: Option<usize>,
     pub sample_rate: u32,
     pub mel_dim: usize,
     pub max_prompt_seconds: f64,
@@ -136,6 +140,10 @@ impl ModelConstants {
             source,
             f0_look_right: c("hift.f0_look_right")?,
             conv_pre_look_right: c("hift.conv_pre_look_right")?,
+            hift_decode_left_context: match cfg.get("hift").and_then(|h| h.get("decode_left_context_frames")) {
+                None => None,
+                Some(_) => Some(c("hift.decode_left_context_frames")?),
+            },
             sample_rate: c("sample_rate")? as u32,
             mel_dim: c("flow.mel_dim")?,
             max_prompt_seconds: kf("max_prompt_seconds")?,

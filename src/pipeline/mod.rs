@@ -10,10 +10,11 @@
 //! and HiFT per planned chunk (streaming) or once after the last token (offline), and sends the
 //! new audio over a second channel to the caller. No thread polls or sleeps.
 //!
-//! Streaming reuses nothing between chunks beyond what the official code keeps: each chunk
-//! re-runs flow_front and the CFM solve over prompt + all tokens so far, and HiFT (f0, source,
-//! decoder) over the whole accumulated mel, exactly as `CosyVoice2Model.token2wav` does. Only
-//! the sine-noise table (a pure function of the sample index) is kept, which changes no value.
+//! Streaming: each chunk re-runs flow_front and the CFM solve over prompt + all tokens so far, as
+//! `CosyVoice2Model.token2wav` does. HiFT keeps what no later chunk can change ([`HiftStream`]:
+//! settled f0 and source, and a decoder window of `decode_left_context_frames` before the first
+//! new sample instead of the whole accumulated mel), so the emitted samples are the official ones
+//! (docs/fidelity.md, "What streaming reuses between chunks").
 
 pub mod constants;
 pub mod dump;
@@ -23,7 +24,7 @@ pub mod wav;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use ndarray::{s, Array2, ArrayView2, Axis};
+use ndarray::{s, Array2, ArrayView2};
 
 use crate::config::Config;
 use crate::error::{Error, Result};
@@ -35,7 +36,7 @@ use crate::frontend::prompt::{plan, PromptMode};
 use crate::frontend::text::{is_only_punctuation, normalize, IdentityNormalizer, Normalizer};
 use crate::frontend::tn::WetextPair;
 use crate::frontend::tokenizer::TextTokenizer;
-use crate::hift::{prepare_hift_inputs_profiled, F0Predictor, HiftStream, SourceGenerator};
+use crate::hift::{F0Predictor, HiftStream, SourceGenerator};
 use crate::llm::{build_llm_input, decode_with, DecodeOptions, Sampler, SamplingParams, SilentTokenFilter, Termination};
 use crate::model::ModelDir;
 use crate::profile::Profiler;
@@ -656,7 +657,11 @@ impl TokenToWav<'_> {
         let mut trace = SegmentTrace::default();
         let mut tokens: Vec<i64> = Vec::new();
         let mut planner = StreamPlanner::new(self.stream_params, self.prompt.speech_token.len());
-        let mut hift = HiftStream::new(self.constants.mel_dim);
+        let mut hift = HiftStream::new(
+            self.constants.mel_dim,
+            self.constants.source.nb_harmonics + 1,
+            self.constants.hift_decode_left_context,
+        );
         for t in tokens_in.iter() {
             if self.observer.cancelled() {
                 return Err(Error::Cancelled);
@@ -697,6 +702,8 @@ impl TokenToWav<'_> {
         }
         trace.speech_token = tokens;
         trace.flow_mel = Some(hift.mel().to_owned());
+        trace.hift_f0 = Some(hift.f0().to_vec());
+        trace.hift_source = Some(hift.source().to_vec());
         Ok(trace)
     }
 
@@ -747,18 +754,21 @@ impl TokenToWav<'_> {
         flow_span.end();
         let _hift_span = prof.span("hift");
         hift.push_mel(new.view())?;
-        let inputs =
-            prepare_hift_inputs_profiled(self.f0, &mut self.source, hift.mel(), chunk.finalize, c.conv_pre_look_right, prof)?;
+        let inputs = hift.prepare(self.f0, &mut self.source, chunk.finalize, c.conv_pre_look_right, prof)?;
         let plan = inputs.plan;
-        trace.hift_f0 = Some(inputs.f0.clone());
-        trace.hift_source = Some(inputs.source.index_axis(Axis(0), 0).index_axis(Axis(0), 0).to_vec());
+        let first_frame = inputs.first_frame;
+        let spf = c.source.samples_per_frame;
         let mut wav = prof.time("hift.decode", || run_hift_decode(self.hift, inputs.mel, inputs.source))?;
         let keep = wav.len().saturating_sub(plan.drop_tail_samples);
         wav.truncate(keep);
-        if wav.len() != plan.total_samples {
-            return Err(Error::Runtime(format!("hift_decode gave {} samples, expected {}", wav.len(), plan.total_samples)));
+        if wav.len() + spf * first_frame != plan.total_samples {
+            return Err(Error::Runtime(format!(
+                "hift_decode gave {} samples from frame {first_frame}, expected {} in all",
+                wav.len(),
+                plan.total_samples
+            )));
         }
-        let out = hift.take_new(&wav);
+        let out = hift.take_new(&wav, first_frame, spf);
         trace.chunk_samples.push(out.len() as i64);
         trace.waveform.extend_from_slice(&out);
         Ok(out)
