@@ -49,6 +49,9 @@ pub fn load_audio(path: &Path) -> Result<Audio> {
     let file = File::open(path).map_err(|e| {
         input_err(path, format!("cannot open ({e}); check the path and permissions"))
     })?;
+    if file.metadata().map(|m| m.len() == 0).unwrap_or(false) {
+        return Err(input_err(path, "is an empty file (0 bytes); record a few seconds of speech"));
+    }
     let mss = MediaSourceStream::new(Box::new(file), Default::default());
     let mut hint = Hint::new();
     if let Some(ext) = path.extension().and_then(|e| e.to_str()) {
@@ -56,8 +59,12 @@ pub fn load_audio(path: &Path) -> Result<Audio> {
     }
     let mut format = symphonia::default::get_probe()
         .probe(&hint, mss, FormatOptions::default(), MetadataOptions::default())
-        .map_err(|e| {
-            input_err(path, format!("not a readable audio file ({e}); use wav, flac, mp3 or ogg/vorbis"))
+        .map_err(|e| match e {
+            // A known container that ends early (an ogg reader looks for the last page at once).
+            SymError::IoError(io) if io.kind() == std::io::ErrorKind::UnexpectedEof => {
+                input_err(path, "is truncated (the file ends early); re-export the file")
+            }
+            e => input_err(path, format!("not a readable audio file ({e}); use wav, flac, mp3 or ogg/vorbis")),
         })?;
     let track = format
         .default_track(TrackType::Audio)
