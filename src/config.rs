@@ -192,6 +192,38 @@ pub struct VoiceSettings {
     pub dir: PathBuf,
 }
 
+/// `[text]`: the text frontend.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TextSettings {
+    pub normalizer: NormalizerChoice,
+}
+
+/// Which text normaliser the frontend runs. The official frontend uses whichever is installed
+/// (ttsfrd, else wetext, else none); this chooses between the last two explicitly.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NormalizerChoice {
+    /// wetext when the model folder has its grammars (`tn/`), otherwise none.
+    Auto,
+    /// wetext; a model folder without `tn/` is an error.
+    Wetext,
+    /// No normaliser, as the official frontend without ttsfrd or wetext (English numbers are
+    /// still spelled out by the inflect rule, as there).
+    None,
+}
+
+impl NormalizerChoice {
+    pub const ALLOWED: &'static str = "\"auto\", \"wetext\", \"none\"";
+
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "auto" => Some(NormalizerChoice::Auto),
+            "wetext" => Some(NormalizerChoice::Wetext),
+            "none" => Some(NormalizerChoice::None),
+            _ => None,
+        }
+    }
+}
+
 /// `[limits]`: input sizes cosy refuses beyond.
 #[derive(Debug, Clone, PartialEq)]
 pub struct LimitSettings {
@@ -211,6 +243,7 @@ pub struct Config {
     pub output: OutputSettings,
     pub voices: VoiceSettings,
     pub limits: LimitSettings,
+    pub text: TextSettings,
     /// The config file that was read, if any.
     pub source_file: Option<PathBuf>,
 }
@@ -241,6 +274,7 @@ impl Default for Config {
             output: OutputSettings { device: "default".into() },
             voices: VoiceSettings { dir: PathBuf::from("voices") },
             limits: LimitSettings { max_text_chars: 5000 },
+            text: TextSettings { normalizer: NormalizerChoice::Auto },
             source_file: None,
         }
     }
@@ -272,6 +306,7 @@ pub const KEYS: &[&str] = &[
     "output.device",
     "voices.dir",
     "limits.max_text_chars",
+    "text.normalizer",
 ];
 
 /// Environment variables and the key each one sets.
@@ -482,6 +517,11 @@ impl Config {
             "voices.dir" => self.voices.dir = path_value(value)?,
             "limits.max_text_chars" => {
                 self.limits.max_text_chars = positive(value).ok_or_else(|| bad("an integer >= 1"))?
+            }
+            "text.normalizer" => {
+                self.text.normalizer = text_of(value)
+                    .and_then(|s| NormalizerChoice::parse(&s))
+                    .ok_or_else(|| bad(NormalizerChoice::ALLOWED))?
             }
             _ => {
                 let parts: Vec<&str> = key.split('.').collect();

@@ -213,3 +213,43 @@ fn bad_input_is_one_clear_line_and_no_file() {
 fn cosy_bin() -> PathBuf {
     std::env::var_os("PIPELINE_TEST_BIN").map(PathBuf::from).unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_cosy")))
 }
+
+/// `text.normalizer`: `auto` runs the exported wetext grammars, `none` reproduces the official
+/// frontend without ttsfrd or wetext (the inflect spelling of English numbers only), `wetext` on a
+/// model folder without grammars is refused with the fix.
+#[test]
+fn text_normalizer_choice_is_honoured() {
+    let Some(model) = model() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let text = "Call 555-0198 at 6:30 today.";
+    let tokens = |extra: &[&str], name: &str| -> Vec<i64> {
+        let dump = dir.path().join(name);
+        let mut args = extra.to_vec();
+        args.extend_from_slice(&["--min-tokens", "4", "--dump", dump.to_str().unwrap()]);
+        ok(&synth(model, &args, text, &dir.path().join(format!("{name}.wav"))));
+        i32s(&dump.join("text_token.npy"))
+    };
+    let none = tokens(&["--set", "text.normalizer=none"], "none");
+    let auto = tokens(&[], "auto");
+    let wetext = tokens(&["--set", "text.normalizer=wetext"], "wetext");
+
+    let tok = cosy::frontend::tokenizer::TextTokenizer::from_file(&model.join("tokenizer.json")).expect("tokenizer");
+    let official_none =
+        cosy::frontend::text::normalize_and_split(text, true, &cosy::frontend::text::IdentityNormalizer, &|s: &str| tok.count(s));
+    assert_eq!(official_none.len(), 1, "{official_none:?}");
+    let want: Vec<i64> = tok.encode(&official_none[0]).expect("encode").iter().map(|&v| i64::from(v)).collect();
+    assert_eq!(none, want, "none = the official frontend without a normaliser: {:?}", official_none[0]);
+    assert_eq!(auto, wetext, "auto uses the grammars the model folder has");
+    assert_ne!(auto, none, "wetext reads \"555-0198\" and \"6:30\" differently from the inflect rule alone");
+
+    // The bundled fixture has no tn/: wetext is refused, naming the fix.
+    let fixture = common::fixture_model();
+    let out = dir.path().join("refused.wav");
+    let o = synth(&fixture, &["--set", "text.normalizer=wetext"], text, &out);
+    refuses(&o, "wetext without grammars", &out);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("tn/") && err.contains("text.normalizer"), "{err}");
+    let o = synth(model, &["--set", "text.normalizer=maybe"], text, &out);
+    refuses(&o, "unknown normalizer", &out);
+    assert!(String::from_utf8_lossy(&o.stderr).contains("\"auto\", \"wetext\", \"none\""));
+}

@@ -26,7 +26,7 @@ use std::sync::Arc;
 
 use ndarray::{s, Array2, ArrayView2};
 
-use crate::config::Config;
+use crate::config::{Config, NormalizerChoice};
 use crate::error::{Error, Result};
 use crate::flow::{build_cond, flow_front_tokens, solve_cfm, speed_interpolate, strip_prompt, CfmRequest, StreamParams, StreamPlanner, FlowChunk};
 use crate::frontend::align::align_prompt;
@@ -280,7 +280,7 @@ impl Synthesizer {
             campplus: open("campplus")?,
             speech_tokenizer: open("speech_tokenizer")?,
         };
-        let normalizer = load_normalizer(&dir)?;
+        let normalizer = load_normalizer(&dir, config.text.normalizer)?;
         Ok(Synthesizer {
             normalizer,
             sampling: constants.sampling_for(config),
@@ -775,12 +775,26 @@ impl TokenToWav<'_> {
     }
 }
 
-/// The text normaliser the model folder provides: its wetext grammars when the manifest lists a
-/// `tn` entry, otherwise the identity, as the official frontend behaves without wetext.
-fn load_normalizer(dir: &ModelDir) -> Result<Box<dyn Normalizer>> {
-    if dir.manifest.tn.is_null() {
-        tracing::info!("{}: no text-normalisation grammars (tn/); numbers and symbols are read as written", dir.root.display());
-        return Ok(Box::new(IdentityNormalizer));
+/// The text normaliser `text.normalizer` asks for: wetext from the model folder's grammars (its
+/// manifest `tn` entry), or the identity, as the official frontend behaves without wetext.
+fn load_normalizer(dir: &ModelDir, choice: NormalizerChoice) -> Result<Box<dyn Normalizer>> {
+    let has_grammars = !dir.manifest.tn.is_null();
+    match (choice, has_grammars) {
+        (NormalizerChoice::None, _) => {
+            tracing::info!("text.normalizer = none: numbers and symbols are read as written");
+            return Ok(Box::new(IdentityNormalizer));
+        }
+        (NormalizerChoice::Auto, false) => {
+            tracing::info!("{}: no text-normalisation grammars (tn/); numbers and symbols are read as written", dir.root.display());
+            return Ok(Box::new(IdentityNormalizer));
+        }
+        (NormalizerChoice::Wetext, false) => {
+            return Err(model_err(
+                dir,
+                "text.normalizer = wetext, but the model folder has no tn/ grammars; re-export it with text normalisation, or set text.normalizer to auto or none",
+            ));
+        }
+        (NormalizerChoice::Auto | NormalizerChoice::Wetext, true) => {}
     }
     let file = |lang: &str, role: &str| -> Result<PathBuf> {
         dir.manifest.tn[lang][role]
