@@ -84,7 +84,7 @@ fn bad_prompts(dir: &Path) -> Vec<(&'static str, PathBuf, &'static str)> {
     vec![
         ("unreadable prompt", unreadable, "not a readable audio file"),
         ("empty prompt", empty, "no samples"),
-        ("zero-byte prompt", zero_bytes, "not a readable audio file"),
+        ("zero-byte prompt", zero_bytes, "empty file (0 bytes)"),
         ("truncated prompt", truncated, "truncated"),
         ("8 kHz prompt", low, "below 16000 Hz"),
         ("31 s prompt", long, "at most 30"),
