@@ -266,8 +266,13 @@ impl FlowChunk {
 /// The official streaming schedule of `CosyVoice2Model.tts` (§7.2) as a pure state machine over
 /// token counts: the first hop is `token_hop_len + prompt_token_pad` (so chunk ends land on
 /// multiples of 25 tokens from the prompt start), later hops double up to `token_max_hop_len`;
-/// a chunk is taken once `hop + 3` tokens beyond the offset exist. The hop starts at 25 for every
-/// request (the official instance-wide mutation is deliberately not reproduced).
+/// a chunk is taken once `hop + 3` tokens beyond the offset exist.
+///
+/// The official hop lives on the model object: it grows with every non-final chunk and is never
+/// reset, so the next sentence of a request (and every later request) starts where the last one
+/// left it, with the prompt pad computed from that hop. cosy carries it across the sentences of
+/// one request ([`StreamPlanner::starting_at`], [`StreamPlanner::hop`]), which reproduces the
+/// official output of a freshly loaded model, and starts every request at `token_hop_len`.
 #[derive(Debug, Clone)]
 pub struct StreamPlanner {
     params: StreamParams,
@@ -277,10 +282,22 @@ pub struct StreamPlanner {
 }
 
 impl StreamPlanner {
+    /// A request's first sentence: the hop starts at `token_hop_len`.
     pub fn new(params: StreamParams, n_prompt_tokens: usize) -> Self {
-        let h = params.token_hop_len.max(1);
-        let prompt_token_pad = n_prompt_tokens.div_ceil(h) * h - n_prompt_tokens;
-        StreamPlanner { params, prompt_token_pad, hop: params.token_hop_len, token_offset: 0 }
+        Self::starting_at(params, n_prompt_tokens, params.token_hop_len)
+    }
+
+    /// A sentence whose stream starts with `hop` (the previous sentence's [`Self::hop`]).
+    pub fn starting_at(params: StreamParams, n_prompt_tokens: usize, hop: usize) -> Self {
+        let hop = hop.max(1);
+        let prompt_token_pad = n_prompt_tokens.div_ceil(hop) * hop - n_prompt_tokens;
+        StreamPlanner { params, prompt_token_pad, hop, token_offset: 0 }
+    }
+
+    /// The hop the next non-final chunk would use after the first (what a following sentence
+    /// starts with).
+    pub fn hop(&self) -> usize {
+        self.hop
     }
 
     pub fn prompt_token_pad(&self) -> usize {
@@ -406,6 +423,28 @@ mod tests {
         0x00000000, 0x3c49b6c0, 0x3d4878f0, 0x3ddf37f8, 0x3e43910c, 0x3e95f61a, 0x3ed30dd2, 0x3f0bc747,
         0x3f30e444, 0x3f57f3e9, 0x3f800000,
     ];
+
+    /// The official `stream_multi` schedule on the tiny model (16 kHz prompt: 62 prompt tokens):
+    /// sentence 0 has 216 tokens and leaves the hop at 100; sentence 1 (235 tokens) starts there,
+    /// with the pad computed from 100 (38), so its first chunk is 100 + 38 + 3 tokens.
+    #[test]
+    fn the_hop_carries_into_the_next_sentence() {
+        let p = StreamParams::default();
+        let mut first = StreamPlanner::new(p, 62);
+        let mut ends = Vec::new();
+        while let Some(c) = first.next_chunk(216) {
+            ends.push(c.mel_frames / 2);
+        }
+        assert_eq!(ends, vec![25 + 13, 25 + 13 + 50, 25 + 13 + 50 + 100]);
+        assert_eq!(first.hop(), 100);
+        let mut second = StreamPlanner::starting_at(p, 62, first.hop());
+        assert_eq!(second.prompt_token_pad(), 38);
+        let c = second.next_chunk(235).expect("first chunk of sentence 1");
+        assert_eq!((c.n_tokens, c.mel_frames), (141, 276));
+        assert!(second.next_chunk(235).is_none(), "235 − 138 = 97 < 100 + 3: only the final call is left");
+        // 480 samples per frame; a non-final HiFT call holds back 8 frames.
+        assert_eq!(480 * (c.mel_frames - 8), 128_640);
+    }
 
     #[test]
     fn linspace_matches_torch_bits() {

@@ -151,7 +151,7 @@ pub fn encode<T: NpyElem>(shape: &[usize], values: &[T]) -> Vec<u8> {
     let total = 10 + header.len() + 1;
     header.push_str(&" ".repeat((64 - total % 64) % 64));
     header.push('\n');
-    let mut out = Vec::with_capacity(10 + header.len() + values.len() * std::mem::size_of::<T>());
+    let mut out = Vec::with_capacity(10 + header.len() + std::mem::size_of_val(values));
     out.extend_from_slice(b"\x93NUMPY\x01\x00");
     out.extend_from_slice(&(header.len() as u16).to_le_bytes());
     out.extend_from_slice(header.as_bytes());

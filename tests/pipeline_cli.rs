@@ -253,3 +253,45 @@ fn text_normalizer_choice_is_honoured() {
     refuses(&o, "unknown normalizer", &out);
     assert!(String::from_utf8_lossy(&o.stderr).contains("\"auto\", \"wetext\", \"none\""));
 }
+
+/// Streaming a text of several sentences: the official hop lives on the model object and is never
+/// reset, so sentence 2 starts with the hop sentence 1 ended with (100), and its prompt pad is
+/// computed from it. The chunk sizes below were recorded by running the official CosyVoice3 code
+/// (ace7c47, fresh model, no wetext) on this tiny model with these inputs.
+#[test]
+fn streaming_hop_carries_across_the_sentences_of_a_request() {
+    let Some(model) = model() else { return };
+    let shared = shared_dir().expect("shared");
+    let dir = tempfile::tempdir().unwrap();
+    let dump = dir.path().join("dump");
+    let text = "We send the first part early and the remaining parts later on, while the listener keeps \
+hearing a smooth voice that never stops, even when the network becomes slow and the server is busy with many \
+other requests at the same time. The old lighthouse keeper climbed the narrow stairs every evening at 7 o'clock. \
+He polished the heavy glass, trimmed the wick, and watched the ships drift slowly past the rocky point.";
+    let prompt_wav = shared.join("reference/prompts/prompt_16k.wav");
+    let out = dir.path().join("o.wav");
+    let o = cosy(
+        model,
+        &[
+            "--set",
+            "text.normalizer=none",
+            "file",
+            "--prompt-wav",
+            prompt_wav.to_str().unwrap(),
+            "--prompt-text",
+            "You are a helpful assistant.<|endofprompt|>大家好，欢迎收听今天的晚间新闻。",
+            "--stream",
+            "--dump",
+            dump.to_str().unwrap(),
+            "-o",
+            out.to_str().unwrap(),
+            "--",
+            text,
+        ],
+    );
+    ok(&o);
+    let chunks = |seg: &str| i32s(&dump.join(seg).join("chunk_samples.npy"));
+    assert_eq!(chunks("000"), vec![32640, 48000, 96000, 30720], "sentence 1: hops 25+13, 50, 100, final");
+    assert_eq!(chunks("001"), vec![128640, 96960], "sentence 2 starts at hop 100 with pad 38: 141 tokens first");
+    assert!(!dump.join("002").exists(), "two sentences");
+}

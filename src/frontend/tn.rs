@@ -232,7 +232,7 @@ impl Lattice {
             arcs.push(
                 trs.trs()
                     .iter()
-                    .map(|tr| (tr.olabel, *tr.weight.value(), tr.nextstate as u32))
+                    .map(|tr| (tr.olabel, *tr.weight.value(), tr.nextstate))
                     .collect(),
             );
             let fw = fst
@@ -241,7 +241,7 @@ impl Lattice {
             finals.push(fw.map_or(f32::INFINITY, |w| *w.value()));
         }
         Ok(Lattice {
-            start: fst.start().map(|s| s as u32),
+            start: fst.start(),
             arcs,
             finals,
         })

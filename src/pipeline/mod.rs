@@ -456,7 +456,11 @@ impl Synthesizer {
         tokenizer_span.end();
         let prompt = self.prompt_for(&req.voice)?;
         frontend_span.end();
-        let mut sampler = Sampler::new(self.sampling, req.seed.unwrap_or(self.seed));
+        // Each request starts at the configured hop; its sentences hand it on (see StreamPlanner).
+        let mut state = RequestState {
+            sampler: Sampler::new(self.sampling, req.seed.unwrap_or(self.seed)),
+            stream_hop: self.stream_params.token_hop_len,
+        };
         let mut summary = Summary { sentences: segments.len(), ..Summary::default() };
         for (i, segment) in segments.iter().enumerate() {
             if observer.cancelled() {
@@ -478,7 +482,7 @@ impl Synthesizer {
                 on_chunk(c)
             };
             let seg = Segment { index: i, prompt: &prompt, prompt_text_token: &prompt_text_token, text_token: &text_token, llm_prompt_speech: llm_speech };
-            let emitted = self.run_segment(&seg, req, &mut sampler, observer, trace.as_mut(), &mut on)?;
+            let emitted = self.run_segment(&seg, req, &mut state, observer, trace.as_mut(), &mut on)?;
             summary.speech_tokens += emitted;
             if let (Some(root), Some(trace)) = (dump, trace) {
                 let dir = if segments.len() == 1 { root.to_path_buf() } else { root.join(format!("{i:03}")) };
@@ -497,7 +501,7 @@ impl Synthesizer {
         &mut self,
         seg: &Segment<'_>,
         req: &Request,
-        sampler: &mut Sampler,
+        state: &mut RequestState,
         observer: &dyn SynthesisObserver,
         trace: Option<&mut SegmentTrace>,
         on_chunk: &mut dyn FnMut(&[f32]) -> Result<()>,
@@ -521,6 +525,7 @@ impl Synthesizer {
             source: self.source_proto.clone(),
             constants: c,
             stream_params: self.stream_params,
+            stream_hop: &mut state.stream_hop,
             stream: req.stream,
             speed: req.speed,
             filter: SilentTokenFilter::new(&c.silent_tokens, c.max_silent_run),
@@ -528,6 +533,7 @@ impl Synthesizer {
             profiler,
         };
         let llm_session = &mut self.sessions.llm;
+        let sampler = &mut state.sampler;
         let (tok_tx, tok_rx) = crossbeam_channel::unbounded::<i64>();
         let (chunk_tx, chunk_rx) = crossbeam_channel::bounded::<Vec<f32>>(4);
         std::thread::scope(|scope| -> Result<usize> {
@@ -630,6 +636,12 @@ pub fn check_text_length(text: &str, limit: usize) -> Result<()> {
 }
 
 /// The token-to-wav worker of one sentence.
+/// What the sentences of one request share and hand on: the sampling RNG and the streaming hop.
+struct RequestState {
+    sampler: Sampler,
+    stream_hop: usize,
+}
+
 struct TokenToWav<'a> {
     flow_front: &'a mut StageSession,
     dit: &'a mut StageSession,
@@ -640,6 +652,9 @@ struct TokenToWav<'a> {
     source: SourceGenerator,
     constants: &'a ModelConstants,
     stream_params: StreamParams,
+    /// The streaming hop this sentence starts with; updated to the hop it ends with (official
+    /// `self.token_hop_len`, carried across the sentences of one request).
+    stream_hop: &'a mut usize,
     stream: bool,
     speed: f64,
     filter: SilentTokenFilter,
@@ -656,7 +671,7 @@ impl TokenToWav<'_> {
     ) -> Result<SegmentTrace> {
         let mut trace = SegmentTrace::default();
         let mut tokens: Vec<i64> = Vec::new();
-        let mut planner = StreamPlanner::new(self.stream_params, self.prompt.speech_token.len());
+        let mut planner = StreamPlanner::starting_at(self.stream_params, self.prompt.speech_token.len(), *self.stream_hop);
         let mut hift = HiftStream::new(
             self.constants.mel_dim,
             self.constants.source.nb_harmonics + 1,
@@ -694,6 +709,9 @@ impl TokenToWav<'_> {
                     return Err(Error::Runtime("the audio consumer stopped".into()));
                 }
             }
+        }
+        if self.stream {
+            *self.stream_hop = planner.hop();
         }
         let last = planner.final_chunk(tokens.len())?;
         let audio = self.run_chunk(&last, &tokens, &mut hift, &mut trace)?;
