@@ -71,9 +71,8 @@ fn defaults_then_file_then_env_then_flags() {
 fn the_committed_config_toml_is_valid_and_equals_the_defaults() {
     let file = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("config.toml");
     let c = Config::load(&LoadOptions { config_file: Some(file.clone()), ..Default::default() }).unwrap();
-    let mut d = Config::default();
     // Paths in the file are relative to it.
-    d.model_dir = file.parent().unwrap().join("models/cosyvoice3");
+    let mut d = Config { model_dir: file.parent().unwrap().join("models/cosyvoice3"), ..Default::default() };
     d.runtime.engine_cache = file.parent().unwrap().join("engines");
     d.voices.dir = file.parent().unwrap().join("voices");
     d.source_file = Some(file);

@@ -926,6 +926,38 @@ fn is_decimal_digit(c: char) -> bool {
         .any(|&(lo, hi)| (lo..=hi).contains(&cp))
 }
 
+/// The zh and en grammars together, as the official frontend holds them: the text frontend
+/// picks the language and this runs that language's wetext pipeline.
+pub struct WetextPair {
+    pub zh: WetextNormalizer,
+    pub en: WetextNormalizer,
+}
+
+impl WetextPair {
+    /// Loads both languages from a model folder's `tn/` layout.
+    pub fn load(dir: &Path) -> Result<Self> {
+        Ok(WetextPair { zh: WetextNormalizer::load(dir, TnLang::Zh)?, en: WetextNormalizer::load(dir, TnLang::En)? })
+    }
+}
+
+impl crate::frontend::text::Normalizer for WetextPair {
+    fn normalize(&self, text: &str, lang: crate::frontend::text::Lang) -> String {
+        let tn = match lang {
+            crate::frontend::text::Lang::Zh => &self.zh,
+            crate::frontend::text::Lang::En => &self.en,
+        };
+        match tn.normalize(text) {
+            Ok(out) => out,
+            // The official frontend would raise here; a sentence the grammar cannot tag is
+            // spoken as written instead, and the log says so.
+            Err(err) => {
+                tracing::warn!("{err}; using the text unnormalised");
+                text.to_owned()
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1042,38 +1074,6 @@ mod tests {
                     best_path_output(&general).unwrap(),
                     "verbalizer on {reordered:?}"
                 );
-            }
-        }
-    }
-}
-
-/// The zh and en grammars together, as the official frontend holds them: the text frontend
-/// picks the language and this runs that language's wetext pipeline.
-pub struct WetextPair {
-    pub zh: WetextNormalizer,
-    pub en: WetextNormalizer,
-}
-
-impl WetextPair {
-    /// Loads both languages from a model folder's `tn/` layout.
-    pub fn load(dir: &Path) -> Result<Self> {
-        Ok(WetextPair { zh: WetextNormalizer::load(dir, TnLang::Zh)?, en: WetextNormalizer::load(dir, TnLang::En)? })
-    }
-}
-
-impl crate::frontend::text::Normalizer for WetextPair {
-    fn normalize(&self, text: &str, lang: crate::frontend::text::Lang) -> String {
-        let tn = match lang {
-            crate::frontend::text::Lang::Zh => &self.zh,
-            crate::frontend::text::Lang::En => &self.en,
-        };
-        match tn.normalize(text) {
-            Ok(out) => out,
-            // The official frontend would raise here; a sentence the grammar cannot tag is
-            // spoken as written instead, and the log says so.
-            Err(err) => {
-                tracing::warn!("{err}; using the text unnormalised");
-                text.to_owned()
             }
         }
     }

@@ -230,8 +230,7 @@ pub fn inputs_for(stage: &str, spec: &GraphSpec) -> Vec<(String, DynValue)> {
 
 /// A config pointing at a model folder, an engine cache in `cache`, and the repo's ORT library.
 pub fn config_for(model: &Path, cache: &Path) -> cosy::config::Config {
-    let mut c = cosy::config::Config::default();
-    c.model_dir = model.to_path_buf();
+    let mut c = cosy::config::Config { model_dir: model.to_path_buf(), ..Default::default() };
     c.runtime.engine_cache = cache.to_path_buf();
     c.runtime.threads = 1;
     c
