@@ -393,11 +393,7 @@ pub fn speed_interpolate(mel: ArrayView2<f32>, speed: f64) -> Result<Array2<f32>
     let scale = t_in as f32 / t_out as f32;
     let mut out = Array2::<f32>::zeros((channels, t_out));
     for j in 0..t_out {
-        let src = (scale * (j as f32 + 0.5) - 0.5).max(0.0);
-        let i0 = src as usize;
-        let i1 = if i0 < t_in - 1 { i0 + 1 } else { i0 };
-        let l1 = (src - i0 as f32).clamp(0.0, 1.0);
-        let l0 = 1.0 - l1;
+        let (i0, i1, l0, l1) = crate::interp::linear_taps(scale, j, t_in);
         for c in 0..channels {
             // torch's AVX2 kernel contracts `v0·l0 + v1·l1` into fma(v0, l0, v1·l1); the scalar
             // (ATEN_CPU_CAPABILITY=default) kernel does not and differs by an ulp.

@@ -294,11 +294,7 @@ impl SourceGenerator {
         let new_frames = frames - start;
         let mut phase = vec![0f32; new_frames * dim];
         for k in start..frames {
-            let src = (down_ratio * (k as f32 + 0.5) - 0.5).max(0.0);
-            let i0 = src as usize;
-            let i1 = if i0 < n_samples - 1 { i0 + 1 } else { i0 };
-            let l1 = (src - i0 as f32).clamp(0.0, 1.0);
-            let l0 = 1.0 - l1;
+            let (i0, i1, l0, l1) = crate::interp::linear_taps(down_ratio, k, n_samples);
             for h in 0..dim {
                 let rad = rad_at(i0, h) * l0 + rad_at(i1, h) * l1;
                 phase_acc[h] += f64::from(rad);
@@ -403,8 +399,6 @@ pub struct HiftInputs {
     /// The window starts at this mel frame: the graph's output begins at sample
     /// `samples_per_frame · first_frame` of the utterance (0 for a whole-prefix call).
     pub first_frame: usize,
-    /// f0 (Hz) of all `plan.f0_frames` frames from frame 0, float32 as the official code casts it.
-    pub f0: Vec<f32>,
     /// The graph's `mel` input `[1, 80, decode_frames − first_frame + 4]`.
     pub mel: Array3<f32>,
     /// The graph's `source` input `[1, 1, 480 · (source_frames − first_frame)]`.
@@ -413,17 +407,20 @@ pub struct HiftInputs {
 
 /// Runs the native part of one whole-prefix HiFT call over the accumulated mel `[80, T]`: f0
 /// (with the call's `finalize`), the NSF source, and the mel slice/zero pad of [`plan_hift_call`].
-/// The graph output (`480 · decode_frames` samples) must then lose `plan.drop_tail_samples`.
+/// Returns the graph inputs and the f0 (Hz, float32 as the official code casts it) of all
+/// `plan.f0_frames` frames. The graph output (`480 · decode_frames` samples) must then lose
+/// `plan.drop_tail_samples`.
 pub fn prepare_hift_inputs(
     f0_net: &F0Predictor,
     source: &mut SourceGenerator,
     acc_mel: ArrayView2<f32>,
     finalize: bool,
     conv_pre_look_right: usize,
-) -> Result<HiftInputs> {
+) -> Result<(HiftInputs, Vec<f32>)> {
     let mut stream = HiftStream::new(acc_mel.nrows(), source.params.nb_harmonics + 1, None);
     stream.push_mel(acc_mel)?;
-    stream.prepare(f0_net, source, finalize, conv_pre_look_right, &Profiler::disabled())
+    let inputs = stream.prepare(f0_net, source, finalize, conv_pre_look_right, &Profiler::disabled())?;
+    Ok((inputs, stream.f0))
 }
 
 /// Per-request HiFT state for streaming (official `hift_cache_dict[uuid]`: the accumulated `mel`
@@ -533,7 +530,7 @@ impl HiftStream {
         let n = src.len();
         let source = Array3::from_shape_vec((1, 1, n), src)
             .map_err(|e| Error::Input(format!("hift source shape: {e}")))?;
-        Ok(HiftInputs { plan, first_frame, f0: self.f0.clone(), mel, source })
+        Ok(HiftInputs { plan, first_frame, mel, source })
     }
 
     /// Takes the samples of a call's output (which starts at sample `spf · first_frame` of the

@@ -13,6 +13,7 @@ pub mod error;
 pub mod flow;
 pub mod frontend;
 pub mod hift;
+pub mod interp;
 pub mod llm;
 pub mod model;
 pub mod npy;

@@ -142,7 +142,7 @@ fn prepared_final_call_reproduces_golden_source_from_mel() {
     let net = tiny_f0_predictor();
     let mut source = tiny_source();
     let mel = golden_mel(&dir, "en");
-    let inputs = prepare_hift_inputs(&net, &mut source, mel.view(), true, 4).expect("inputs");
+    let (inputs, _) = prepare_hift_inputs(&net, &mut source, mel.view(), true, 4).expect("inputs");
     let t = mel.ncols();
     assert_eq!(inputs.mel.dim(), (1, 80, t + 4));
     assert!(inputs.mel.slice(ndarray::s![0, .., t..]).iter().all(|&v| v == 0.0));
@@ -154,8 +154,8 @@ fn prepared_final_call_reproduces_golden_source_from_mel() {
 
     // A non-final call over the first 96 frames: f0/source over 93 frames, mel[:, :93] (89
     // decoded + 4 context), 480 samples dropped → 480·88.
-    let part = prepare_hift_inputs(&net, &mut source, mel.slice(ndarray::s![.., ..96]), false, 4).expect("part");
-    assert_eq!(part.f0.len(), 93);
+    let (part, part_f0) = prepare_hift_inputs(&net, &mut source, mel.slice(ndarray::s![.., ..96]), false, 4).expect("part");
+    assert_eq!(part_f0.len(), 93);
     assert_eq!(part.source.len(), 93 * 480);
     assert_eq!(part.mel.dim(), (1, 80, 93));
     assert_eq!(part.plan.decode_frames, 89);
@@ -166,14 +166,22 @@ fn prepared_final_call_reproduces_golden_source_from_mel() {
     assert_eq!(&full_src[..part_src.len()], part_src.as_slice());
 }
 
-/// Streams a mel through HiftStream in three calls (two non-final, one final); returns each
-/// call's new samples and window start.
+/// What streaming a mel through HiftStream gave: each call's new samples and window start, and
+/// the settled f0 and source at the end.
+struct Streamed {
+    chunks: Vec<Vec<f32>>,
+    starts: Vec<usize>,
+    f0: Vec<f32>,
+    source: Vec<f32>,
+}
+
+/// Streams a mel through HiftStream, one call per cut (the last one final).
 fn stream_hift(
     session: &mut cosy::runtime::StageSession,
     mel: &Array2<f32>,
     cuts: &[usize],
     decode_context: Option<usize>,
-) -> (Vec<Vec<f32>>, Vec<usize>) {
+) -> Streamed {
     let net = tiny_f0_predictor();
     let mut source = tiny_source();
     let mut stream = HiftStream::new(80, 9, decode_context);
@@ -195,7 +203,7 @@ fn stream_hift(
     }
     assert_eq!(stream.f0().len(), mel.ncols());
     assert_eq!(stream.source().len(), 480 * mel.ncols());
-    (chunks, starts)
+    Streamed { chunks, starts, f0: stream.f0().to_vec(), source: stream.source().to_vec() }
 }
 
 /// Streaming HiFT over a window of `decode_left_context_frames` (35 here) emits the same samples
@@ -217,12 +225,12 @@ fn windowed_streaming_hift_matches_whole_prefix() {
     let mel = golden_mel(&dir, "stream");
     let cuts = [96, 196, mel.ncols()];
 
-    let (whole, whole_starts) = stream_hift(&mut session, &mel, &cuts, None);
-    let (windowed, starts) = stream_hift(&mut session, &mel, &cuts, Some(ctx));
-    let (short, _) = stream_hift(&mut session, &mel, &cuts, Some(2));
-    assert_eq!(whole_starts, vec![0, 0, 0]);
+    let whole = stream_hift(&mut session, &mel, &cuts, None);
+    let windowed = stream_hift(&mut session, &mel, &cuts, Some(ctx));
+    let short = stream_hift(&mut session, &mel, &cuts, Some(2));
+    assert_eq!(whole.starts, vec![0, 0, 0]);
     // Non-final calls emit 480·(T − 8): 88 and 188 frames; later windows start ctx frames earlier.
-    assert_eq!(starts, vec![0, 88 - ctx, 188 - ctx]);
+    assert_eq!(windowed.starts, vec![0, 88 - ctx, 188 - ctx]);
     let max_diff = |a: &[Vec<f32>], b: &[Vec<f32>]| -> f32 {
         a.iter()
             .zip(b)
@@ -232,27 +240,17 @@ fn windowed_streaming_hift_matches_whole_prefix() {
             })
             .fold(0f32, f32::max)
     };
-    let err = max_diff(&whole, &windowed);
+    let err = max_diff(&whole.chunks, &windowed.chunks);
     assert!(err <= 1e-5, "windowed vs whole-prefix HiFT: max abs {err}");
-    assert!(max_diff(&whole, &short) > 1e-4, "a 2-frame context should not be enough");
+    assert!(max_diff(&whole.chunks, &short.chunks) > 1e-4, "a 2-frame context should not be enough");
 
     // The settled f0/source are the one-shot final call's.
     let net = tiny_f0_predictor();
     let mut source = tiny_source();
-    let once = prepare_hift_inputs(&net, &mut source, mel.view(), true, 4).expect("one shot");
-    let mut stream = HiftStream::new(80, 9, Some(ctx));
-    let mut src2 = tiny_source();
-    let mut done = 0;
-    for (i, &cut) in cuts.iter().enumerate() {
-        stream.push_mel(mel.slice(ndarray::s![.., done..cut])).expect("push");
-        done = cut;
-        stream
-            .prepare(&net, &mut src2, i + 1 == cuts.len(), 4, &cosy::profile::Profiler::disabled())
-            .expect("prepare");
-    }
-    let f0_err = stream.f0().iter().zip(&once.f0).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+    let (once, once_f0) = prepare_hift_inputs(&net, &mut source, mel.view(), true, 4).expect("one shot");
+    let f0_err = windowed.f0.iter().zip(&once_f0).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
     assert!(f0_err <= 1e-4, "f0 {f0_err}");
     let once_src: Vec<f32> = once.source.iter().copied().collect();
-    let src_err = stream.source().iter().zip(&once_src).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+    let src_err = windowed.source.iter().zip(&once_src).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
     assert!(src_err <= 1e-5, "source {src_err}");
 }

@@ -140,10 +140,10 @@ impl ModelConstants {
             source,
             f0_look_right: c("hift.f0_look_right")?,
             conv_pre_look_right: c("hift.conv_pre_look_right")?,
-            hift_decode_left_context: match cfg.get("hift").and_then(|h| h.get("decode_left_context_frames")) {
-                None => None,
-                Some(_) => Some(c("hift.decode_left_context_frames")?),
-            },
+            hift_decode_left_context: cfg
+                .pointer("/hift/decode_left_context_frames")
+                .map(|_| c("hift.decode_left_context_frames"))
+                .transpose()?,
             sample_rate: c("sample_rate")? as u32,
             mel_dim: c("flow.mel_dim")?,
             max_prompt_seconds: kf("max_prompt_seconds")?,
