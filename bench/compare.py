@@ -7,7 +7,7 @@ runs, one after the other, `--rounds` times alternating, so that load from other
 both alike. Medians per stage and end to end, and their ratios (reference / cosy: >1 means cosy is
 faster), are printed and written as JSON.
 
-    bench/compare.py --official /work/models/full-official --export /work/models/full-export \\
+    bench/compare.py --official models/full-random --export models/full-export \\
         --tokens 50 --runs 2 --rounds 2 --out bench/results.json
 
 Both sides force exactly `--tokens` speech tokens (stop ids masked: random weights never stop on
@@ -15,7 +15,7 @@ their own) and run with the text frontend off and seed 0; cosy runs on CPU fp32 
 otherwise (`--cosy-args`). `--also LABEL=ARGS` (repeatable) adds further cosy settings to every
 round, e.g. int8 for the two MatMul-bound stages:
 
-    bench/compare.py --export /work/models/full-export-int8 --rounds 2 --runs 1 --warmup 0 \
+    bench/compare.py --export models/full-export-int8 --rounds 2 --runs 1 --warmup 0 \
         --also "int8=--provider cpu --set stages.dit.precision=int8 --set stages.llm.precision=int8"
 
 The first cosy setting is the one the `cosy ms`/ratio columns show; every `--also` setting gets its
@@ -94,8 +94,8 @@ def machine() -> dict[str, str]:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--official", type=Path, default=Path("/work/models/full-official"))
-    p.add_argument("--export", type=Path, default=Path("/work/models/full-export"))
+    p.add_argument("--official", type=Path, default=REPO / "models/full-random")
+    p.add_argument("--export", type=Path, default=REPO / "models/full-export")
     p.add_argument("--prompt-wav", type=Path, default=REPO / "tests/fixtures/prompt_24k.wav")
     p.add_argument("--prompt-text", default=DEFAULT_PROMPT_TEXT)
     p.add_argument("--text", default=DEFAULT_TEXT)

@@ -105,22 +105,28 @@ pub struct FileArgs {
     /// Output file (`-` = stdout); with --input, the output folder. Default: out.wav (folder: .).
     #[arg(short = 'o', long = "output", value_name = "PATH")]
     pub output: Option<PathBuf>,
-    /// File name per --input line; `{index}` or `{index:03}` is the 0-based line number.
+    /// File name per --input line; `{index}` or `{index:03}` (width at most 9) is the 0-based
+    /// number of the line among the non-empty ones.
     #[arg(long, value_name = "TEMPLATE", default_value = "{index:03}.wav")]
     pub name_template: String,
     /// Benchmark/test only, NOT the official behaviour: mask the LLM's stop ids until N tokens per
     /// sentence, so a model that stops early still produces N tokens.
     #[arg(long, value_name = "N", hide = true)]
     pub min_tokens: Option<usize>,
-    /// Speaking rate (mel time-stretch), e.g. 1.2 faster, 0.8 slower. Not with --stream.
+    /// Speaking rate from 0.5 to 2.0 (mel time-stretch), e.g. 1.2 faster, 0.8 slower. Not with
+    /// --stream.
     #[arg(long, default_value_t = 1.0)]
     pub speed: f64,
     /// Sampling seed (default: sampling.seed from the config).
     #[arg(long)]
     pub seed: Option<u64>,
     /// Use the streaming chunk schedule (chunks are written as they come for --format pcm).
-    #[arg(long)]
+    /// Default: streaming.enabled from the config.
+    #[arg(long, conflicts_with = "no_stream")]
     pub stream: bool,
+    /// Use the offline (whole-sentence) schedule even when streaming.enabled is true.
+    #[arg(long)]
+    pub no_stream: bool,
     /// Output format: wav16, wavf32, or pcm (raw 16-bit little-endian mono, stdout by default).
     #[arg(long, default_value = "wav16", value_parser = ["wav16", "wavf32", "pcm"])]
     pub format: String,
@@ -139,8 +145,8 @@ pub struct SayArgs {
     pub text: Option<String>,
     #[command(flatten)]
     pub voice: VoiceArgs,
-    /// Speaking rate (mel time-stretch). Other than 1, each sentence is synthesised whole before
-    /// it plays (the streaming schedule cannot stretch).
+    /// Speaking rate from 0.5 to 2.0 (mel time-stretch). Other than 1, each sentence is
+    /// synthesised whole before it plays (the streaming schedule cannot stretch).
     #[arg(long, default_value_t = 1.0)]
     pub speed: f64,
     /// Sampling seed (default: sampling.seed from the config).
@@ -175,8 +181,12 @@ pub struct ProfileArgs {
     #[command(flatten)]
     pub voice: VoiceArgs,
     /// Profile the streaming schedule (reports time to first audio of the first chunk).
-    #[arg(long)]
+    /// Default: streaming.enabled from the config.
+    #[arg(long, conflicts_with = "no_stream")]
     pub stream: bool,
+    /// Profile the offline schedule even when streaming.enabled is true.
+    #[arg(long)]
+    pub no_stream: bool,
     /// Measured runs (the median run's breakdown is reported; p50/p95 pool every run).
     #[arg(long, default_value_t = 3)]
     pub runs: usize,
@@ -224,12 +234,24 @@ pub enum VoiceAction {
         /// Replace a voice of the same name.
         #[arg(long)]
         force: bool,
+        /// Also make it the default voice (used when neither --voice nor --prompt-wav is given).
+        #[arg(long)]
+        default: bool,
     },
-    /// List the saved voices.
+    /// List the saved voices (the default one is marked).
     List,
     /// Delete a saved voice.
     Rm {
         name: String,
+    },
+    /// Show the default voice, or make NAME the default (`--clear` forgets it).
+    Default {
+        /// The saved voice to use when neither --voice nor --prompt-wav is given.
+        #[arg(conflicts_with = "clear")]
+        name: Option<String>,
+        /// Forget the voices folder's default voice.
+        #[arg(long)]
+        clear: bool,
     },
 }
 
@@ -409,18 +431,66 @@ pub fn one_line(err: &anyhow::Error) -> String {
     text.split('\n').map(str::trim).filter(|l| !l.is_empty()).collect::<Vec<_>>().join("; ")
 }
 
-/// Fills `{index}` / `{index:0N}` in a `--name-template`.
+/// The widest `{index:0N}` a `--name-template` may ask for.
+pub const MAX_INDEX_WIDTH: usize = 9;
+
+/// Fills `{index}` / `{index:0N}` (N at most [`MAX_INDEX_WIDTH`]) in a `--name-template`. The
+/// result must be a file name (no `/`) of at most 255 bytes; anything else is refused, naming the
+/// template.
 pub fn render_name(template: &str, index: usize) -> Result<String, Error> {
-    let re = regex::Regex::new(r"\{index(?::0?(\d+))?\}").map_err(|e| Error::Input(e.to_string()))?;
-    if !re.is_match(template) {
+    let bad = |why: String| Error::Input(format!("--name-template {template:?}: {why}"));
+    let re = regex::Regex::new(r"\{index(?::(\d+))?\}").map_err(|e| Error::Input(e.to_string()))?;
+    if template.contains('/') {
+        return Err(bad("must be a file name, not a path (no '/'); give the folder with -o".into()));
+    }
+    let placeholders: Vec<regex::Captures> = re.captures_iter(template).collect();
+    if placeholders.is_empty() {
         return Err(Error::Input(format!("--name-template {template:?} has no {{index}} (e.g. {{index:03}}.wav)")));
     }
-    Ok(re
-        .replace_all(template, |c: &regex::Captures| {
-            let width = c.get(1).and_then(|w| w.as_str().parse::<usize>().ok()).unwrap_or(0);
+    if template.matches("{index").count() != placeholders.len() {
+        return Err(bad(format!("write the line number as {{index}} or {{index:0N}} with N from 1 to {MAX_INDEX_WIDTH}")));
+    }
+    let mut widths = Vec::with_capacity(placeholders.len());
+    for c in &placeholders {
+        let width = match c.get(1) {
+            None => 0,
+            Some(w) => match w.as_str().parse::<usize>() {
+                Ok(n) if n <= MAX_INDEX_WIDTH => n,
+                _ => {
+                    return Err(bad(format!(
+                        "width {} is too wide; use at most {MAX_INDEX_WIDTH} (e.g. {{index:03}})",
+                        w.as_str()
+                    )))
+                }
+            },
+        };
+        widths.push(width);
+    }
+    let mut widths = widths.into_iter();
+    let name = re
+        .replace_all(template, |_: &regex::Captures| {
+            let width = widths.next().unwrap_or(0);
             format!("{index:0width$}")
         })
-        .into_owned())
+        .into_owned();
+    if name.len() > crate::output::NAME_MAX {
+        return Err(bad(format!(
+            "the file name it gives (for index {index}) is {} bytes, over the {}-byte limit of file names; use a shorter template",
+            name.len(),
+            crate::output::NAME_MAX
+        )));
+    }
+    Ok(name)
+}
+
+/// `--stream` / `--no-stream`, else the config's `streaming.enabled` (which yields to `--speed`:
+/// the streaming schedule cannot time-stretch, so a sentence with a speed is made whole).
+fn use_streaming(config: &Config, stream: bool, no_stream: bool, speed: f64) -> bool {
+    if stream || no_stream {
+        stream
+    } else {
+        config.streaming.enabled && speed == 1.0
+    }
 }
 
 fn read_stdin() -> Result<String, Error> {
@@ -429,29 +499,15 @@ fn read_stdin() -> Result<String, Error> {
     Ok(s)
 }
 
-/// Refuses an output path whose folder does not exist or is not writable, before any work.
-fn check_writable(path: &std::path::Path) -> Result<(), Error> {
-    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(std::path::Path::new("."));
-    if !dir.is_dir() {
-        return Err(Error::Input(format!("output {}: folder {} does not exist", path.display(), dir.display())));
-    }
-    if path.is_dir() {
-        return Err(Error::Input(format!("output {} is a folder; give a file name", path.display())));
-    }
-    let probe = dir.join(format!(".cosy-write-probe-{}", std::process::id()));
-    std::fs::File::create(&probe)
-        .map_err(|e| Error::Input(format!("output {}: cannot write in {} ({e})", path.display(), dir.display())))?;
-    std::fs::remove_file(&probe).ok();
-    Ok(())
-}
-
 fn file_command(config: &Config, args: &FileArgs) -> anyhow::Result<()> {
-    use crate::pipeline::wav::{to_i16, write_wav, WavFormat};
+    use crate::audio::{f32_to_i16, write_audio_atomic, OutputFormat};
     use crate::pipeline::{Request, Synthesizer};
 
-    // Utterances: (index, text, output path or None for stdout).
+    crate::pipeline::check_speed(args.speed)?;
+    let format: OutputFormat = args.format.parse()?;
+    // Utterances: (index, text, output path or None for stdout, --input line number).
     let to_stdout = |p: &Option<PathBuf>| p.as_deref().is_some_and(|p| p.as_os_str() == "-");
-    let mut jobs: Vec<(usize, String, Option<PathBuf>)> = Vec::new();
+    let mut jobs: Vec<(usize, String, Option<PathBuf>, Option<usize>)> = Vec::new();
     if let Some(input) = &args.input {
         let text = if input.as_os_str() == "-" {
             read_stdin()?
@@ -462,11 +518,11 @@ fn file_command(config: &Config, args: &FileArgs) -> anyhow::Result<()> {
         if args.format == "pcm" || to_stdout(&args.output) {
             return Err(Error::Input("--input writes one file per line; use a wav format and -o FOLDER".into()).into());
         }
-        if !folder.is_dir() {
-            return Err(Error::Input(format!("-o {}: with --input the output is a folder, and it does not exist", folder.display())).into());
-        }
-        for (index, line) in text.lines().filter(|l| !l.trim().is_empty()).enumerate() {
-            jobs.push((index, line.to_string(), Some(folder.join(render_name(&args.name_template, index)?))));
+        crate::output::check_folder("-o", &folder, false)?;
+        let lines = text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty());
+        for (index, (line, text)) in lines.enumerate() {
+            let out = folder.join(render_name(&args.name_template, index)?);
+            jobs.push((index, text.to_string(), Some(out), Some(line + 1)));
         }
         if jobs.is_empty() {
             return Err(Error::Input(format!("--input {}: no non-empty lines", input.display())).into());
@@ -482,30 +538,34 @@ fn file_command(config: &Config, args: &FileArgs) -> anyhow::Result<()> {
         } else {
             Some(args.output.clone().unwrap_or_else(|| PathBuf::from("out.wav")))
         };
-        jobs.push((0, text, out));
+        jobs.push((0, text, out, None));
     }
-    for (_, text, out) in &jobs {
-        check_text(config, text)?;
+    // Everything that can be checked is checked before the model is loaded.
+    for (_, text, out, line) in &jobs {
+        check_text(config, text).map_err(|e| match (line, &args.input) {
+            (Some(n), Some(input)) => Error::Input(format!("--input {} line {n}: {e}", input.display())),
+            _ => e,
+        })?;
         if let Some(p) = out {
-            check_writable(p)?;
+            crate::output::check_file("-o", p)?;
         }
     }
     let voice = resolve_voice(config, &args.voice)?;
     if let Some(d) = &args.dump {
-        std::fs::create_dir_all(d).map_err(|e| Error::Input(format!("--dump {}: cannot create ({e})", d.display())))?;
+        crate::output::check_folder("--dump", d, true)?;
     }
 
     let mut synth = Synthesizer::load(config)?;
     let rate = synth.constants.sample_rate;
     let several = jobs.len() > 1;
-    for (index, text, out) in jobs {
+    for (index, text, out, _) in jobs {
         let req = Request {
             text,
             voice: voice.clone(),
             text_frontend: !args.no_text_frontend,
             speed: args.speed,
             seed: args.seed,
-            stream: args.stream,
+            stream: use_streaming(config, args.stream, args.no_stream, args.speed),
             ignore_stop_until: args.min_tokens,
         };
         let dump = args.dump.as_ref().map(|d| if several { d.join(format!("{index:03}")) } else { d.clone() });
@@ -514,7 +574,7 @@ fn file_command(config: &Config, args: &FileArgs) -> anyhow::Result<()> {
         let mut stdout = std::io::stdout().lock();
         synth.synthesize(&req, dump.as_deref(), |chunk| {
             if pcm_stdout {
-                let bytes: Vec<u8> = chunk.iter().flat_map(|&s| to_i16(s).to_le_bytes()).collect();
+                let bytes: Vec<u8> = chunk.iter().flat_map(|&s| f32_to_i16(s).to_le_bytes()).collect();
                 stdout.write_all(&bytes).and_then(|_| stdout.flush()).map_err(|e| Error::io("<stdout>", e))
             } else {
                 samples.extend_from_slice(chunk);
@@ -522,37 +582,56 @@ fn file_command(config: &Config, args: &FileArgs) -> anyhow::Result<()> {
             }
         })?;
         if let Some(path) = out {
-            match args.format.as_str() {
-                "pcm" => {
-                    let bytes: Vec<u8> = samples.iter().flat_map(|&s| to_i16(s).to_le_bytes()).collect();
-                    crate::pipeline::dump::write_atomic(&path, &bytes)?;
-                }
-                f => write_wav(&path, &samples, rate, if f == "wavf32" { WavFormat::Float32 } else { WavFormat::Int16 })?,
-            }
+            write_audio_atomic(&path, &samples, rate, format)?;
             tracing::info!("wrote {} ({:.2} s)", path.display(), samples.len() as f64 / f64::from(rate));
         }
     }
     Ok(())
 }
 
-/// Refuses text that cannot be said: empty, only punctuation, over `limits.max_text_chars`.
+/// Refuses text that cannot be said: empty (also only invisible characters such as zero-width
+/// spaces), nothing speakable (only punctuation, symbols or emoji), over `limits.max_text_chars`.
 fn check_text(config: &Config, text: &str) -> Result<(), Error> {
-    if text.trim().is_empty() {
-        return Err(Error::Input("the text is empty; give something to say".into()));
-    }
-    if crate::frontend::text::is_only_punctuation(text.trim()) {
-        return Err(Error::Input(format!("the text {:?} has nothing to say (only punctuation)", text.trim())));
-    }
+    crate::pipeline::check_speakable(text)?;
     crate::pipeline::check_text_length(text, config.limits.max_text_chars)
 }
-
 
 /// The pipeline voice from the command line. A saved voice is read (unknown names list the saved
 /// ones) and checked against the configured model before anything heavy is loaded.
 fn resolve_voice(config: &Config, c: &VoiceArgs) -> Result<crate::pipeline::Voice, Error> {
     use crate::pipeline::Voice;
-    if let Some(name) = &c.name {
-        let saved = crate::voice::VoiceStore::new(&config.voices.dir).load(name)?;
+    let store = crate::voice::VoiceStore::new(&config.voices.dir);
+    let default_voice = if c.name.is_none() && c.prompt_wav.is_none() {
+        if c.prompt_text.is_some() {
+            return Err(Error::Input("--prompt-text needs --prompt-wav FILE (the recording it transcribes)".into()));
+        }
+        match store.default_name(config.voices.default.as_deref())? {
+            Some(found) => Some(found),
+            None => {
+                return Err(Error::Input(format!(
+                    "no voice given and no default voice: pass --voice NAME or --prompt-wav FILE, or make a default \
+                     with `cosy voice add NAME --wav FILE --text TEXT --default` (voices in {})",
+                    store.dir.display()
+                )))
+            }
+        }
+    } else {
+        None
+    };
+    let name = c.name.clone().or_else(|| default_voice.as_ref().map(|(n, _)| n.clone()));
+    if let Some(name) = &name {
+        let saved = store.load(name).map_err(|e| match &default_voice {
+            Some((_, source)) => {
+                let from = match source {
+                    crate::voice::DefaultSource::Config => "voices.default in the config".to_string(),
+                    crate::voice::DefaultSource::Folder(p) => p.display().to_string(),
+                };
+                Error::Input(format!(
+                    "default voice {name:?} (from {from}): {e}; pick another with `cosy voice default NAME`"
+                ))
+            }
+            None => e,
+        })?;
         // The model folder's own problems are reported by the model loader, with their context.
         if let Ok(dir) = crate::model::ModelDir::open(&config.model_dir) {
             saved.check_model(&crate::voice::model_key(&dir)?, &config.model_dir)?;
@@ -560,9 +639,7 @@ fn resolve_voice(config: &Config, c: &VoiceArgs) -> Result<crate::pipeline::Voic
         return Ok(Voice::Saved { voice: std::sync::Arc::new(saved), instruction: c.instruct.clone() });
     }
     let Some(wav) = c.prompt_wav.clone() else {
-        return Err(Error::Input(
-            "--prompt-wav FILE is required (a recording of the voice to use), or --voice NAME (a saved voice)".into(),
-        ));
+        return Err(Error::Input("--prompt-wav FILE or --voice NAME is required".into()));
     };
     check_prompt_audio(&wav)?;
     Ok(match (&c.prompt_text, &c.instruct) {
@@ -572,13 +649,12 @@ fn resolve_voice(config: &Config, c: &VoiceArgs) -> Result<crate::pipeline::Voic
     })
 }
 
-/// Refuses an unusable prompt recording (unreadable, empty, truncated, < 16 kHz, silent, > 30 s)
+/// Refuses an unusable prompt recording (unreadable, empty, truncated, < 16 kHz, silent, too short, > 30 s)
 /// before the model is loaded; the pipeline checks it again when it reads it.
 fn check_prompt_audio(wav: &std::path::Path) -> Result<(), Error> {
-    use crate::frontend::audio::{load_audio, to_rate, MAX_TOKENIZER_SECONDS};
+    use crate::frontend::audio::{check_length, load_audio, MAX_TOKENIZER_SECONDS};
     let audio = load_audio(wav)?;
-    to_rate(&audio, 16_000, Some(MAX_TOKENIZER_SECONDS), wav)?;
-    Ok(())
+    check_length(&audio, wav, MAX_TOKENIZER_SECONDS)
 }
 
 fn say_command(config: &Config, args: &SayArgs) -> anyhow::Result<()> {
@@ -605,6 +681,7 @@ fn say_command(config: &Config, args: &SayArgs) -> anyhow::Result<()> {
         Some(t) => t.to_string(),
     };
     check_text(config, &text)?;
+    crate::pipeline::check_speed(args.speed)?;
     let voice = resolve_voice(config, &args.voice)?;
     let req = crate::pipeline::Request {
         text,
@@ -624,8 +701,9 @@ fn say_command(config: &Config, args: &SayArgs) -> anyhow::Result<()> {
 fn voice_command(config: &Config, action: &VoiceAction) -> anyhow::Result<()> {
     let store = crate::voice::VoiceStore::new(&config.voices.dir);
     match action {
-        VoiceAction::Add { name, wav, text, force } => {
+        VoiceAction::Add { name, wav, text, force, default } => {
             crate::voice::check_name(name)?;
+            store.check_dir()?;
             if store.path_of(name).exists() && !force {
                 // Refuse before the model is loaded; `save` checks again.
                 return Err(Error::Input(format!(
@@ -642,6 +720,11 @@ fn voice_command(config: &Config, action: &VoiceAction) -> anyhow::Result<()> {
             let voice = synth.make_voice(name, wav, text)?;
             let path = store.save(&voice, *force)?;
             println!("saved voice {name} ({} prompt tokens) to {}", voice.speech_token.len(), path.display());
+            if *default {
+                store.set_default(name)?;
+                println!("{name} is now the default voice");
+                warn_config_default(config, name);
+            }
             Ok(())
         }
         VoiceAction::List => {
@@ -651,7 +734,9 @@ fn voice_command(config: &Config, action: &VoiceAction) -> anyhow::Result<()> {
                 return Ok(());
             }
             let current = crate::model::ModelDir::open(&config.model_dir).ok().and_then(|d| crate::voice::model_key(&d).ok());
+            let default = store.default_name(config.voices.default.as_deref()).ok().flatten().map(|(n, _)| n);
             for name in names {
+                let mark = if default.as_deref() == Some(name.as_str()) { "  (default)" } else { "" };
                 match store.load(&name) {
                     Ok(v) => {
                         let fit = match &current {
@@ -660,7 +745,7 @@ fn voice_command(config: &Config, action: &VoiceAction) -> anyhow::Result<()> {
                             None => "",
                         };
                         let secs = v.speech_token.len() as f64 / 25.0;
-                        println!("{name}  {}  {secs:.1} s  {:?}{fit}", v.created, v.transcript);
+                        println!("{name}  {}  {secs:.1} s  {:?}{fit}{mark}", v.created, v.transcript);
                     }
                     Err(e) => println!("{name}  [unreadable: {e}]"),
                 }
@@ -670,8 +755,47 @@ fn voice_command(config: &Config, action: &VoiceAction) -> anyhow::Result<()> {
         VoiceAction::Rm { name } => {
             let path = store.remove(name)?;
             println!("removed voice {name} ({})", path.display());
+            // A default naming a removed voice would only fail later, far from here.
+            if store.folder_default().ok().flatten().as_deref() == Some(name.as_str()) {
+                store.clear_default()?;
+                println!("{name} was the default voice; there is none now (`cosy voice default NAME`)");
+            }
             Ok(())
         }
+        VoiceAction::Default { name: Some(name), .. } => {
+            let marker = store.set_default(name)?;
+            println!("{name} is now the default voice ({})", marker.display());
+            warn_config_default(config, name);
+            Ok(())
+        }
+        VoiceAction::Default { name: None, clear: true } => {
+            if store.clear_default()? {
+                println!("the voices folder has no default voice now");
+            } else {
+                println!("the voices folder had no default voice");
+            }
+            if let Some(c) = &config.voices.default {
+                println!("note: voices.default = {c:?} in the config still applies");
+            }
+            Ok(())
+        }
+        VoiceAction::Default { name: None, clear: false } => {
+            match store.default_name(config.voices.default.as_deref())? {
+                Some((name, crate::voice::DefaultSource::Config)) => println!("{name} (voices.default in the config)"),
+                Some((name, crate::voice::DefaultSource::Folder(p))) => println!("{name} ({})", p.display()),
+                None => println!(
+                    "no default voice (make one with `cosy voice default NAME` or `cosy voice add NAME --wav FILE --text TEXT --default`)"
+                ),
+            }
+            Ok(())
+        }
+    }
+}
+
+/// The config's `voices.default` beats the folder's default: say so when they now differ.
+fn warn_config_default(config: &Config, name: &str) {
+    if let Some(c) = config.voices.default.as_deref().filter(|c| *c != name) {
+        eprintln!("note: voices.default = {c:?} in the config overrides this; remove it there to use {name}");
     }
 }
 
@@ -685,10 +809,30 @@ fn profile_command(config: &Config, args: &ProfileArgs) -> anyhow::Result<()> {
         (None, Some(t)) => t.to_string(),
         (None, None) => PROFILE_TEXT.to_string(),
     };
-    let voice = resolve_voice(config, &args.voice)?;
+    check_text(config, &text)?;
     if args.runs == 0 {
         return Err(Error::Input("--runs must be at least 1".into()).into());
     }
+    // The outputs are checked before the (long) measurement, and must not be one file.
+    let json_file = args.json.as_deref().filter(|p| p.as_os_str() != "-");
+    if let Some(p) = json_file {
+        crate::output::check_file("--json", p)?;
+    }
+    if let Some(p) = &args.trace {
+        if p.as_os_str() == "-" {
+            return Err(Error::Input("--trace -: the trace is written to a file only; give a file name".into()).into());
+        }
+        crate::output::check_file("--trace", p)?;
+        if json_file.is_some_and(|j| crate::output::same_file(j, p)) {
+            return Err(Error::Input(format!(
+                "--json {} and --trace {} are the same file; give them different names",
+                json_file.map(|j| j.display().to_string()).unwrap_or_default(),
+                p.display()
+            ))
+            .into());
+        }
+    }
+    let voice = resolve_voice(config, &args.voice)?;
     let plan = ProfilePlan {
         request: Request {
             text,
@@ -696,7 +840,7 @@ fn profile_command(config: &Config, args: &ProfileArgs) -> anyhow::Result<()> {
             text_frontend: !args.no_text_frontend,
             speed: 1.0,
             seed: args.seed,
-            stream: args.stream,
+            stream: use_streaming(config, args.stream, args.no_stream, 1.0),
             ignore_stop_until: args.min_tokens,
         },
         runs: args.runs,
@@ -735,7 +879,7 @@ fn profile_command(config: &Config, args: &ProfileArgs) -> anyhow::Result<()> {
     };
     let write = |path: &std::path::Path, value: &serde_json::Value| -> Result<(), Error> {
         let text = serde_json::to_string_pretty(value).map_err(|e| Error::Runtime(format!("json: {e}")))?;
-        crate::pipeline::dump::write_atomic(path, text.as_bytes())
+        crate::output::write_bytes(path, text.as_bytes())
     };
     if let Some(p) = &args.json {
         if json_stdout {

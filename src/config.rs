@@ -159,23 +159,29 @@ pub struct RuntimeSettings {
     pub cuda_graphs: bool,
 }
 
-/// `[sampling]`: LLM sampling (defaults are the official CosyVoice3 values).
+/// `[sampling]`: LLM sampling. The four sampling values are backed by the model's manifest (its
+/// yaml; the official CosyVoice3 values are top_p 0.8, top_k 25, win_size 10, tau_r 0.1): `None`
+/// means "not set by the user", so the model's value is used; a value the user set (file,
+/// environment or flag) always wins, even when it equals some built-in number.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SamplingSettings {
     pub seed: u64,
-    pub top_p: f64,
-    pub top_k: usize,
-    pub win_size: usize,
-    pub tau_r: f64,
+    pub top_p: Option<f64>,
+    pub top_k: Option<usize>,
+    pub win_size: Option<usize>,
+    pub tau_r: Option<f64>,
 }
 
-/// `[streaming]`: chunking of the token stream into audio.
+/// `[streaming]`: chunking of the token stream into audio. The hop keys are manifest-backed like
+/// the sampling values (`None`: the model's value).
 #[derive(Debug, Clone, PartialEq)]
 pub struct StreamingSettings {
+    /// Whether `cosy file` and `cosy profile` use the streaming schedule when neither `--stream`
+    /// nor `--no-stream` is given (`cosy say` always streams).
     pub enabled: bool,
-    pub token_hop_len: usize,
-    pub token_max_hop_len: usize,
-    pub stream_scale_factor: usize,
+    pub token_hop_len: Option<usize>,
+    pub token_max_hop_len: Option<usize>,
+    pub stream_scale_factor: Option<usize>,
 }
 
 /// `[output]`.
@@ -190,6 +196,9 @@ pub struct OutputSettings {
 pub struct VoiceSettings {
     /// Folder of the saved voices (`cosy voice add`), one `<name>.safetensors` each.
     pub dir: PathBuf,
+    /// The voice `say`, `file` and `profile` use when given neither `--voice` nor `--prompt-wav`;
+    /// `None`: the one the voices folder names (`cosy voice default NAME`), if any.
+    pub default: Option<String>,
 }
 
 /// `[text]`: the text frontend.
@@ -264,15 +273,15 @@ impl Default for Config {
                 cuda_graphs: false,
             },
             stages: StageGroup::ALL.into_iter().map(|g| (g, StageSettings::default())).collect(),
-            sampling: SamplingSettings { seed: 0, top_p: 0.8, top_k: 25, win_size: 10, tau_r: 0.1 },
+            sampling: SamplingSettings { seed: 0, top_p: None, top_k: None, win_size: None, tau_r: None },
             streaming: StreamingSettings {
                 enabled: false,
-                token_hop_len: 25,
-                token_max_hop_len: 100,
-                stream_scale_factor: 2,
+                token_hop_len: None,
+                token_max_hop_len: None,
+                stream_scale_factor: None,
             },
             output: OutputSettings { device: "default".into() },
-            voices: VoiceSettings { dir: PathBuf::from("voices") },
+            voices: VoiceSettings { dir: PathBuf::from("voices"), default: None },
             limits: LimitSettings { max_text_chars: 5000 },
             text: TextSettings { normalizer: NormalizerChoice::Auto },
             source_file: None,
@@ -305,6 +314,7 @@ pub const KEYS: &[&str] = &[
     "streaming.stream_scale_factor",
     "output.device",
     "voices.dir",
+    "voices.default",
     "limits.max_text_chars",
     "text.normalizer",
 ];
@@ -322,6 +332,7 @@ pub const ENV_VARS: &[(&str, &str)] = &[
     ("COSY_SEED", "sampling.seed"),
     ("COSY_OUTPUT_DEVICE", "output.device"),
     ("COSY_VOICES", "voices.dir"),
+    ("COSY_VOICE", "voices.default"),
 ];
 
 /// The environment variable naming the config file when `--config` is not given.
@@ -392,6 +403,13 @@ impl Config {
         let named = opts.config_file.clone().or(env_file);
         let file = match named {
             Some(p) => {
+                if p.is_dir() {
+                    return Err(Error::Config(format!(
+                        "config file {} is a folder; give the path of a config file (e.g. {})",
+                        p.display(),
+                        p.join("config.toml").display()
+                    )));
+                }
                 if !p.is_file() {
                     return Err(Error::Config(format!("config file {} does not exist", p.display())));
                 }
@@ -490,24 +508,29 @@ impl Config {
                     int_of(value).and_then(|v| u64::try_from(v).ok()).ok_or_else(|| bad("an integer >= 0"))?
             }
             "sampling.top_p" => {
-                self.sampling.top_p =
-                    float_of(value).filter(|&v| v > 0.0 && v <= 1.0).ok_or_else(|| bad("a number in (0, 1]"))?
+                self.sampling.top_p = model_backed(value, |v| float_of(v).filter(|&v| v > 0.0 && v <= 1.0))
+                    .ok_or_else(|| bad("a number in (0, 1], or \"\" for the model's value"))?
             }
-            "sampling.top_k" => self.sampling.top_k = positive(value).ok_or_else(|| bad("an integer >= 1"))?,
-            "sampling.win_size" => self.sampling.win_size = positive(value).ok_or_else(|| bad("an integer >= 1"))?,
+            "sampling.top_k" => {
+                self.sampling.top_k = model_backed(value, positive).ok_or_else(|| bad(INT_OR_MODEL))?
+            }
+            "sampling.win_size" => {
+                self.sampling.win_size = model_backed(value, positive).ok_or_else(|| bad(INT_OR_MODEL))?
+            }
             "sampling.tau_r" => {
-                self.sampling.tau_r =
-                    float_of(value).filter(|&v| (0.0..=1.0).contains(&v)).ok_or_else(|| bad("a number in [0, 1]"))?
+                // Above 1 the repetition rule never fires (the official greedy test configs use 2).
+                self.sampling.tau_r = model_backed(value, |v| float_of(v).filter(|&v| v >= 0.0))
+                    .ok_or_else(|| bad("a number >= 0, or \"\" for the model's value"))?
             }
             "streaming.enabled" => self.streaming.enabled = bool_of(value).ok_or_else(|| bad("true, false"))?,
             "streaming.token_hop_len" => {
-                self.streaming.token_hop_len = positive(value).ok_or_else(|| bad("an integer >= 1"))?
+                self.streaming.token_hop_len = model_backed(value, positive).ok_or_else(|| bad(INT_OR_MODEL))?
             }
             "streaming.token_max_hop_len" => {
-                self.streaming.token_max_hop_len = positive(value).ok_or_else(|| bad("an integer >= 1"))?
+                self.streaming.token_max_hop_len = model_backed(value, positive).ok_or_else(|| bad(INT_OR_MODEL))?
             }
             "streaming.stream_scale_factor" => {
-                self.streaming.stream_scale_factor = positive(value).ok_or_else(|| bad("an integer >= 1"))?
+                self.streaming.stream_scale_factor = model_backed(value, positive).ok_or_else(|| bad(INT_OR_MODEL))?
             }
             "output.device" => {
                 self.output.device = text_of(value)
@@ -515,6 +538,15 @@ impl Config {
                     .ok_or_else(|| bad("\"default\", \"none\" or a device name"))?
             }
             "voices.dir" => self.voices.dir = path_value(value)?,
+            "voices.default" => {
+                let s = text_of(value).ok_or_else(|| bad("a saved voice's name, or \"\" for the voices folder's default"))?;
+                if !s.is_empty() {
+                    crate::voice::check_name(&s).map_err(|_| {
+                        bad("a saved voice's name (letters, digits, '.', '_', '-'), or \"\" for the voices folder's default")
+                    })?;
+                }
+                self.voices.default = (!s.is_empty()).then_some(s);
+            }
             "limits.max_text_chars" => {
                 self.limits.max_text_chars = positive(value).ok_or_else(|| bad("an integer >= 1"))?
             }
@@ -564,11 +596,12 @@ impl Config {
     }
 
     fn check_consistency(&self) -> std::result::Result<(), String> {
-        if self.streaming.token_max_hop_len < self.streaming.token_hop_len {
-            return Err(format!(
-                "streaming.token_max_hop_len ({}) must be >= streaming.token_hop_len ({})",
-                self.streaming.token_max_hop_len, self.streaming.token_hop_len
-            ));
+        if let (Some(hop), Some(max)) = (self.streaming.token_hop_len, self.streaming.token_max_hop_len) {
+            if max < hop {
+                return Err(format!(
+                    "streaming.token_max_hop_len ({max}) must be >= streaming.token_hop_len ({hop})"
+                ));
+            }
         }
         Ok(())
     }
@@ -602,7 +635,17 @@ impl Config {
 }
 
 /// `COSY_*` variables that are not settings (used by scripts and tests).
-const IGNORED_ENV: &[&str] = &["COSY_VENV", "COSY_SHARED", "COSY_LOG"];
+const IGNORED_ENV: &[&str] = &[
+    "COSY_VENV",
+    "COSY_SHARED",
+    "COSY_LOG",
+    "COSY_WETEXT_DIR",
+    "COSY_TN_CASES",
+    "COSY_FUZZ_CASES",
+    "COSY_FUZZ_SEED",
+    "COSY_FUZZ_FROM",
+    "COSY_FUZZ_CASE_SECONDS",
+];
 
 const PROVIDERS_ALLOWED: &str =
     "a list of tensorrt, cuda, cpu in priority order (array, or comma-separated text), without repeats";
@@ -644,6 +687,17 @@ fn int_of(v: &RawValue) -> Option<i64> {
         RawValue::Text(s) => s.trim().parse().ok(),
         _ => None,
     }
+}
+
+const INT_OR_MODEL: &str = "an integer >= 1, or \"\" for the model's value";
+
+/// A manifest-backed key: `""` means "the model's value" (`Some(None)`), anything else must parse
+/// (`Some(Some(v))`); `None` is a bad value.
+fn model_backed<T>(v: &RawValue, parse: impl Fn(&RawValue) -> Option<T>) -> Option<Option<T>> {
+    if text_of(v).is_some_and(|s| s.is_empty()) {
+        return Some(None);
+    }
+    parse(v).map(Some)
 }
 
 fn positive(v: &RawValue) -> Option<usize> {

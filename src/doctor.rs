@@ -130,6 +130,13 @@ pub fn run(config: &Config, opts: &DoctorOptions) -> DoctorReport {
     if let Some(v) = m.exporter.get("version").and_then(|v| v.as_str()) {
         r.line(format!("exporter {v}"));
     }
+    if let Some(random) = m.source.get("random") {
+        let size = random.get("size").and_then(|v| v.as_str()).unwrap_or("?");
+        let seed = random.get("seed").map(|v| v.to_string()).unwrap_or_else(|| "?".into());
+        r.line(format!(
+            "note: random weights ({size}, seed {seed}), made by the exporter's random mode: it speaks noise, not speech; export a real checkpoint (README)"
+        ));
+    }
     let stages: Vec<&str> = m.graphs.keys().map(String::as_str).collect();
     r.line(format!("stages: {}", stages.join(", ")));
     let missing = model.missing_stages();
@@ -144,6 +151,14 @@ pub fn run(config: &Config, opts: &DoctorOptions) -> DoctorReport {
     let bad_files: BTreeSet<String> = file_problems.iter().map(|p| p.split(':').next().unwrap_or("").to_string()).collect();
     for p in file_problems {
         r.problem(Error::model(&model.root, p));
+    }
+    // The model constants (rates, steps, bounds) are checked as synthesis would check them; a
+    // frontend-only folder has none to check.
+    if missing.is_empty() {
+        match crate::pipeline::constants::ModelConstants::from_manifest(&model) {
+            Ok(_) => r.line("model constants valid"),
+            Err(e) => r.problem(e),
+        }
     }
 
     let Some(rt) = runtime else { return r };

@@ -25,19 +25,22 @@ fn main() {
         .with_target(false)
         .init();
     if let Err(err) = run(cli) {
-        eprintln!("cosy: {}", one_line(&err));
+        // Once: a second Ctrl-C that ends the process meanwhile prints the same line itself.
+        cosy::interrupt::print_final_line(&format!("cosy: {}", one_line(&err)));
         std::process::exit(exit_code(&err));
     }
 }
 
 /// ONNX Runtime's own log one step quieter than ours: its warnings (e.g. constants it cannot fold
-/// on CPU in fp16 graphs) are about its optimiser, not about the user's run; `-v` shows them.
+/// on CPU in fp16 graphs) are about its optimiser, not about the user's run; `-v` shows them. Its
+/// errors are off by default too: every failed ORT call also comes back as an error that cosy
+/// reports as its one `cosy: …` line, so the log line (ANSI-coloured, with ORT's node names) would
+/// only say it twice; `-v` shows it.
 fn ort_level(cosy_level: &str) -> &'static str {
     match cosy_level {
         "trace" => "debug",
         "debug" => "info",
         "info" => "warn",
-        "off" => "off",
-        _ => "error",
+        _ => "off",
     }
 }

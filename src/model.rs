@@ -144,7 +144,7 @@ impl ModelDir {
         if !root.is_dir() {
             return Err(Error::model(
                 root,
-                "is not a folder (set model.dir in config.toml, COSY_MODEL or --model; export one with `python -m cosy_export export SRC DST` in onnx/)",
+                "is not a folder (set model.dir in config.toml, COSY_MODEL or --model; make one from the official checkpoint with `scripts/export.sh SRC DST` in the cosy checkout, see README \"Using a real checkpoint\")",
             ));
         }
         let path = root.join(MANIFEST);

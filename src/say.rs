@@ -111,13 +111,31 @@ impl SynthesisObserver for SayObserver<'_> {
         }
     }
     fn cancelled(&self) -> bool {
-        self.cancel.as_ref().is_some_and(CancelHandle::is_cancelled)
+        crate::interrupt::requested() || self.cancel.as_ref().is_some_and(CancelHandle::is_cancelled)
     }
 }
 
 /// Plays `req` (its `stream` flag decides the schedule) on `output`. `event_log` as in the module
 /// docs. Returns [`Error::Cancelled`] after Ctrl-C.
+///
+/// Ctrl-C is caught from the start (with or without a player), and once it was pressed every
+/// way this ends is [`Error::Cancelled`]: whatever failed while the work was being stopped (a
+/// model stage, the player, the log) is a consequence of the stop, not something to report.
 pub fn say(
+    config: &crate::config::Config,
+    req: &Request,
+    output: &Output,
+    event_log: Option<&Path>,
+) -> Result<()> {
+    crate::interrupt::install()?;
+    let result = say_until_stopped(config, req, output, event_log);
+    if crate::interrupt::requested() {
+        return Err(Error::Cancelled);
+    }
+    result
+}
+
+fn say_until_stopped(
     config: &crate::config::Config,
     req: &Request,
     output: &Output,
@@ -148,7 +166,9 @@ pub fn say(
     if rate != MODEL_SAMPLE_RATE {
         if let Some(p) = &player {
             let device = p.config().device.clone();
-            player = Some(Player::open(Some(&device), rate)?);
+            let reopened = Player::open(Some(&device), rate)?;
+            cancel_on_ctrl_c(reopened.cancel_handle())?;
+            player = Some(reopened);
         }
     }
     let observer = SayObserver { cancel: cancel.clone(), log: log.as_ref() };
@@ -168,7 +188,7 @@ pub fn say(
         }
         Ok(())
     });
-    let cancelled = cancel.as_ref().is_some_and(CancelHandle::is_cancelled);
+    let cancelled = observer.cancelled();
     if cancelled || matches!(result, Err(Error::Cancelled)) {
         if let Some(log) = &log {
             log.log("cancelled");
@@ -183,7 +203,7 @@ pub fn say(
         log.note_first_samples();
         log.log("playback_done");
     }
-    if cancel.as_ref().is_some_and(CancelHandle::is_cancelled) {
+    if observer.cancelled() {
         return Err(Error::Cancelled);
     }
     tracing::info!(

@@ -246,8 +246,22 @@ impl SavedVoice {
             }
             _ => return Err(bad(format!("tensor shapes {ts:?}, {fs:?}, {es:?} do not fit together"))),
         };
+        // NaN or inf in the features gives all-zero audio with no error: refuse the voice.
+        let name = get("name")?;
+        for (what, bad_value) in [
+            ("speaker embedding", embedding.iter().any(|v| !v.is_finite())),
+            ("prompt mel (prompt_feat)", prompt_feat.iter().any(|v| !v.is_finite())),
+        ] {
+            if bad_value {
+                return Err(Error::Input(format!(
+                    "voice {name:?} ({}): its {what} has NaN or infinite values (the file is damaged); re-create it with \
+                     `cosy voice add {name} --wav FILE --text TEXT --force`",
+                    path.display()
+                )));
+            }
+        }
         Ok(SavedVoice {
-            name: get("name")?,
+            name,
             transcript: get("transcript")?,
             speech_token,
             prompt_feat,
@@ -304,7 +318,7 @@ impl VoiceStore {
         let entries = match std::fs::read_dir(&self.dir) {
             Ok(e) => e,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-            Err(e) => return Err(Error::io(&self.dir, e)),
+            Err(e) => return Err(self.not_a_folder().unwrap_or_else(|| Error::io(&self.dir, e))),
         };
         let mut names = Vec::new();
         for entry in entries {
@@ -339,27 +353,88 @@ impl VoiceStore {
         let bytes = match std::fs::read(&path) {
             Ok(b) => b,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(self.unknown(name)?),
-            Err(e) => return Err(Error::io(&path, e)),
+            Err(e) => return Err(self.not_a_folder().unwrap_or_else(|| Error::io(&path, e))),
         };
         SavedVoice::from_bytes(&bytes, &path)
     }
 
-    /// Writes `voice` atomically; an existing voice of that name is kept unless `replace`.
+    /// Writes `voice` atomically; an existing voice of that name is kept unless `replace`. Two
+    /// processes saving the same new name at once cannot both succeed: the file is written under
+    /// a temporary name and then hard-linked to its final name, which fails if that name exists
+    /// (with `replace`, it is renamed over it, atomically).
     pub fn save(&self, voice: &SavedVoice, replace: bool) -> Result<PathBuf> {
         check_name(&voice.name)?;
         let path = self.path_of(&voice.name);
-        if path.exists() && !replace {
-            return Err(Error::Input(format!(
+        let exists = || {
+            Error::Input(format!(
                 "voice {:?} already exists ({}); remove it first (`cosy voice rm {}`) or pass --force",
                 voice.name,
                 path.display(),
                 voice.name
-            )));
+            ))
+        };
+        if path.exists() && !replace {
+            return Err(exists());
         }
         let bytes = voice.to_bytes()?;
-        std::fs::create_dir_all(&self.dir).map_err(|e| Error::io(&self.dir, e))?;
-        crate::pipeline::dump::write_atomic(&path, &bytes)?;
-        Ok(path)
+        self.create_dir()?;
+        static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let seq = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let tmp = self.dir.join(format!(".{}.{VOICE_EXTENSION}.tmp{}.{seq}", voice.name, std::process::id()));
+        let result = (|| {
+            use std::io::Write;
+            let mut f = std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(&tmp)
+                .map_err(|e| Error::io(&tmp, e))?;
+            f.write_all(&bytes).map_err(|e| Error::io(&tmp, e))?;
+            f.sync_all().map_err(|e| Error::io(&tmp, e))?;
+            drop(f);
+            if replace {
+                return std::fs::rename(&tmp, &path).map_err(|e| Error::io(&path, e));
+            }
+            match std::fs::hard_link(&tmp, &path) {
+                Ok(()) => Ok(()),
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Err(exists()),
+                // A file system without hard links: an exclusive create of the final name.
+                Err(_) => {
+                    let mut f = std::fs::OpenOptions::new().write(true).create_new(true).open(&path).map_err(|e| {
+                        if e.kind() == std::io::ErrorKind::AlreadyExists { exists() } else { Error::io(&path, e) }
+                    })?;
+                    let written = f.write_all(&bytes).and_then(|_| f.sync_all());
+                    written.map_err(|e| {
+                        std::fs::remove_file(&path).ok();
+                        Error::io(&path, e)
+                    })
+                }
+            }
+        })();
+        std::fs::remove_file(&tmp).ok();
+        result.map(|()| path)
+    }
+
+    /// Creates the voices folder, saying so plainly when `voices.dir` (or a folder above it) is a
+    /// file.
+    fn create_dir(&self) -> Result<()> {
+        std::fs::create_dir_all(&self.dir).map_err(|e| self.not_a_folder().unwrap_or_else(|| Error::io(&self.dir, e)))
+    }
+
+    /// Refuses a `voices.dir` that is (or lies under) a file; an absent folder is fine (it is
+    /// created on the first save).
+    pub fn check_dir(&self) -> Result<()> {
+        self.not_a_folder().map_or(Ok(()), Err)
+    }
+
+    /// The error for a `voices.dir` that is (or lies under) a file, if it does.
+    fn not_a_folder(&self) -> Option<Error> {
+        let file = self.dir.ancestors().find(|p| !p.as_os_str().is_empty() && p.exists() && !p.is_dir())?;
+        let where_ = if file == self.dir { String::new() } else { format!(" ({} is a file)", file.display()) };
+        Some(Error::Input(format!(
+            "voices.dir {} is a file, not a folder{where_}; set voices.dir to a folder (--set voices.dir=PATH or \
+             config.toml), or move the file away",
+            self.dir.display()
+        )))
     }
 
     /// Deletes voice `name`.
@@ -369,6 +444,74 @@ impl VoiceStore {
         match std::fs::remove_file(&path) {
             Ok(()) => Ok(path),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(self.unknown(name)?),
+            Err(e) => Err(Error::io(&path, e)),
+        }
+    }
+}
+
+/// The file in the voices folder that names the default voice (`cosy voice default NAME`). It
+/// lives with the voices, not in config.toml, so that every process sharing the folder (several
+/// server replicas on one volume, say) agrees on it; `voices.default` in the config overrides it.
+pub const DEFAULT_MARKER: &str = "DEFAULT";
+
+/// Where the default voice's name came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DefaultSource {
+    /// `voices.default` in the configuration.
+    Config,
+    /// The voices folder's [`DEFAULT_MARKER`] file.
+    Folder(PathBuf),
+}
+
+impl VoiceStore {
+    /// The marker file naming the default voice.
+    pub fn default_marker(&self) -> PathBuf {
+        self.dir.join(DEFAULT_MARKER)
+    }
+
+    /// The default voice named in the voices folder, if any.
+    pub fn folder_default(&self) -> Result<Option<String>> {
+        let path = self.default_marker();
+        let text = match std::fs::read_to_string(&path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(Error::io(&path, e)),
+        };
+        let name = text.trim();
+        check_name(name).map_err(|_| {
+            Error::Input(format!(
+                "{}: {name:?} is not a voice name; set the default again with `cosy voice default NAME`",
+                path.display()
+            ))
+        })?;
+        Ok(Some(name.to_string()))
+    }
+
+    /// The default voice: `configured` (`voices.default`) when set, else the folder's marker.
+    pub fn default_name(&self, configured: Option<&str>) -> Result<Option<(String, DefaultSource)>> {
+        if let Some(name) = configured {
+            return Ok(Some((name.to_string(), DefaultSource::Config)));
+        }
+        Ok(self.folder_default()?.map(|n| (n, DefaultSource::Folder(self.default_marker()))))
+    }
+
+    /// Makes the saved voice `name` the folder's default (it must exist).
+    pub fn set_default(&self, name: &str) -> Result<PathBuf> {
+        check_name(name)?;
+        if !self.path_of(name).is_file() {
+            return Err(self.unknown(name)?);
+        }
+        let path = self.default_marker();
+        crate::pipeline::dump::write_atomic(&path, format!("{name}\n").as_bytes())?;
+        Ok(path)
+    }
+
+    /// Forgets the folder's default voice; `true` when there was one.
+    pub fn clear_default(&self) -> Result<bool> {
+        let path = self.default_marker();
+        match std::fs::remove_file(&path) {
+            Ok(()) => Ok(true),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
             Err(e) => Err(Error::io(&path, e)),
         }
     }

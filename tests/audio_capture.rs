@@ -61,7 +61,7 @@ fn captured_device_bytes_are_the_pushed_samples_then_silence() {
     let audible: Vec<f32> = captured.iter().copied().filter(|&x| x != 0.0).collect();
     assert_eq!(audible.len(), audio.len());
     let tolerance = if config.sample_format == "f32" {
-        0.0
+        0.0 // f32 samples are copied to the device unchanged
     } else {
         1.0 / 32767.0
     };

@@ -64,6 +64,7 @@ fn format_names_parse_and_unknown_ones_list_the_allowed_set() {
 #[test]
 fn int16_conversion_rounds_clamps_and_maps_nan_to_zero() {
     let got: Vec<i16> = edge_samples().into_iter().map(f32_to_i16).collect();
+    // IEEE-exact: a clamp, one f32 product and a round per sample, the same on every CPU.
     assert_eq!(
         got,
         vec![0, 32767, -32767, 32767, -32767, 16384, -16384, 0, 1, -1, 0, 8192]
@@ -82,7 +83,7 @@ fn wav16_round_trip() {
     assert_eq!(spec.sample_format, hound::SampleFormat::Int);
     let read: Vec<i16> = reader.samples::<i16>().map(|s| s.unwrap()).collect();
     let expected: Vec<i16> = samples.iter().map(|&x| f32_to_i16(x)).collect();
-    assert_eq!(read, expected);
+    assert_eq!(read, expected); // written and read back, same conversion: exact
     assert_eq!(dir_entries(dir.path()), vec!["out.wav"]);
 }
 
@@ -99,7 +100,7 @@ fn wavf32_round_trip_keeps_values_bit_exact() {
     assert_eq!(spec.sample_format, hound::SampleFormat::Float);
     let read: Vec<u32> = reader.samples::<f32>().map(|s| s.unwrap().to_bits()).collect();
     let expected: Vec<u32> = samples.iter().map(|x| x.to_bits()).collect();
-    assert_eq!(read, expected);
+    assert_eq!(read, expected); // written and read back: exact
 }
 
 #[test]
@@ -107,6 +108,7 @@ fn pcm_file_is_raw_little_endian_int16() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("out.pcm");
     write_audio_atomic(&path, &[0.0, 1.0, -1.0, 0.5, -1.0 / 32767.0], RATE, OutputFormat::Pcm16).unwrap();
+    // IEEE-exact conversions of these values (0.5 · 32767 = 16383.5 rounds away from zero).
     assert_eq!(
         fs::read(&path).unwrap(),
         vec![0, 0, 0xff, 0x7f, 0x01, 0x80, 0x00, 0x40, 0xff, 0xff]
@@ -124,7 +126,7 @@ fn overwriting_replaces_the_old_file_whole() {
         .samples::<i16>()
         .map(|s| s.unwrap())
         .collect();
-    assert_eq!(read, vec![8192; 10]);
+    assert_eq!(read, vec![8192; 10]); // 0.25 · 32767 = 8191.75: exact in f32
     assert_eq!(dir_entries(dir.path()), vec!["out.wav"]);
 }
 
@@ -255,7 +257,7 @@ fn streaming_writer_appends_chunks_and_finish_renames_into_place() {
         .samples::<i16>()
         .map(|s| s.unwrap())
         .collect();
-    assert_eq!(read, samples.iter().map(|&x| f32_to_i16(x)).collect::<Vec<_>>());
+    assert_eq!(read, samples.iter().map(|&x| f32_to_i16(x)).collect::<Vec<_>>()); // same conversion: exact
 }
 
 #[test]
@@ -271,6 +273,7 @@ fn streaming_writer_in_each_format_matches_the_one_shot_writer() {
             writer.append(chunk).unwrap();
         }
         writer.finish().unwrap();
+        // One process, the same per-sample conversion on both paths: identical bytes.
         assert_eq!(fs::read(&one_shot).unwrap(), fs::read(&streamed).unwrap(), "{format}");
     }
 }
@@ -317,7 +320,7 @@ fn pcm_stream_writes_each_chunk_as_raw_int16() {
     write_pcm16_stream(&mut out, &[0.5, -0.5]).unwrap();
     write_pcm16_stream(&mut out, &[]).unwrap();
     write_pcm16_stream(&mut out, &[1.0]).unwrap();
-    assert_eq!(out, vec![0x00, 0x40, 0x00, 0xc0, 0xff, 0x7f]);
+    assert_eq!(out, vec![0x00, 0x40, 0x00, 0xc0, 0xff, 0x7f]); // IEEE-exact conversions
 }
 
 #[test]
@@ -339,7 +342,7 @@ fn resampler_identity_passes_samples_through() {
     let mut out = r.process(&input[..300]);
     out.extend(r.process(&input[300..]));
     out.extend(r.flush());
-    assert_eq!(out, input);
+    assert_eq!(out, input); // identity rates copy the samples
 }
 
 #[test]
@@ -382,6 +385,8 @@ fn resampler_output_does_not_depend_on_chunking() {
         out.extend(chunked.process(chunk));
     }
     out.extend(chunked.flush());
+    // Exact on any CPU: one process, and each output sample is the same f64 sum over the same taps
+    // in the same order however the input was chunked.
     assert_eq!(out, reference);
 }
 

@@ -56,7 +56,7 @@ fn prompt_features_match_golden() {
         let (tokens, aligned) = align_prompt(&raw_tokens, &mel);
         let gold_tokens = npy::read(&reference.join("golden").join(case).join("prompt_speech_token.npy")).unwrap();
         let gold_tokens: Vec<i64> = gold_tokens.to_i64(Path::new("tok")).unwrap().iter().copied().collect();
-        assert_eq!(tokens, gold_tokens, "{case}: aligned tokens");
+        assert_eq!(tokens, gold_tokens, "{case}: aligned tokens"); // integer-only: the golden tokens cut to length
         let e_feat = max_abs(&aligned, &golden(&reference, case, "prompt_feat.npy"), "prompt_feat");
 
         println!(

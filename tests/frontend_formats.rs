@@ -54,6 +54,7 @@ fn flac_decodes_to_exactly_the_wav_samples() {
     let (w, f) = (wav(), load_audio(&fixture("flac")).expect("flac decodes"));
     assert_eq!(f.sample_rate, w.sample_rate);
     assert_eq!(f.samples.len(), w.samples.len());
+    // Exact: flac decodes to the wav's integers, which go through the same int → f32 scaling and mono mix.
     assert!(f.samples.iter().zip(&w.samples).all(|(a, b)| a.to_bits() == b.to_bits()), "lossless");
 }
 
@@ -133,6 +134,7 @@ fn wav_24_bit_and_float_decode_to_the_same_samples() {
     ] {
         let a = load_audio(&path).expect("decodes");
         assert_eq!(a.sample_rate, 24_000);
+        // Exact: the 16-bit samples scaled by powers of two, written and read back.
         assert_eq!(a.samples, w.samples, "{}", path.display());
     }
 }

@@ -25,14 +25,7 @@ fn tokenizer() -> Option<TextTokenizer> {
     static BUILT: std::sync::OnceLock<Option<PathBuf>> = std::sync::OnceLock::new();
     let path = BUILT.get_or_init(|| {
         let shared = shared_dir()?;
-        let venv = std::env::var_os("COSY_VENV")
-            .map(PathBuf::from)
-            .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".cache/cosy/venv")))?;
-        let python = venv.join("bin/python");
-        if !python.is_file() {
-            eprintln!("skipping tokenizer checks: no exporter venv at {} (scripts/setup.sh --python)", venv.display());
-            return None;
-        }
+        let python = common::python()?;
         let out = std::env::temp_dir().join(format!("cosy-tok-{}.json", std::process::id()));
         let blanken = shared.join("reference/tiny-official/CosyVoice-BlankEN");
         let status = std::process::Command::new(python)
@@ -204,6 +197,6 @@ fn tokenizer_matches_golden_ids() {
         }
         println!("corpus: {} texts match", data["cases"].as_array().unwrap().len());
     } else {
-        eprintln!("no {} here; corpus check skipped", expected.display());
+        common::missing(&format!("no {} here; corpus check skipped", expected.display()));
     }
 }

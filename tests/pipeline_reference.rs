@@ -50,7 +50,6 @@ fn cosy() -> Command {
 #[test]
 fn runtime_matches_the_pytorch_reference_offline_and_streaming() {
     let Some(py) = python() else {
-        eprintln!("SKIP: no exporter venv (COSY_VENV or ~/.cache/cosy/venv; scripts/setup.sh --python)");
         return;
     };
     let tmp = tempfile::tempdir().expect("temp dir");

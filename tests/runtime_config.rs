@@ -5,6 +5,8 @@ use std::path::PathBuf;
 use cosy::config::{Config, LoadOptions, Precision, ProviderKind, StageGroup};
 use cosy::Error;
 
+mod common;
+
 fn write(dir: &std::path::Path, text: &str) -> PathBuf {
     let p = dir.join("cosy.toml");
     std::fs::write(&p, text).unwrap();
@@ -44,7 +46,7 @@ fn defaults_then_file_then_env_then_flags() {
     assert_eq!(c.providers_for(StageGroup::Llm), vec![ProviderKind::Cuda, ProviderKind::Cpu]);
     assert_eq!(c.precision_for(StageGroup::Dit), Precision::Bf16);
     assert_eq!(c.precision_for(StageGroup::Llm), Precision::Fp16);
-    assert_eq!(c.sampling.top_k, 25, "untouched keys keep their defaults");
+    assert_eq!(c.sampling.top_k, None, "untouched keys keep their defaults (the model's value)");
 
     // Env over file.
     opts.env = env(&[("COSY_PRECISION", "fp32"), ("COSY_MODEL", "/x/model"), ("COSY_PROVIDERS", "tensorrt,cuda,cpu")]);
@@ -145,4 +147,67 @@ fn int8_is_a_precision_from_every_source() {
     assert_eq!(c.precision_for(StageGroup::Hift), Precision::Fp32);
     let m = config_err(&LoadOptions { flags: vec![("stages.dit.precision".into(), "int4".into())], ..Default::default() });
     assert!(m.contains("stages.dit.precision") && m.contains("int8") && m.contains("inherit"), "{m}");
+}
+
+/// A copy of the bundled model whose manifest carries non-official sampling and streaming values,
+/// and its constants.
+fn model_with_unusual_values() -> (tempfile::TempDir, cosy::pipeline::constants::ModelConstants) {
+    let dir = common::writable_model_dir().expect("fixture model");
+    common::edit_manifest(dir.path(), |m| {
+        let k = &mut m["constants"];
+        k["sampling"]["top_p"] = 0.5.into();
+        k["sampling"]["top_k"] = 7.into();
+        k["sampling"]["win_size"] = 4.into();
+        k["sampling"]["tau_r"] = 0.3.into();
+        k["streaming"]["token_hop_len"] = 10.into();
+        k["streaming"]["token_max_hop_len"] = 40.into();
+        k["streaming"]["stream_scale_factor"] = 3.into();
+    });
+    let model = cosy::model::ModelDir::open(dir.path()).unwrap();
+    let constants = cosy::pipeline::constants::ModelConstants::from_manifest(&model).unwrap();
+    (dir, constants)
+}
+
+#[test]
+fn a_value_the_user_set_wins_over_the_manifest_even_when_it_is_the_official_one() {
+    let (_model, k) = model_with_unusual_values();
+    // Unset keys take the model's values.
+    let c = Config::load(&LoadOptions::default()).unwrap();
+    let s = k.sampling_for(&c);
+    assert_eq!((s.top_p, s.top_k, s.win_size, s.tau_r), (0.5, 7, 4, 0.3));
+    let st = k.stream_for(&c).unwrap();
+    assert_eq!((st.token_hop_len, st.token_max_hop_len, st.stream_scale_factor), (10, 40, 3));
+
+    // The official values written in a file are the user's choice: they win. (Before, a value
+    // equal to the built-in default was taken for "unset" and the manifest's kept.)
+    let d = tempfile::tempdir().unwrap();
+    let file = write(
+        d.path(),
+        "[sampling]\ntop_p = 0.8\ntop_k = 25\nwin_size = 10\ntau_r = 0.1\n[streaming]\ntoken_hop_len = 25\ntoken_max_hop_len = 100\nstream_scale_factor = 2\n",
+    );
+    let c = Config::load(&LoadOptions { config_file: Some(file.clone()), ..Default::default() }).unwrap();
+    let s = k.sampling_for(&c);
+    assert_eq!((s.top_p, s.top_k, s.win_size, s.tau_r), (0.8, 25, 10, 0.1));
+    let st = k.stream_for(&c).unwrap();
+    assert_eq!((st.token_hop_len, st.token_max_hop_len, st.stream_scale_factor), (25, 100, 2));
+
+    // The same from a flag; and "" hands a key back to the model.
+    let opts = LoadOptions {
+        config_file: Some(file),
+        flags: vec![("sampling.top_k".into(), "3".into()), ("sampling.top_p".into(), "".into())],
+        ..Default::default()
+    };
+    let s = k.sampling_for(&Config::load(&opts).unwrap());
+    assert_eq!((s.top_p, s.top_k, s.win_size), (0.5, 3, 10));
+}
+
+#[test]
+fn a_users_hop_beyond_the_models_maximum_is_refused() {
+    let (_model, k) = model_with_unusual_values();
+    let opts = LoadOptions { flags: vec![("streaming.token_hop_len".into(), "50".into())], ..Default::default() };
+    let c = Config::load(&opts).unwrap();
+    match k.stream_for(&c) {
+        Err(Error::Config(m)) => assert!(m.contains("token_max_hop_len") && m.contains("50"), "{m}"),
+        other => panic!("expected a config error, got {other:?}"),
+    }
 }

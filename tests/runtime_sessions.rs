@@ -142,6 +142,7 @@ fn io_binding_matches_a_plain_run() {
         let out = b.run(&mut s).unwrap();
         let (shape, data) = out.get("output").unwrap().try_extract_tensor::<f32>().unwrap();
         assert_eq!(&shape[..], &[1, 192]);
+        // Exact: the same session (same kernels, same thread count) on the same inputs.
         assert_eq!(data, &plain[..]);
     }
 }

@@ -168,42 +168,87 @@ fn no_audio_device_is_one_line_pointing_to_cosy_file() {
     assert_eq!(err.lines().count(), 1, "{err}");
 }
 
+/// Spawns `cosy say` with `--min-tokens 600` (so the LLM is certainly still running), waits until
+/// the event log holds `wait_for` (`""`: until the log file exists, i.e. the Ctrl-C handler is
+/// installed and the model is about to load), then sends one SIGINT per entry of `gaps` (each
+/// after sleeping that long). Returns the process output and the events.
+fn interrupt(extra: &[&str], wait_for: &str, gaps: &[Duration]) -> (Output, Vec<(u64, String, Vec<String>)>) {
+    let h = home(NULL_DEFAULT);
+    let log = h.path().join("events.txt");
+    let p = prompt();
+    let mut opts = vec!["--min-tokens", "600", "--event-log", log.to_str().unwrap()];
+    opts.extend_from_slice(extra);
+    let args = say_args(p.to_str().unwrap(), &opts);
+    let mut child = cosy_cmd(h.path(), &args).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().expect("spawn");
+    // The deadline only keeps a broken build from hanging the suite; nothing here measures speed.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let text = std::fs::read_to_string(&log);
+        if text.is_ok_and(|t| t.contains(wait_for)) {
+            break;
+        }
+        if let Some(status) = child.try_wait().unwrap() {
+            panic!("cosy ended before {wait_for:?}: {status:?}");
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("hang guard: no {wait_for:?} in the event log");
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    for gap in gaps {
+        std::thread::sleep(*gap);
+        let st = Command::new("kill").args(["-INT", &child.id().to_string()]).status().expect("kill");
+        assert!(st.success());
+    }
+    let out = child.wait_with_output().expect("wait");
+    let ev = events(&log);
+    (out, ev)
+}
+
+/// Exit 130 and exactly the one line `cosy: stopped (Ctrl-C)` on stderr: never an ONNX Runtime
+/// error from a run that was under way, never a crash, never silence.
+fn stopped(out: &Output, what: &str) {
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(130), "{what}: {:?} {err}", out.status);
+    let lines: Vec<&str> = err.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert_eq!(lines, vec!["cosy: stopped (Ctrl-C)"], "{what}: {err}");
+}
+
 /// Ctrl-C while the LLM is decoding: playback and synthesis stop, the process exits 130 with one
 /// line, and the LLM loop reports that it was cancelled (it did not run to its end).
 #[test]
 fn ctrl_c_stops_playback_and_the_llm() {
-    let h = home(NULL_DEFAULT);
-    let log = h.path().join("events.txt");
-    let p = prompt();
-    // Many tokens, so the LLM is certainly still running when the first chunk has been pushed.
-    let args = say_args(p.to_str().unwrap(), &["--min-tokens", "600", "--event-log", log.to_str().unwrap()]);
-    let mut child = cosy_cmd(h.path(), &args).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().expect("spawn");
-    // Wait for the first pushed chunk. The deadline only keeps a broken build from hanging the
-    // suite; nothing here measures speed.
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while !std::fs::read_to_string(&log).unwrap_or_default().contains("chunk_pushed") {
-        if let Some(status) = child.try_wait().unwrap() {
-            panic!("cosy ended before the first chunk: {status:?}");
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("hang guard: no chunk was pushed");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let st = Command::new("kill").args(["-INT", &child.id().to_string()]).status().expect("kill");
-    assert!(st.success());
-    let out = child.wait_with_output().expect("wait");
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(130), "{err}");
-    let lines: Vec<&str> = err.lines().filter(|l| !l.trim().is_empty()).collect();
-    assert_eq!(lines, vec!["cosy: stopped (Ctrl-C)"], "{err}");
-    let ev = events(&log);
+    let (out, ev) = interrupt(&[], "chunk_pushed", &[Duration::ZERO]);
+    stopped(&out, "after the first chunk");
     assert_eq!(ev.last().unwrap().1, "cancelled", "{ev:?}");
     assert!(first(&ev, "playback_done").is_none());
     let tokens = ev.iter().filter(|e| e.1 == "llm_token").count();
     assert!(tokens < 600, "the LLM ran on to {tokens} tokens after Ctrl-C");
     if let Some(done) = ev.iter().find(|e| e.1 == "llm_done") {
         assert_eq!(done.2[2], "cancelled", "{done:?}");
+    }
+}
+
+/// Ctrl-C at other moments (while the model loads, on the first LLM token, without a player) and
+/// twice in a row (the second press ends the process at once, while ONNX Runtime runs are under
+/// way on other threads): always exit 130 with the one `stopped` line, never an ONNX Runtime
+/// error such as `Softmax … GetElementType is not implemented` or a crash.
+#[test]
+fn ctrl_c_at_any_moment_and_twice_is_only_stopped() {
+    let ms = Duration::from_millis;
+    let cases: Vec<(&str, Vec<&str>, &str, Vec<Duration>)> = vec![
+        ("while the model loads", vec![], "", vec![ms(0)]),
+        ("on the first LLM token", vec![], "llm_token", vec![ms(0)]),
+        ("without a player (--device none)", vec!["--device", "none"], "llm_token", vec![ms(0)]),
+        ("twice at once, while the model loads", vec![], "", vec![ms(0), ms(0)]),
+        ("twice at once, during decoding", vec![], "llm_token", vec![ms(0), ms(0)]),
+        ("twice, 150 ms apart, after the first chunk", vec![], "chunk_pushed", vec![ms(0), ms(150)]),
+        ("twice without a player", vec!["--device", "none"], "chunk_ready", vec![ms(0), ms(20)]),
+    ];
+    for (what, extra, wait_for, gaps) in cases {
+        let (out, ev) = interrupt(&extra, wait_for, &gaps);
+        stopped(&out, what);
+        assert!(first(&ev, "playback_done").is_none(), "{what}: {ev:?}");
     }
 }

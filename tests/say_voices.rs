@@ -96,6 +96,8 @@ fn voice_synthesis_skips_prompt_audio_and_is_bit_identical() {
     for f in ["prompt_speech_token.npy", "speech_token.npy", "llm_token_raw.npy", "prompt_text_token.npy"] {
         assert_eq!(npy_i64(&dump_voice.join(f)), npy_i64(&dump_prompt.join(f)), "{f}");
     }
+    // Bit-identical on any CPU: one binary on one machine, and the voice holds the very prompt tensors
+    // the --prompt-wav run computes, so everything after them is the same computation.
     for f in ["prompt_feat.npy", "speaker_embedding.npy", "waveform.npy"] {
         let (a, b) = (npy_f32(&dump_voice.join(f)), npy_f32(&dump_prompt.join(f)));
         assert_eq!(a.len(), b.len(), "{f}");
@@ -104,7 +106,7 @@ fn voice_synthesis_skips_prompt_audio_and_is_bit_identical() {
     assert!(wav_voice == wav_prompt, "the --voice WAV must be bit-identical to the --prompt-wav WAV");
     assert!(wav_voice.len() > 44 + 2 * 4800, "the WAV holds audio");
 
-    // The stored tensors are exactly the prompt features of the recording.
+    // The stored tensors are exactly the prompt features of the recording (written and read back).
     let saved = VoiceStore::new(dir.join("voices")).load("narrator").unwrap();
     assert_eq!(saved.speech_token, npy_i64(&dump_prompt.join("prompt_speech_token.npy")));
     let feat: Vec<f32> = saved.prompt_feat.iter().copied().collect();
@@ -156,7 +158,7 @@ fn stored_tensors_round_trip_bit_exact() {
         cosy_version: "9.9.9".into(),
     };
     let path = store.save(&voice, false).unwrap();
-    let back = store.load("x.y-z_1").unwrap();
+    let back = store.load("x.y-z_1").unwrap(); // written and read back: exact
     assert_eq!(back.speech_token, voice.speech_token);
     assert_eq!(back.prompt_feat.iter().map(|x| x.to_bits()).collect::<Vec<_>>(), voice.prompt_feat.iter().map(|x| x.to_bits()).collect::<Vec<_>>());
     assert_eq!(back.embedding.iter().map(|x| x.to_bits()).collect::<Vec<_>>(), voice.embedding.iter().map(|x| x.to_bits()).collect::<Vec<_>>());

@@ -146,7 +146,7 @@ fn prepared_final_call_reproduces_golden_source_from_mel() {
     let t = mel.ncols();
     assert_eq!(inputs.mel.dim(), (1, 80, t + 4));
     assert!(inputs.mel.slice(ndarray::s![0, .., t..]).iter().all(|&v| v == 0.0));
-    assert_eq!(inputs.mel.slice(ndarray::s![0, .., ..t]), mel);
+    assert_eq!(inputs.mel.slice(ndarray::s![0, .., ..t]), mel); // a copy: exact
     let want = read_f32(&dir.join("golden/en/hift_source.npy"));
     assert_eq!(inputs.source.len(), want.len());
     let err = inputs.source.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
@@ -160,10 +160,13 @@ fn prepared_final_call_reproduces_golden_source_from_mel() {
     assert_eq!(part.mel.dim(), (1, 80, 93));
     assert_eq!(part.plan.decode_frames, 89);
     assert_eq!(part.plan.total_samples, 88 * 480);
-    // Causality: the prefix source equals the full run's.
+    // Causality: the prefix source equals the full run's. The two f0 predictions run matrix
+    // products over different frame counts, so allow float rounding; an f0 leak from the final
+    // call's right padding would move the source by orders of magnitude more.
     let full_src: Vec<f32> = inputs.source.iter().copied().collect();
     let part_src: Vec<f32> = part.source.iter().copied().collect();
-    assert_eq!(&full_src[..part_src.len()], part_src.as_slice());
+    let prefix_err = full_src.iter().zip(&part_src).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+    assert!(prefix_err <= 1e-6, "prefix source vs full run: max abs {prefix_err}");
 }
 
 /// What streaming a mel through HiftStream gave: each call's new samples and window start, and

@@ -14,19 +14,22 @@ use std::time::Instant;
 use cosy::frontend::tn::{TnLang, WetextNormalizer};
 use cosy::Error;
 
-const VENV_PYTHON: &str = "/root/.cache/cosy/venv/bin/python";
+mod common;
 
 fn wetext_package_dir() -> Result<PathBuf, String> {
     if let Ok(dir) = std::env::var("COSY_WETEXT_DIR") {
         return Ok(PathBuf::from(dir));
     }
-    let out = Command::new(VENV_PYTHON)
+    let python = common::venv_dir()
+        .map(|v| v.join("bin/python"))
+        .ok_or_else(|| "no exporter venv (COSY_VENV or ~/.cache/cosy/venv)".to_string())?;
+    let out = Command::new(&python)
         .args([
             "-c",
             "import wetext, os; print(os.path.dirname(wetext.__file__))",
         ])
         .output()
-        .map_err(|e| format!("cannot run {VENV_PYTHON}: {e}"))?;
+        .map_err(|e| format!("cannot run {}: {e}", python.display()))?;
     if !out.status.success() {
         return Err(format!(
             "wetext is not installed in the venv: {}",
@@ -88,13 +91,13 @@ fn wetext_cases_match_python() {
     let package = match wetext_package_dir() {
         Ok(p) => p,
         Err(why) => {
-            println!("skipping: {why} (set COSY_WETEXT_DIR to the wetext package folder)");
+            common::missing(&format!("{why} (set COSY_WETEXT_DIR to the wetext package folder)"));
             return;
         }
     };
     let tmp = tempfile::tempdir().expect("tempdir");
     if let Err(why) = copy_grammars(&package, tmp.path()) {
-        println!("skipping: wetext grammars not found: {why}");
+        common::missing(&format!("wetext grammars not found: {why}"));
         return;
     }
 

@@ -17,7 +17,6 @@ Module names mirror `flow.pt`, so the file loads strictly.
 
 from __future__ import annotations
 
-import math
 import warnings
 from pathlib import Path
 from typing import Any
@@ -27,6 +26,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .checkpoint import check_dims, load_state_dict, match_state_dict, tensor_shape
+from .constants import time_frequencies
 from .yamlcfg import DitConfig, FlowConfig, load_model_config
 
 CONV_POS_KERNEL = 31
@@ -67,9 +67,7 @@ class DiTTimeEmbedding(nn.Module):
         self.time_mlp = nn.Sequential(nn.Linear(TIME_FREQ_DIM, dim), nn.SiLU(), nn.Linear(dim, dim))
 
     def forward(self, t: Tensor) -> Tensor:
-        half = TIME_FREQ_DIM // 2
-        step = math.log(10000) / (half - 1)
-        freqs = torch.exp(torch.arange(half, dtype=torch.float32) * -step)
+        freqs = time_frequencies(TIME_FREQ_DIM // 2)  # the official torch.exp, rounded the same on every CPU
         angles = 1000 * t.unsqueeze(1) * freqs.unsqueeze(0)  # same op order as the official code
         return self.time_mlp(torch.cat((angles.sin(), angles.cos()), dim=-1).to(t.dtype))
 

@@ -23,6 +23,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .checkpoint import check_dims, load_state_dict, match_state_dict, tensor_shape
+from .constants import rope_inverse_frequencies
 from .yamlcfg import LlmConfig, load_model_config
 
 LM_HEAD_KEY = "llm.model.lm_head.weight"
@@ -145,9 +146,7 @@ class CosyLlm(nn.Module):
         self.llm = _QwenEncoder(cfg)
         self.speech_embedding = nn.Embedding(cfg.speech_vocab_size, cfg.hidden_size)
         self.llm_decoder = nn.Linear(cfg.hidden_size, cfg.speech_vocab_size, bias=False)
-        inv_freq = 1.0 / (
-            cfg.rope_theta ** (torch.arange(0, cfg.head_dim, 2, dtype=torch.int64).float() / cfg.head_dim)
-        )
+        inv_freq = rope_inverse_frequencies(cfg.head_dim, cfg.rope_theta)  # Qwen2's, the same on every CPU
         self.register_buffer("rope_inv_freq", inv_freq, persistent=False)
 
     @property

@@ -19,7 +19,8 @@ N(0, 1), biases N(0, 0.02²), norm scales and Snake alphas 1 + N(0, 0.1²), weig
 output channel. Adjustments (as in the reference tiny model): ``llm_decoder`` ×4 so logits are about
 N(0, 16); HiFT f0 classifier ×60 with zero bias (voiced frames), conv_post g ×0.3 and −0.5 on the
 log-magnitude bias channels (quiet, unclipped audio). The output is bit-identical for a given
-(size, seed): no timestamps, no dict-order or thread dependence.
+(size, seed): no timestamps, no dict-order or thread dependence, and the same on every CPU where torch
+runs its AVX2 or AVX-512 kernels (onnx/tests/test_fixture.py says why).
 """
 
 from __future__ import annotations
@@ -34,6 +35,8 @@ from pathlib import Path
 
 import torch
 from torch import nn
+
+from .constants import rope_inverse_frequencies
 
 __all__ = ["ModelSizes", "SIZES", "write_random_model", "llm_param_shapes", "flow_param_shapes",
            "hift_param_shapes", "render_yaml"]  # fmt: skip
@@ -230,7 +233,7 @@ def _draw_state_dict(specs: list[ParamSpec], gen: torch.Generator) -> dict[str, 
             sd[name] = torch.randn(shape, generator=gen).mul_(0.1).add_(1.0)
         elif kind == INV_FREQ:
             (half,) = shape
-            sd[name] = 1.0 / (10000.0 ** (torch.arange(0, 2 * half, 2).float() / (2 * half)))
+            sd[name] = rope_inverse_frequencies(2 * half, 10000.0)
         elif kind in (WN_G, TIED):
             sd[name] = torch.empty(0)  # placeholder keeps the key order
         else:  # pragma: no cover - specs are built above

@@ -32,7 +32,7 @@ def test_load_refuses_code(tmp_path: Path) -> None:
         load_state_dict(tmp_path / "nope.pt")
     good = tmp_path / "good.pt"
     torch.save({"w": torch.arange(3.0)}, good)
-    assert torch.equal(load_state_dict(good)["w"], torch.arange(3.0))
+    assert torch.equal(load_state_dict(good)["w"], torch.arange(3.0))  # written and read back: exact
     notdict = tmp_path / "list.pt"
     torch.save([torch.zeros(1)], notdict)
     with pytest.raises(CheckpointError, match="state dict"):
@@ -44,7 +44,7 @@ def test_match_errors_name_first_bad_key() -> None:
     sd = {k: v.clone() for k, v in mod.state_dict().items()}
     target = nn.Sequential(nn.Linear(3, 4), nn.Linear(4, 2))
     match_state_dict(target, sd, "f.pt")
-    assert torch.equal(target[1].weight, mod[1].weight)
+    assert torch.equal(target[1].weight, mod[1].weight)  # a copy: exact
 
     missing = dict(sd)
     del missing["1.bias"]

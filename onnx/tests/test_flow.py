@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import numpy as np
@@ -11,6 +12,7 @@ import pytest
 import torch
 
 from cosy_export.checkpoint import CheckpointError
+from cosy_export.constants import exact_float32, rope_inverse_frequencies, time_frequencies
 from cosy_export.flow import (
     CosyFlow,
     DIT_INPUTS,
@@ -56,6 +58,20 @@ def test_offline_matches_golden(flow: CosyFlow, noise: torch.Tensor, golden: Pat
         print(f"{case} flow_{key}: max abs err {err:.2e}")
         assert err <= tol, (key, err)
     assert float(np.abs(out["mel"].numpy() - np.load(golden / case / "flow_mel.npy")).max()) < 1e-4  # expected ~5e-6
+
+
+def test_baked_constants_match_torch_within_an_ulp() -> None:
+    """The time-embedding and rotary frequencies the graphs bake in are the official float32 torch
+    expressions, computed once in float64 and rounded (torch's own exp/pow differ in the last bit
+    between its AVX2 and AVX-512 kernels, so the reference is compared within 1 float32 ulp)."""
+    step = math.log(10000) / 127
+    torch.testing.assert_close(time_frequencies(128), torch.exp(torch.arange(128, dtype=torch.float32) * -step),
+                               rtol=1.2e-7, atol=0)
+    for dim, theta in ((4, 1e6), (64, 1e6), (16, 1e4), (64, 1e4)):
+        ref = 1.0 / (theta ** (torch.arange(0, dim, 2, dtype=torch.int64).float() / dim))
+        torch.testing.assert_close(rope_inverse_frequencies(dim, theta), ref, rtol=1.2e-7, atol=0)
+    with pytest.raises(ValueError, match="rounding boundary"):
+        exact_float32([1.0 + 2.0**-24], "midpoint")  # halfway between two float32s
 
 
 def test_block_mask() -> None:

@@ -2,8 +2,9 @@
 
 Stated error on the tiny model (random weights, seed 0), same inputs into both variants:
 mean |int8 - fp32| <= 5 % of mean |fp32| and max |int8 - fp32| <= 10 % of max |fp32|, for the LLM
-logits and the DiT output (measured: LLM 2.0 % / 1.9 %, DiT 1.7 % / 2.6 %). The full-size cost
-(greedy-token agreement, mel error) is measured in docs/benchmarks.md.
+logits and the DiT output (measured with 7-bit weights: LLM 2.5 % / 2.3 %, DiT 2.7 % / 2.6 %; the
+integer sums are exact on every x86-64 CPU, VNNI or not, see cosy_export/quant.py). The full-size
+cost (greedy-token agreement, mel error) is measured in docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ def test_manifest_lists_int8_for_llm_and_dit_only(exported_int8: Path) -> None:
     for stage in ("llm", "dit"):
         v = m["graphs"][stage]["variants"]["int8"]
         assert v["file"] == f"{stage}.int8.onnx"
-        assert sha256_file(exported_int8 / v["file"]) == v["sha256"]
+        assert sha256_file(exported_int8 / v["file"]) == v["sha256"]  # the file this export wrote
         # smaller than fp32: the projection weights are stored as int8
         assert v["bytes"] < m["graphs"][stage]["variants"]["fp32"]["bytes"]
     for stage in ("flow_front", "hift_decode", "campplus", "speech_tokenizer"):
@@ -87,7 +88,9 @@ def test_int8_output_is_close_to_fp32(exported_int8: Path, stage: str) -> None:
     assert err.mean() <= MEAN_REL_TOL * np.abs(ref).mean(), (err.mean(), np.abs(ref).mean())
     assert err.max() <= MAX_REL_TOL * np.abs(ref).max(), (err.max(), np.abs(ref).max())
     if stage == "llm":
-        assert (q.argmax(-1) == ref.argmax(-1)).all()  # the greedy token survives on this input
+        # the greedy token survives on this input: int8's top logit leads its runner-up by 0.36 (fp32:
+        # 0.54), and int8 outputs differ between CPUs only by float rounding (exact integer sums)
+        assert (q.argmax(-1) == ref.argmax(-1)).all()
 
 
 def test_unknown_precision_is_refused(tiny_official: Path, tmp_path: Path) -> None:

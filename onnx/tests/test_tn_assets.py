@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from conftest import skip_or_fail
 
 from cosy_export import tn_assets
 
@@ -14,7 +15,8 @@ def fst_dir() -> Path:
     try:
         return tn_assets.wetext_fst_dir()
     except (ImportError, FileNotFoundError) as e:
-        pytest.skip(f"wetext grammars unavailable: {e}")
+        skip_or_fail(f"wetext grammars unavailable: {e}")
+        raise
 
 
 def test_copy_writes_grammars_and_entry(tmp_path: Path, fst_dir: Path) -> None:

@@ -13,7 +13,7 @@
 //! **Playback** ([`play`]): `let mut player = Player::open(device, 24_000)?;` then, from the
 //! synthesis thread, `if player.push(&chunk)? == Flow::Cancelled { break }` per chunk (blocks while
 //! the ~2 s queue is full, so synthesis is paced by the device), then `player.finish()?` (plays out
-//! the queue and stops). For Ctrl-C: `cancel_on_ctrl_c(player.cancel_handle())?` once per process;
+//! the queue and stops). For Ctrl-C: `cancel_on_ctrl_c(player.cancel_handle())?` (see [`crate::interrupt`]);
 //! the handle is also pollable (`is_cancelled`) to stop synthesis early. `player.events()` exposes
 //! counters, including when the first samples reached the device (time to first audio).
 //! With no usable output device, `Player::open(None, …)` fails with one line that says so and points

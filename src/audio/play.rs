@@ -207,17 +207,12 @@ fn cancel_shared(shared: &Shared) {
     shared.changed.notify_all();
 }
 
-/// Installs a Ctrl-C handler that cancels playback; a second Ctrl-C exits at once with status 130.
-/// Only one handler can exist per process (the `ctrlc` crate's rule): call it once.
+/// Makes Ctrl-C cancel playback; a second Ctrl-C exits at once with status 130 (see
+/// [`crate::interrupt`], the process's one handler). May be called for several players.
 pub fn cancel_on_ctrl_c(handle: CancelHandle) -> Result<()> {
-    let pressed = AtomicBool::new(false);
-    ctrlc::set_handler(move || {
-        if pressed.swap(true, Ordering::SeqCst) {
-            std::process::exit(130);
-        }
-        handle.cancel();
-    })
-    .map_err(|e| Error::Input(format!("cannot install the Ctrl-C handler: {e}")))
+    crate::interrupt::install()?;
+    crate::interrupt::on_interrupt(move || handle.cancel());
+    Ok(())
 }
 
 /// Live audio output. See the module docs.
@@ -245,6 +240,7 @@ impl Player {
         if options.sample_rate == 0 {
             return Err(Error::Input("playback sample rate must be positive".into()));
         }
+        silence_alsa_errors();
         let host = cpal::default_host();
         let (device, name) = match options.device.as_deref() {
             Some(wanted) => find_device(&host, wanted)?,
@@ -556,6 +552,30 @@ fn format_rank(format: SampleFormat) -> Option<u32> {
     })
 }
 
+#[cfg(target_os = "linux")]
+extern "C" {
+    /// src/audio/c/alsa_quiet.c: installs a handler that drops ALSA's own error prints.
+    fn cosy_alsa_silence_errors() -> std::os::raw::c_int;
+}
+
+/// ALSA prints its errors to stderr itself (e.g. eight "ALSA lib ..." lines when there is no
+/// sound card) before cpal returns them to us; cosy reports each failure as one line of its own,
+/// so the library's printing is switched off, once per process, before any device is touched.
+pub fn silence_alsa_errors() {
+    #[cfg(target_os = "linux")]
+    {
+        static ONCE: std::sync::Once = std::sync::Once::new();
+        ONCE.call_once(|| {
+            // SAFETY: the C function only registers a handler that ignores its arguments;
+            // `snd_lib_error_set_handler` is process-global and callable from any thread.
+            let rc = unsafe { cosy_alsa_silence_errors() };
+            if rc != 0 {
+                tracing::debug!("could not silence ALSA's error messages (code {rc})");
+            }
+        });
+    }
+}
+
 fn no_device_error() -> Error {
     Error::Input(
         "no audio output device was found; use `cosy file` to write a WAV file instead (or pick one with --device)"
@@ -629,6 +649,7 @@ fn find_device(host: &cpal::Host, wanted: &str) -> Result<(cpal::Device, String)
 /// Lists the output devices with their supported rates and channel counts. A device whose
 /// configuration cannot be read (absent card, busy) is listed with `error` set.
 pub fn list_devices() -> Result<Vec<DeviceInfo>> {
+    silence_alsa_errors();
     let host = cpal::default_host();
     let (devices, default_name) = output_devices(&host)?;
     Ok(devices

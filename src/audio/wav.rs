@@ -1,13 +1,15 @@
-//! Writing audio: WAV (int16 / float32) and raw little-endian int16 PCM, always through a temporary
-//! file that is renamed into place, so a reader never sees a half-written output.
+//! Writing audio: WAV (int16 / float32) and raw little-endian int16 PCM, through
+//! [`crate::output::OutputFile`]: a regular file is written to a temporary file that is renamed
+//! into place (a reader never sees a half-written output), a symbolic link is followed, a device
+//! or FIFO is written through once the audio is complete.
 //!
 //! Sample conversion to int16 (the one convention used everywhere in cosy):
 //! `i16 = round_half_away_from_zero(clamp(x, -1, 1) * 32767)`, NaN maps to 0. The scale is symmetric
 //! (±1.0 → ±32767; -32768 is never produced), so a full-scale sine does not clip asymmetrically.
 
-use std::fs::{self, File, OpenOptions};
+use std::fs::File;
 use std::io::{self, BufWriter, Seek, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::str::FromStr;
 
 use crate::error::{Error, Result};
@@ -104,99 +106,12 @@ fn explain_stream_error(e: io::Error) -> io::Error {
     io::Error::new(e.kind(), format!("{e}; {fix}"))
 }
 
-/// Rewrites an io error so that its message also says what the user can do about it.
-/// The kind is kept, so callers can still match on it.
-fn explain_write_error(e: io::Error, final_path: &Path) -> Error {
-    let folder = final_path
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    let fix = match e.kind() {
-        io::ErrorKind::PermissionDenied | io::ErrorKind::ReadOnlyFilesystem => format!(
-            "the folder {} is not writable: choose another output path or fix its permissions",
-            folder.display()
-        ),
-        io::ErrorKind::NotFound => format!(
-            "the folder {} does not exist: create it or choose another output path",
-            folder.display()
-        ),
-        io::ErrorKind::StorageFull | io::ErrorKind::QuotaExceeded => {
-            "the disk is full: free some space or write to another disk".to_string()
-        }
-        io::ErrorKind::IsADirectory => "the output path is a folder: give a file name".to_string(),
-        _ => "nothing was written; check the output path".to_string(),
-    };
-    Error::io(final_path, io::Error::new(e.kind(), format!("{e}; {fix}")))
-}
+use crate::output::{explain_write_error, OutputFile};
 
 fn hound_to_io(e: hound::Error) -> io::Error {
     match e {
         hound::Error::IoError(e) => e,
         other => io::Error::other(other.to_string()),
-    }
-}
-
-/// A temporary file `.<name>.partial-<pid>` next to the final path. It is renamed onto the final
-/// path by [`AtomicFile::commit`] (after fsync) and removed if dropped without commit, so an error
-/// at any point leaves no partial output behind.
-struct AtomicFile {
-    final_path: PathBuf,
-    temp_path: PathBuf,
-    /// A second handle on the temp file, kept for fsync while the first one is wrapped by a writer.
-    sync_handle: File,
-    committed: bool,
-}
-
-impl AtomicFile {
-    /// Creates the temp file; returns it with the handle the encoder writes to.
-    fn create(final_path: &Path) -> Result<(AtomicFile, File)> {
-        let name = final_path
-            .file_name()
-            .ok_or_else(|| Error::Input(format!("{}: the output path has no file name", final_path.display())))?;
-        let temp_name = format!(".{}.partial-{}", name.to_string_lossy(), std::process::id());
-        let temp_path = final_path.with_file_name(temp_name);
-        let file = OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(&temp_path)
-            .map_err(|e| explain_write_error(e, final_path))?;
-        let guard = AtomicFile {
-            final_path: final_path.to_path_buf(),
-            temp_path,
-            sync_handle: file.try_clone().map_err(|e| explain_write_error(e, final_path))?,
-            committed: false,
-        };
-        Ok((guard, file))
-    }
-
-    /// fsyncs the data, renames the temp file onto the final path, then fsyncs the folder (best
-    /// effort: not every filesystem allows opening a directory) so the rename itself is durable.
-    fn commit(mut self) -> Result<()> {
-        self.sync_handle
-            .sync_all()
-            .map_err(|e| explain_write_error(e, &self.final_path))?;
-        fs::rename(&self.temp_path, &self.final_path).map_err(|e| explain_write_error(e, &self.final_path))?;
-        self.committed = true;
-        if let Some(folder) = self.final_path.parent() {
-            let folder = if folder.as_os_str().is_empty() {
-                Path::new(".")
-            } else {
-                folder
-            };
-            if let Ok(dir) = File::open(folder) {
-                let _ = dir.sync_all();
-            }
-        }
-        Ok(())
-    }
-}
-
-impl Drop for AtomicFile {
-    fn drop(&mut self) {
-        if !self.committed {
-            let _ = fs::remove_file(&self.temp_path);
-        }
     }
 }
 
@@ -277,6 +192,8 @@ impl<W: Write + Seek> Encoder<W> {
 /// Writes mono `samples` at `sample_rate` to `path` in `format`, atomically: the data goes to a
 /// temporary file in the same folder which is fsynced and renamed into place. On any error the
 /// temporary file is removed and `path` is untouched (an older file there stays as it was).
+/// A symbolic link is followed (its target is replaced, the link stays); a character device or
+/// FIFO gets the complete output written into it (see [`crate::output`]).
 pub fn write_audio_atomic(path: &Path, samples: &[f32], sample_rate: u32, format: OutputFormat) -> Result<()> {
     write_audio_atomic_with(path, samples, sample_rate, format, BufWriter::new)
 }
@@ -307,7 +224,7 @@ pub struct WavStreamWriter<W: Write + Seek = BufWriter<File>> {
     // Field order matters: the encoder (which holds the temp file open) drops before the guard
     // removes the file.
     encoder: Option<Encoder<W>>,
-    file: AtomicFile,
+    file: OutputFile,
     samples_written: u64,
 }
 
@@ -326,7 +243,7 @@ impl<W: Write + Seek> WavStreamWriter<W> {
         format: OutputFormat,
         wrap: F,
     ) -> Result<Self> {
-        let (file, handle) = AtomicFile::create(path)?;
+        let (file, handle) = OutputFile::create(path)?;
         let encoder = Encoder::new(wrap(handle), sample_rate, format).map_err(|e| explain_write_error(e, path))?;
         Ok(WavStreamWriter {
             encoder: Some(encoder),
@@ -340,13 +257,13 @@ impl<W: Write + Seek> WavStreamWriter<W> {
         let encoder = self.encoder.as_mut().ok_or_else(|| {
             Error::Input(format!(
                 "{}: the writer already failed; nothing more can be appended",
-                self.file.final_path.display()
+                self.file.path().display()
             ))
         })?;
         if let Err(e) = encoder.append(chunk) {
             // Drop the encoder now so no later call writes into a file that is already broken.
             self.encoder = None;
-            return Err(explain_write_error(e, &self.file.final_path));
+            return Err(explain_write_error(e, self.file.path()));
         }
         self.samples_written += chunk.len() as u64;
         Ok(())
@@ -359,12 +276,12 @@ impl<W: Write + Seek> WavStreamWriter<W> {
 
     /// The final path (not the temporary one).
     pub fn path(&self) -> &Path {
-        &self.file.final_path
+        self.file.path()
     }
 
     /// Finalises the header, fsyncs and renames the file into place.
     pub fn finish(mut self) -> Result<()> {
-        let final_path = self.file.final_path.clone();
+        let final_path = self.file.path().to_path_buf();
         let encoder = self.encoder.take().ok_or_else(|| {
             Error::Input(format!(
                 "{}: the writer already failed; nothing was written",

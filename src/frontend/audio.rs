@@ -4,15 +4,32 @@
 //! resample when the rate differs, refuse rates below 16 kHz), with clear errors instead of
 //! asserts. Integer PCM is scaled to [-1, 1) by 2^(bits-1) as libsndfile does; float WAV (also with
 //! a `fact` chunk) is taken as is.
+//!
+//! Bounds (so that no input can hang cosy or take unbounded memory):
+//! * files over [`MAX_PROMPT_FILE_BYTES`] are refused, and at most [`MAX_DECODE_SECONDS`] of audio
+//!   is decoded; sample rates above [`MAX_SAMPLE_RATE`] are refused before decoding;
+//! * what is not a regular file (a FIFO, `/dev/stdin`, a device) is read as a stream, up to the
+//!   same byte bound, then decoded from memory. A FIFO is opened non-blocking: with nothing writing
+//!   into it, cosy waits [`FIFO_WRITER_WAIT`] for a writer, then says so; a writer that stops
+//!   sending for [`STREAM_IDLE`] is an error too. A stream can only be read once, so its audio is
+//!   kept for the rest of the process: the CLI's early check, the pipeline and every line of
+//!   `--input` all get the same audio. A terminal is refused; a folder is named as one;
+//! * a prompt must be long enough for every stage ([`MIN_PROMPT_SECONDS`], see
+//!   [`check_length`]).
 
 use std::fs::File;
-use std::path::Path;
+use std::io::Read;
+use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+use std::os::unix::io::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use symphonia::core::codecs::audio::AudioDecoderOptions;
 use symphonia::core::errors::Error as SymError;
 use symphonia::core::formats::probe::Hint;
 use symphonia::core::formats::{FormatOptions, TrackType};
-use symphonia::core::io::MediaSourceStream;
+use symphonia::core::io::{MediaSource, MediaSourceStream};
 use symphonia::core::meta::MetadataOptions;
 
 use crate::error::{Error, Result};
@@ -24,6 +41,34 @@ pub const MIN_SAMPLE_RATE: u32 = 16_000;
 pub const MAX_TOKENIZER_SECONDS: f64 = 30.0;
 /// A file whose peak stays below one 16-bit step is treated as silent.
 const SILENCE_PEAK: f32 = 1.0 / 32768.0;
+/// Highest accepted sample rate: 384 kHz, the top rate of audio interfaces and formats (DXD
+/// 352.8 kHz, 384 kHz). Speech has nothing above 12 kHz that the model hears, and a header
+/// claiming more (e.g. 4294967295 Hz) is damaged or made up.
+pub const MAX_SAMPLE_RATE: u32 = 384_000;
+/// Largest prompt file (or stream) read, in bytes: 128 MiB holds 30 s even of stereo float32 at
+/// 384 kHz (92 MB); a usable prompt (≤ 30 s) is far smaller in any sane format.
+pub const MAX_PROMPT_FILE_BYTES: u64 = 128 << 20;
+/// At most this much audio is decoded (twice the longest usable prompt, so that a long file is
+/// told its length without decoding hours of it).
+pub const MAX_DECODE_SECONDS: f64 = 60.0;
+/// How long a FIFO with nothing writing into it is given to get a writer.
+pub const FIFO_WRITER_WAIT: Duration = Duration::from_secs(5);
+/// How long a connected stream may send nothing before cosy gives up on it.
+pub const STREAM_IDLE: Duration = Duration::from_secs(30);
+/// Fewest samples at 16 kHz every 16 kHz stage takes: 3 kaldi fbank frames (400 + 2 × 160). The
+/// official CAM++ (campplus) halves the frames with a stride-2 TDNN layer and pools with an
+/// unbiased standard deviation, which is NaN for a single frame, so it needs 2 frames after the
+/// stride, i.e. 3 fbank frames (with no frame at all its Conv fails outright); the speech
+/// tokenizer needs less (one whisper frame, 160 samples, and more than 200 for its reflect
+/// padding).
+pub const MIN_PROMPT_SAMPLES_16K: u64 = 720;
+/// Fewest samples at 24 kHz for the flow's prompt mel: 2 frames of 480 (one prompt token after
+/// the 1 token : 2 frames alignment; more than 720 for the reflect padding).
+pub const MIN_PROMPT_SAMPLES_24K: u64 = 960;
+/// The shortest prompt every stage can take, in seconds (from the two sample counts above).
+pub const MIN_PROMPT_SECONDS: f64 = 0.045;
+/// Sample rate of the flow's prompt mel (`mel_24k`).
+const MEL_RATE: u32 = 24_000;
 
 /// Mono audio at its original sample rate.
 #[derive(Debug, Clone, PartialEq)]
@@ -44,15 +89,156 @@ fn input_err(path: &Path, msg: impl std::fmt::Display) -> Error {
 }
 
 /// Decodes `path` (wav incl. float32, flac, mp3, ogg/vorbis), averages the channels and checks
-/// that it is usable as a prompt: readable, complete, not empty, rate ≥ 16 kHz, not all silent.
+/// that it is usable as a prompt: readable, complete, not empty, 16 kHz ≤ rate ≤ 384 kHz, finite,
+/// not all silent. A path that is not a regular file is read as a stream (see the module docs).
 pub fn load_audio(path: &Path) -> Result<Audio> {
-    let file = File::open(path).map_err(|e| {
+    let meta = std::fs::metadata(path).map_err(|e| {
         input_err(path, format!("cannot open ({e}); check the path and permissions"))
     })?;
-    if file.metadata().map(|m| m.len() == 0).unwrap_or(false) {
-        return Err(input_err(path, "is an empty file (0 bytes); record a few seconds of speech"));
+    let kind = meta.file_type();
+    if kind.is_dir() {
+        return Err(input_err(path, "is a folder, not an audio file; give the path of a wav, flac, mp3 or ogg file"));
     }
-    let mss = MediaSourceStream::new(Box::new(file), Default::default());
+    if kind.is_file() {
+        if meta.len() == 0 {
+            return Err(input_err(path, "is an empty file (0 bytes); record a few seconds of speech"));
+        }
+        if meta.len() > MAX_PROMPT_FILE_BYTES {
+            return Err(too_large(path, Some(meta.len())));
+        }
+        let file = File::open(path).map_err(|e| {
+            input_err(path, format!("cannot open ({e}); check the path and permissions"))
+        })?;
+        return decode(path, Box::new(file));
+    }
+    if let Some(audio) = cached_stream(path) {
+        return Ok(audio);
+    }
+    let bytes = read_stream(path, kind.is_fifo())?;
+    let audio = decode(path, Box::new(std::io::Cursor::new(bytes)))?;
+    STREAMS.lock().unwrap_or_else(|e| e.into_inner()).push((path.to_path_buf(), audio.clone()));
+    Ok(audio)
+}
+
+/// Audio already read from a stream path in this process.
+static STREAMS: Mutex<Vec<(PathBuf, Audio)>> = Mutex::new(Vec::new());
+
+fn cached_stream(path: &Path) -> Option<Audio> {
+    let streams = STREAMS.lock().unwrap_or_else(|e| e.into_inner());
+    streams.iter().find(|(p, _)| p == path).map(|(_, a)| a.clone())
+}
+
+fn too_large(path: &Path, bytes: Option<u64>) -> Error {
+    let limit = MAX_PROMPT_FILE_BYTES >> 20;
+    let size = bytes.map_or(format!("more than {limit} MiB"), |b| format!("{:.1} MiB", b as f64 / 1_048_576.0));
+    input_err(
+        path,
+        format!(
+            "is too large ({size}; prompts are read up to {limit} MiB, and a prompt is at most {MAX_TOKENIZER_SECONDS} s); \
+             cut it to a few seconds of speech"
+        ),
+    )
+}
+
+/// Reads what is not a regular file (FIFO, `/dev/stdin`, a device) into memory, up to
+/// [`MAX_PROMPT_FILE_BYTES`], without ever blocking for good: the file is opened non-blocking
+/// (a FIFO's open would otherwise wait for a writer forever) and every wait is a `poll` with a
+/// deadline.
+fn read_stream(path: &Path, is_fifo: bool) -> Result<Vec<u8>> {
+    use std::io::IsTerminal;
+    let mut file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+        .map_err(|e| input_err(path, format!("cannot open ({e}); check the path and permissions")))?;
+    if file.is_terminal() {
+        return Err(input_err(
+            path,
+            "is a terminal, not an audio file; give the file's path, or redirect it (`--prompt-wav /dev/stdin < me.wav`)",
+        ));
+    }
+    let fd = file.as_raw_fd();
+    // Waits until `fd` is readable, hung up, or `timeout` passed; returns the poll events.
+    let wait = |timeout: Duration| -> Result<i16> {
+        let mut pfd = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
+        let ms = timeout.as_millis().clamp(1, i32::MAX as u128) as i32;
+        // SAFETY: `pfd` is one valid pollfd for the duration of the call.
+        let n = unsafe { libc::poll(&mut pfd, 1, ms) };
+        if n < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.kind() == std::io::ErrorKind::Interrupted {
+                return Ok(0);
+            }
+            return Err(input_err(path, format!("cannot be read ({e})")));
+        }
+        Ok(pfd.revents)
+    };
+    let start = Instant::now();
+    let mut last_data = start;
+    // A FIFO's read gives 0 both at the end of the data and while no writer has opened it yet;
+    // once a writer was seen (data, "would block", or a hang-up), 0 is the end.
+    let mut writer_seen = !is_fifo;
+    let mut bytes: Vec<u8> = Vec::new();
+    let mut chunk = vec![0u8; 1 << 16];
+    loop {
+        match file.read(&mut chunk) {
+            Ok(0) if writer_seen => break,
+            Ok(0) => {
+                let waited = start.elapsed();
+                if waited >= FIFO_WRITER_WAIT {
+                    return Err(input_err(
+                        path,
+                        format!(
+                            "is a FIFO (named pipe) with nothing writing into it (waited {} s for a writer); start the \
+                             writer first (e.g. `cat me.wav > {}`), or give a file",
+                            FIFO_WRITER_WAIT.as_secs(),
+                            path.display()
+                        ),
+                    ));
+                }
+                if wait(FIFO_WRITER_WAIT - waited)? & libc::POLLHUP != 0 {
+                    writer_seen = true; // a writer came (and went)
+                }
+            }
+            Ok(n) => {
+                writer_seen = true;
+                last_data = Instant::now();
+                if (bytes.len() + n) as u64 > MAX_PROMPT_FILE_BYTES {
+                    return Err(too_large(path, None));
+                }
+                bytes.extend_from_slice(&chunk[..n]);
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                writer_seen = true;
+                let idle = last_data.elapsed();
+                if idle >= STREAM_IDLE {
+                    return Err(input_err(
+                        path,
+                        format!(
+                            "sent nothing for {} s ({} bytes so far); give a file, or make sure the writer finishes",
+                            STREAM_IDLE.as_secs(),
+                            bytes.len()
+                        ),
+                    ));
+                }
+                wait(STREAM_IDLE - idle)?;
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(input_err(path, format!("cannot be read ({e})"))),
+        }
+    }
+    if bytes.is_empty() {
+        return Err(input_err(
+            path,
+            "is empty (nothing could be read from it; it is not a regular file); give a recording of a few seconds of speech",
+        ));
+    }
+    Ok(bytes)
+}
+
+/// Decodes a whole prompt from `source` (`path` names it in messages and gives the format hint).
+fn decode(path: &Path, source: Box<dyn MediaSource>) -> Result<Audio> {
+    let mss = MediaSourceStream::new(source, Default::default());
     let mut hint = Hint::new();
     if let Some(ext) = path.extension().and_then(|e| e.to_str()) {
         hint.with_extension(ext);
@@ -77,6 +263,9 @@ pub fn load_audio(path: &Path) -> Result<Audio> {
         .and_then(|p| p.audio())
         .ok_or_else(|| input_err(path, "audio codec parameters missing; re-encode it as 16-bit wav"))?
         .clone();
+    if let Some(rate) = params.sample_rate {
+        check_high_rate(path, rate)?;
+    }
     let mut decoder = symphonia::default::get_codecs()
         .make_audio_decoder(&params, &AudioDecoderOptions::default())
         .map_err(|e| input_err(path, format!("unsupported codec ({e}); re-encode it as 16-bit wav")))?;
@@ -101,7 +290,9 @@ pub fn load_audio(path: &Path) -> Result<Audio> {
         let buf = decoder
             .decode(&packet)
             .map_err(|e| input_err(path, format!("cannot be decoded ({e}); the file looks damaged")))?;
-        rate = Some(buf.spec().rate());
+        let buf_rate = buf.spec().rate();
+        check_high_rate(path, buf_rate)?;
+        rate = Some(buf_rate);
         buf.copy_to_vecs_planar(&mut planes);
         let channels = planes.len().max(1);
         let frames = planes.first().map_or(0, Vec::len);
@@ -109,6 +300,15 @@ pub fn load_audio(path: &Path) -> Result<Audio> {
         for i in 0..frames {
             let sum: f32 = planes.iter().map(|p| p[i]).sum();
             mono.push(sum / channels as f32);
+        }
+        if mono.len() as f64 > MAX_DECODE_SECONDS * f64::from(buf_rate) {
+            return Err(input_err(
+                path,
+                format!(
+                    "is longer than {MAX_DECODE_SECONDS} s; the speech tokenizer accepts at most {MAX_TOKENIZER_SECONDS} s, \
+                     cut the prompt shorter"
+                ),
+            ));
         }
     }
     if let Some(n) = expected_frames {
@@ -134,13 +334,63 @@ pub fn load_audio(path: &Path) -> Result<Audio> {
         ));
     }
     let peak = mono.iter().fold(0.0f32, |m, &x| m.max(x.abs()));
-    if !peak.is_finite() {
+    // `max` skips NaN, so the peak alone does not see a NaN sample (a float wav can hold them).
+    if mono.iter().any(|x| !x.is_finite()) {
         return Err(input_err(path, "contains NaN or infinite samples; re-export it"));
     }
     if peak < SILENCE_PEAK {
         return Err(input_err(path, "is silent; give a recording with audible speech"));
     }
     Ok(Audio { samples: mono, sample_rate })
+}
+
+fn check_high_rate(path: &Path, rate: u32) -> Result<()> {
+    if rate > MAX_SAMPLE_RATE {
+        return Err(input_err(
+            path,
+            format!(
+                "sample rate {rate} Hz is above {MAX_SAMPLE_RATE} Hz (the header is damaged, or the file is not a \
+                 recording); re-export it at 16-48 kHz"
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Samples `audio` has at `rate` after resampling (`ceil(rate · n / original rate)`, as
+/// [`resample`] gives), without resampling.
+pub fn samples_at(audio: &Audio, rate: u32) -> u64 {
+    if audio.sample_rate == 0 || audio.sample_rate == rate {
+        return audio.samples.len() as u64;
+    }
+    (u128::from(rate) * audio.samples.len() as u128).div_ceil(u128::from(audio.sample_rate)) as u64
+}
+
+/// Refuses, before any resampling or model, a prompt too short for some stage (under
+/// [`MIN_PROMPT_SECONDS`]: [`MIN_PROMPT_SAMPLES_16K`] at 16 kHz, [`MIN_PROMPT_SAMPLES_24K`] at
+/// 24 kHz) or longer than `max_seconds` at 16 kHz (the official speech-tokenizer check; use
+/// [`MAX_TOKENIZER_SECONDS`]).
+pub fn check_length(audio: &Audio, path: &Path, max_seconds: f64) -> Result<()> {
+    let n16 = samples_at(audio, 16_000);
+    let n24 = samples_at(audio, MEL_RATE);
+    if n16 < MIN_PROMPT_SAMPLES_16K || n24 < MIN_PROMPT_SAMPLES_24K {
+        return Err(input_err(
+            path,
+            format!(
+                "is {:.3} s long; a prompt must be at least {MIN_PROMPT_SECONDS} s (the speaker embedding needs 3 fbank \
+                 frames, the prompt mel 2 frames); record a few seconds of speech",
+                audio.seconds()
+            ),
+        ));
+    }
+    let secs = n16 as f64 / 16_000.0;
+    if secs > max_seconds {
+        return Err(input_err(
+            path,
+            format!("is {secs:.1} s long; the speech tokenizer accepts at most {max_seconds} s, cut the prompt shorter"),
+        ));
+    }
+    Ok(())
 }
 
 /// The prompt at `target_rate` (torchaudio-equivalent resampling when the rate differs).

@@ -120,8 +120,24 @@ fn only_punctuation() -> &'static Regex {
 }
 
 /// True for segments made only of punctuation and symbols (or empty); the frontend drops them.
+/// Emoji are symbols (`\p{So}`), so emoji-only text counts.
 pub fn is_only_punctuation(text: &str) -> bool {
     only_punctuation().is_match(text)
+}
+
+fn invisible() -> &'static Regex {
+    static RE: OnceLock<Regex> = OnceLock::new();
+    RE.get_or_init(|| {
+        Regex::new(r"[\s\p{Cc}\p{Cf}\p{Default_Ignorable_Code_Point}]+").expect("static regex")
+    })
+}
+
+/// `text` without what cannot be seen or said: white space, control and format characters
+/// (zero-width space U+200B, joiners U+200C/U+200D, word joiner U+2060, byte-order mark U+FEFF …)
+/// and the other default-ignorable code points (variation selectors, Hangul fillers …). Empty
+/// when the text has nothing visible.
+pub fn strip_invisible(text: &str) -> String {
+    invisible().replace_all(text, "").into_owned()
 }
 
 /// The Chinese post rules applied after normalisation (before splitting).

@@ -1016,7 +1016,10 @@ mod tests {
         let root = match std::env::var("COSY_WETEXT_DIR") {
             Ok(dir) => PathBuf::from(dir),
             Err(_) => {
-                let out = std::process::Command::new("/root/.cache/cosy/venv/bin/python")
+                let venv = std::env::var_os("COSY_VENV").map(PathBuf::from).or_else(|| {
+                    std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/cosy/venv"))
+                })?;
+                let out = std::process::Command::new(venv.join("bin/python"))
                     .args([
                         "-c",
                         "import wetext, os; print(os.path.dirname(wetext.__file__))",

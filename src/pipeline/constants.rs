@@ -122,14 +122,14 @@ impl ModelConstants {
         };
         let cfm = CfmParams { n_timesteps: ku("cfm.n_timesteps")?, cfg_rate: kf("cfm.cfg_rate")? as f32 };
         let source = SourceParams {
-            sample_rate: c("sample_rate")? as u32,
+            sample_rate: u32::try_from(c("sample_rate")?).unwrap_or(u32::MAX),
             samples_per_frame: ku("samples_per_frame")?,
             nb_harmonics: c("hift.nb_harmonics")?,
             nsf_alpha: r.f64(cfg, "config", "hift.nsf_alpha")? as f32,
             nsf_sigma: r.f64(cfg, "config", "hift.nsf_sigma")? as f32,
             nsf_voiced_threshold: r.f64(cfg, "config", "hift.nsf_voiced_threshold")? as f32,
         };
-        Ok(ModelConstants {
+        let constants = ModelConstants {
             llm,
             llm_shape,
             sampling,
@@ -144,50 +144,124 @@ impl ModelConstants {
                 .pointer("/hift/decode_left_context_frames")
                 .map(|_| c("hift.decode_left_context_frames"))
                 .transpose()?,
-            sample_rate: c("sample_rate")? as u32,
+            sample_rate: u32::try_from(c("sample_rate")?).unwrap_or(u32::MAX),
             mel_dim: c("flow.mel_dim")?,
             max_prompt_seconds: kf("max_prompt_seconds")?,
             sine_noise_offset: r.get(&m.sine_noise, "sine_noise", "offset")?.as_u64().ok_or_else(|| {
                 Error::model(&dir.root, "manifest.json: sine_noise.offset is not a count")
             })?,
-        })
+        };
+        constants.validate(dir)?;
+        Ok(constants)
     }
 
-    /// The sampling actually used: the manifest's (the yaml's) values, except keys that the
-    /// configuration changed from its built-in defaults (config.toml, COSY_*, `--set`).
+    /// The sampling actually used: each key the user set (config file, `COSY_*`, `--set`) wins;
+    /// keys left unset take the manifest's (the yaml's) value.
     pub fn sampling_for(&self, config: &Config) -> SamplingParams {
-        let d = Config::default().sampling;
         let s = &config.sampling;
-        let mut p = self.sampling;
-        if s.top_p != d.top_p {
-            p.top_p = s.top_p as f32;
+        let m = self.sampling;
+        SamplingParams {
+            top_p: s.top_p.map_or(m.top_p, |v| v as f32),
+            top_k: s.top_k.unwrap_or(m.top_k),
+            win_size: s.win_size.unwrap_or(m.win_size),
+            tau_r: s.tau_r.unwrap_or(m.tau_r),
         }
-        if s.top_k != d.top_k {
-            p.top_k = s.top_k;
-        }
-        if s.win_size != d.win_size {
-            p.win_size = s.win_size;
-        }
-        if s.tau_r != d.tau_r {
-            p.tau_r = s.tau_r;
-        }
-        p
     }
 
-    /// The streaming schedule: the manifest's hops, except those the configuration changed.
-    pub fn stream_for(&self, config: &Config) -> StreamParams {
-        let d = Config::default().streaming;
+    /// The streaming schedule: the hops the user set, the manifest's for the rest. The mix is
+    /// checked again here, since a user's hop may exceed the model's maximum hop.
+    pub fn stream_for(&self, config: &Config) -> Result<StreamParams> {
         let s = &config.streaming;
         let mut p = self.stream;
-        if s.token_hop_len != d.token_hop_len {
-            p.token_hop_len = s.token_hop_len;
+        p.token_hop_len = s.token_hop_len.unwrap_or(p.token_hop_len);
+        p.token_max_hop_len = s.token_max_hop_len.unwrap_or(p.token_max_hop_len);
+        p.stream_scale_factor = s.stream_scale_factor.unwrap_or(p.stream_scale_factor);
+        if p.token_max_hop_len < p.token_hop_len {
+            return Err(Error::Config(format!(
+                "streaming.token_hop_len ({}) is larger than streaming.token_max_hop_len ({}) (the model's value unless set); \
+                 set streaming.token_max_hop_len too",
+                p.token_hop_len, p.token_max_hop_len
+            )));
         }
-        if s.token_max_hop_len != d.token_max_hop_len {
-            p.token_max_hop_len = s.token_max_hop_len;
+        Ok(p)
+    }
+
+    /// Refuses values no inference can run with (a zero rate, zero flow steps, inverted bounds):
+    /// each would otherwise panic or loop deep in a stage. One message naming the key and value.
+    fn validate(&self, dir: &ModelDir) -> Result<()> {
+        let bad = |key: &str, value: String, want: &str| {
+            Err(Error::model(&dir.root, format!("manifest.json: {key} = {value} is invalid ({want}); re-export the model")))
+        };
+        let counts: [(&str, usize); 15] = [
+            ("config.llm.hidden_size", self.llm_shape.hidden),
+            ("config.llm.num_layers", self.llm_shape.layers),
+            ("config.llm.num_kv_heads", self.llm_shape.kv_heads),
+            ("config.llm.head_dim", self.llm_shape.head_dim),
+            ("config.sample_rate", self.sample_rate as usize),
+            ("constants.samples_per_frame", self.source.samples_per_frame),
+            ("config.flow.mel_dim", self.mel_dim),
+            ("config.flow.token_mel_ratio", self.stream.token_mel_ratio),
+            ("constants.cfm.n_timesteps", self.cfm.n_timesteps),
+            ("constants.sampling.top_k", self.sampling.top_k),
+            ("constants.sampling.win_size", self.sampling.win_size),
+            ("constants.streaming.token_hop_len", self.stream.token_hop_len),
+            ("constants.streaming.token_max_hop_len", self.stream.token_max_hop_len),
+            ("constants.streaming.stream_scale_factor", self.stream.stream_scale_factor),
+            ("constants.streaming.dit_block_frames", self.stream.dit_block_frames),
+        ];
+        for (key, v) in counts {
+            if v == 0 {
+                return bad(key, v.to_string(), "must be at least 1");
+            }
         }
-        if s.stream_scale_factor != d.stream_scale_factor {
-            p.stream_scale_factor = s.stream_scale_factor;
+        // A count read as u64 and narrowed: a rate past u32 wrapped to something else above.
+        if self.sample_rate > 384_000 {
+            return bad("config.sample_rate", self.sample_rate.to_string(), "at most 384000 Hz");
         }
-        p
+        if self.source.samples_per_frame as u64 > u64::from(self.sample_rate) {
+            return bad(
+                "constants.samples_per_frame",
+                self.source.samples_per_frame.to_string(),
+                "at most one second of samples (config.sample_rate)",
+            );
+        }
+        if self.stream.token_max_hop_len < self.stream.token_hop_len {
+            return bad(
+                "constants.streaming.token_max_hop_len",
+                self.stream.token_max_hop_len.to_string(),
+                "must be >= constants.streaming.token_hop_len",
+            );
+        }
+        let (lo, hi) = (self.llm.min_token_text_ratio, self.llm.max_token_text_ratio);
+        if !(lo.is_finite() && hi.is_finite() && lo >= 0.0 && hi > 0.0 && lo <= hi && hi <= 1000.0) {
+            return bad(
+                "constants.min_token_text_ratio/max_token_text_ratio",
+                format!("{lo}/{hi}"),
+                "finite, 0 <= min <= max <= 1000, max > 0",
+            );
+        }
+        if !(self.sampling.top_p > 0.0 && self.sampling.top_p <= 1.0) {
+            return bad("constants.sampling.top_p", self.sampling.top_p.to_string(), "in (0, 1]");
+        }
+        // tau_r scales the repetition window: above 1 the repetition rule never fires (the
+        // official greedy test configs use 2), so only a negative or non-finite value is wrong.
+        if !(self.sampling.tau_r.is_finite() && self.sampling.tau_r >= 0.0) {
+            return bad("constants.sampling.tau_r", self.sampling.tau_r.to_string(), "a number >= 0");
+        }
+        if !(self.cfm.cfg_rate.is_finite() && self.cfm.n_timesteps <= 1000) {
+            return bad(
+                "constants.cfm",
+                format!("n_timesteps {} cfg_rate {}", self.cfm.n_timesteps, self.cfm.cfg_rate),
+                "n_timesteps 1..=1000, finite cfg_rate",
+            );
+        }
+        if !(self.max_prompt_seconds.is_finite() && self.max_prompt_seconds > 0.0) {
+            return bad("constants.max_prompt_seconds", self.max_prompt_seconds.to_string(), "a positive number");
+        }
+        let source = &self.source;
+        if !(source.nsf_alpha.is_finite() && source.nsf_sigma.is_finite() && source.nsf_voiced_threshold.is_finite()) {
+            return bad("config.hift.nsf_*", format!("{source:?}"), "finite numbers");
+        }
+        Ok(())
     }
 }

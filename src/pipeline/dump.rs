@@ -2,7 +2,6 @@
 //! (reference README §4), plus `waveform.wav`. Every file is written to a temporary name in the
 //! same folder and renamed, so a reader never sees a half-written file.
 
-use std::io::Write;
 use std::path::Path;
 
 use ndarray::Array2;
@@ -32,21 +31,10 @@ pub struct SegmentTrace {
     pub waveform: Vec<f32>,
 }
 
-/// Writes `bytes` to `path` through a temporary sibling and a rename.
+/// Writes `bytes` to `path` completely or not at all (temporary sibling and rename; see
+/// [`crate::output`]).
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
-    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    let tmp = dir.join(format!(".{name}.tmp{}", std::process::id()));
-    let result = (|| {
-        let mut f = std::fs::File::create(&tmp).map_err(|e| Error::io(&tmp, e))?;
-        f.write_all(bytes).map_err(|e| Error::io(&tmp, e))?;
-        f.sync_all().map_err(|e| Error::io(&tmp, e))?;
-        std::fs::rename(&tmp, path).map_err(|e| Error::io(path, e))
-    })();
-    if result.is_err() {
-        std::fs::remove_file(&tmp).ok();
-    }
-    result
+    crate::output::write_bytes(path, bytes)
 }
 
 fn npy<T: NpyElem>(dir: &Path, name: &str, shape: &[usize], values: &[T]) -> Result<()> {

@@ -18,6 +18,7 @@
 
 pub mod constants;
 pub mod dump;
+mod limits;
 pub mod stages;
 pub mod wav;
 
@@ -30,7 +31,7 @@ use crate::config::{Config, NormalizerChoice};
 use crate::error::{Error, Result};
 use crate::flow::{build_cond, flow_front_tokens, solve_cfm, speed_interpolate, strip_prompt, CfmRequest, StreamParams, StreamPlanner, FlowChunk};
 use crate::frontend::align::align_prompt;
-use crate::frontend::audio::{load_audio, to_rate, MAX_TOKENIZER_SECONDS};
+use crate::frontend::audio::{load_audio, to_rate};
 use crate::frontend::features::{kaldi_fbank_cmn, mel_24k, whisper_log_mel};
 use crate::frontend::prompt::{plan, PromptMode};
 use crate::frontend::text::{is_only_punctuation, normalize, IdentityNormalizer, Normalizer};
@@ -284,7 +285,7 @@ impl Synthesizer {
         Ok(Synthesizer {
             normalizer,
             sampling: constants.sampling_for(config),
-            stream_params: constants.stream_for(config),
+            stream_params: constants.stream_for(config)?,
             seed: config.sampling.seed,
             model: dir,
             constants,
@@ -376,9 +377,10 @@ impl Synthesizer {
     pub fn prompt_features(&mut self, wav: &Path) -> Result<PromptFeatures> {
         let prof = &self.profiler;
         let audio = prof.time("frontend.audio_load", || load_audio(wav))?;
+        // Length limits (every stage's minimum, the tokenizer's 30 s, the flow noise) up front.
+        self.check_prompt_audio(&audio, wav)?;
         let (wav16, wav24) = prof.time("frontend.resample", || -> Result<_> {
-            let max_seconds = MAX_TOKENIZER_SECONDS.min(self.constants.max_prompt_seconds);
-            Ok((to_rate(&audio, 16_000, Some(max_seconds), wav)?, to_rate(&audio, self.constants.sample_rate, None, wav)?))
+            Ok((to_rate(&audio, 16_000, None, wav)?, to_rate(&audio, self.constants.sample_rate, None, wav)?))
         })?;
         let whisper_mel = prof.time("frontend.whisper_mel", || whisper_log_mel(&wav16));
         let speech_token_raw = prof.time("frontend.speech_tokenizer", || {
@@ -387,6 +389,8 @@ impl Synthesizer {
         let fbank = prof.time("frontend.fbank", || kaldi_fbank_cmn(&wav16));
         let embedding = prof.time("frontend.campplus", || run_campplus(&mut self.sessions.campplus, fbank.view()))?;
         let feat_raw = prof.time("frontend.mel_24k", || mel_24k(&wav24));
+        limits::check_finite(wav, "speaker embedding", &embedding)?;
+        limits::check_finite(wav, "prompt mel", feat_raw.iter())?;
         let (speech_token, feat) = align_prompt(&speech_token_raw, &feat_raw);
         if speech_token.is_empty() {
             return Err(Error::Input(format!("prompt audio {}: too short to give any speech token", wav.display())));
@@ -397,9 +401,7 @@ impl Synthesizer {
     /// The sentences a request's text becomes, and the prompt text (both after the frontend).
     pub fn plan_text(&self, req: &Request) -> Result<(String, Vec<String>)> {
         let text = req.text.trim_end_matches(['\n', '\r']);
-        if text.trim().is_empty() {
-            return Err(Error::Input("the text is empty; give something to say".into()));
-        }
+        check_speakable(text)?;
         check_text_length(text, self.max_text_chars)?;
         let p = plan(&req.voice.mode(), text, req.text_frontend);
         let count = |s: &str| self.tokenizer.count(s);
@@ -410,7 +412,10 @@ impl Synthesizer {
         };
         let segments: Vec<String> = segments.into_iter().filter(|s| !s.trim().is_empty()).collect();
         if segments.is_empty() || is_only_punctuation(text.trim()) {
-            return Err(Error::Input(format!("the text {text:?} has nothing to say (only punctuation or blanks)")));
+            return Err(Error::Input(format!(
+                "the text {:?} has nothing speakable (only punctuation, symbols, emoji or blanks); give some words",
+                shorten(text.trim(), 40)
+            )));
         }
         // The official frontend normalises the prompt text too (split=False), unless it holds markup.
         let prompt_text = if req.text_frontend {
@@ -441,9 +446,7 @@ impl Synthesizer {
         observer: &dyn SynthesisObserver,
         mut on_chunk: impl FnMut(&[f32]) -> Result<()>,
     ) -> Result<Summary> {
-        if !(req.speed.is_finite() && req.speed > 0.0) {
-            return Err(Error::Input(format!("--speed must be a positive number, got {}", req.speed)));
-        }
+        check_speed(req.speed)?;
         if req.stream && req.speed != 1.0 {
             return Err(Error::Input("--speed works only without --stream (the official code refuses it too)".into()));
         }
@@ -456,6 +459,8 @@ impl Synthesizer {
         tokenizer_span.end();
         let prompt = self.prompt_for(&req.voice)?;
         frontend_span.end();
+        // Each sentence's longest speech must fit the flow noise beside the prompt.
+        self.check_noise_room(&prompt, &segments)?;
         // Each request starts at the configured hop; its sentences hand it on (see StreamPlanner).
         let mut state = RequestState {
             sampler: Sampler::new(self.sampling, req.seed.unwrap_or(self.seed)),
@@ -481,7 +486,7 @@ impl Synthesizer {
                 summary.chunks += 1;
                 on_chunk(c)
             };
-            let seg = Segment { index: i, prompt: &prompt, prompt_text_token: &prompt_text_token, text_token: &text_token, llm_prompt_speech: llm_speech };
+            let seg = Segment { index: i, count: segments.len(), text: segment, prompt: &prompt, prompt_text_token: &prompt_text_token, text_token: &text_token, llm_prompt_speech: llm_speech };
             let emitted = self.run_segment(&seg, req, &mut state, observer, trace.as_mut(), &mut on)?;
             summary.speech_tokens += emitted;
             if let (Some(root), Some(trace)) = (dump, trace) {
@@ -528,6 +533,7 @@ impl Synthesizer {
             stream_hop: &mut state.stream_hop,
             stream: req.stream,
             speed: req.speed,
+            sentence: sentence_label(seg.index, seg.count, seg.text),
             filter: SilentTokenFilter::new(&c.silent_tokens, c.max_silent_run),
             observer,
             profiler,
@@ -617,11 +623,69 @@ fn load_f0(side: &SideFile) -> Result<F0Predictor> {
 /// What one sentence's synthesis starts from.
 struct Segment<'a> {
     index: usize,
+    /// How many sentences the request has, and this one's text (for messages).
+    count: usize,
+    text: &'a str,
     prompt: &'a PromptFeatures,
     prompt_text_token: &'a [i64],
     text_token: &'a [i64],
     /// Prompt speech tokens for the LLM (empty in cross-lingual and instruct modes).
     llm_prompt_speech: &'a [i64],
+}
+
+/// The speeds `--speed` takes: the range of the official web UI's speed control (0.5 to 2.0).
+/// The official code itself does not bound it, but the change is a linear time-stretch of the
+/// mel: far outside this range it is no longer speech, and a tiny speed asks for a huge mel
+/// (`--speed 1e-6` would be gigabytes).
+pub const SPEED_RANGE: std::ops::RangeInclusive<f64> = 0.5..=2.0;
+
+/// Refuses a speed outside [`SPEED_RANGE`] (and NaN, infinities).
+pub fn check_speed(speed: f64) -> Result<()> {
+    if speed.is_finite() && SPEED_RANGE.contains(&speed) {
+        return Ok(());
+    }
+    Err(Error::Input(format!(
+        "--speed {speed}: use a number from {:.1} to {:.1} (1 = normal, 2 = twice as fast)",
+        SPEED_RANGE.start(),
+        SPEED_RANGE.end()
+    )))
+}
+
+/// `text` cut to at most `max` characters, with `…` when it was cut (for messages).
+pub fn shorten(text: &str, max: usize) -> String {
+    match text.char_indices().nth(max) {
+        Some((i, _)) => format!("{}…", &text[..i]),
+        None => text.to_string(),
+    }
+}
+
+/// Refuses a text with nothing to say: empty, only blanks and invisible characters (zero-width
+/// spaces and joiners, word joiner, byte-order mark, other format characters), or only
+/// punctuation, symbols and emoji.
+pub fn check_speakable(text: &str) -> Result<()> {
+    let visible = crate::frontend::text::strip_invisible(text);
+    if visible.is_empty() {
+        return Err(Error::Input(if text.trim().is_empty() {
+            "the text is empty; give something to say".into()
+        } else {
+            "the text is empty (only invisible characters such as zero-width spaces); give something to say".into()
+        }));
+    }
+    if is_only_punctuation(&visible) {
+        return Err(Error::Input(format!(
+            "the text {:?} has nothing speakable (only punctuation, symbols or emoji); give some words",
+            shorten(text.trim(), 40)
+        )));
+    }
+    Ok(())
+}
+
+/// `sentence N of M ("its text…")` for messages: 1-based, the text cut to 40 characters and
+/// without the system prompt that cross-lingual mode puts in front of it.
+fn sentence_label(index: usize, count: usize, text: &str) -> String {
+    let marker = crate::frontend::tokenizer::ENDOFPROMPT;
+    let said = text.rsplit(marker).next().filter(|t| !t.trim().is_empty()).unwrap_or(text);
+    format!("sentence {} of {count} ({:?})", index + 1, shorten(said.trim(), 40))
 }
 
 /// Refuses a text longer than `limit` characters (`limits.max_text_chars`).
@@ -657,6 +721,8 @@ struct TokenToWav<'a> {
     stream_hop: &'a mut usize,
     stream: bool,
     speed: f64,
+    /// `sentence N of M ("text…")`, for messages.
+    sentence: String,
     filter: SilentTokenFilter,
     observer: &'a dyn SynthesisObserver,
     profiler: &'a Profiler,
@@ -698,9 +764,10 @@ impl TokenToWav<'_> {
             return Err(Error::Cancelled);
         }
         if tokens.is_empty() {
-            return Err(Error::Input(
-                "the LLM produced no speech tokens for this sentence (it stopped at once); try other text".into(),
-            ));
+            return Err(Error::Input(format!(
+                "{}: the LLM produced no speech tokens (it stopped at once); try other text",
+                self.sentence
+            )));
         }
         if self.stream {
             while let Some(chunk) = planner.next_chunk(tokens.len()) {

@@ -16,8 +16,22 @@ pub fn fixture_prompt() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/prompt_24k.wav")
 }
 
+/// True under CI (`CI=true`, as CI runs `.ci/run`): there, missing test data is a failure.
+pub fn in_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "0" && v != "false")
+}
+
+/// A test cannot run here because `what` is missing. Under CI that fails the test (a green run
+/// must have checked everything); elsewhere the reason is printed and the caller skips.
+pub fn missing(what: &str) {
+    if in_ci() {
+        panic!("CI=true and {what}: CI must run every test (set it up, see scripts/test.sh)");
+    }
+    eprintln!("SKIP: {what}");
+}
+
 /// The shared reference folder: `$COSY_SHARED`, else `../shared` beside the checkout. `None`
-/// (with the reason printed) when it is absent.
+/// (with the reason printed) when it is absent; under CI its absence fails the test.
 pub fn shared_dir() -> Option<PathBuf> {
     let p = std::env::var_os("COSY_SHARED")
         .map(PathBuf::from)
@@ -25,7 +39,7 @@ pub fn shared_dir() -> Option<PathBuf> {
     if p.join("reference/tiny-official").is_dir() && p.join("reference/golden").is_dir() {
         Some(p)
     } else {
-        eprintln!("SKIP: no reference data at {} (set COSY_SHARED)", p.display());
+        missing(&format!("no reference data at {} (set COSY_SHARED)", p.display()));
         None
     }
 }
@@ -39,11 +53,15 @@ pub fn reference_dir() -> Option<PathBuf> {
 pub fn venv_dir() -> Option<PathBuf> {
     let v = std::env::var_os("COSY_VENV")
         .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/cosy/venv")))?;
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/cosy/venv")));
+    let Some(v) = v else {
+        missing("no exporter venv: neither COSY_VENV nor HOME is set");
+        return None;
+    };
     if v.join("bin/python").is_file() {
         Some(v)
     } else {
-        eprintln!("SKIP: no exporter venv at {} (scripts/setup.sh --python)", v.display());
+        missing(&format!("no exporter venv at {} (scripts/setup.sh --python)", v.display()));
         None
     }
 }
@@ -79,7 +97,7 @@ pub fn fixture_model_dir() -> Option<ModelSource> {
         return Some(ModelSource::Fixture(fixture));
     }
     let Some(shared) = shared_dir() else {
-        eprintln!("SKIP: no tests/fixtures/tiny and no shared reference folder (set COSY_SHARED)");
+        missing("no tests/fixtures/tiny and no shared reference folder (set COSY_SHARED)");
         return None;
     };
     let dir = tempfile::tempdir().expect("temp dir");

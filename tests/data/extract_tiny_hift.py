@@ -1,7 +1,7 @@
 """Extracts the small HiFT tensors the Rust synthesis tests need from the tiny reference model.
 
-Source: /work/shared/reference/tiny-official/hift.pt (the tiny CosyVoice3 model whose golden
-intermediates live in /work/shared/reference/golden). Writes, into tests/data/tiny_hift/:
+Source: ../shared/reference/tiny-official/hift.pt (the tiny CosyVoice3 model whose golden
+intermediates live in ../shared/reference/golden). Writes, into tests/data/tiny_hift/:
 
 * l_linear.weight.npy [1, 9] f32, l_linear.bias.npy [1] f32 (m_source.l_linear, as stored);
 * f0.condnet.{0,2,4,6,8}.weight.npy f64 with weight norm folded the way torch does it in float64
@@ -9,14 +9,16 @@ intermediates live in /work/shared/reference/golden). Writes, into tests/data/ti
 * f0.classifier.weight.npy [1, C] f64, f0.classifier.bias.npy [1] f64.
 
 These mirror the side.safetensors keys `hift.source.*` and `hift.f0.*` of docs/model-format.md.
-Run: /root/.cache/cosy/venv/bin/python tests/data/extract_tiny_hift.py
+Run: $COSY_VENV/bin/python tests/data/extract_tiny_hift.py (COSY_SHARED defaults to ../shared)
 """
+import os
 from pathlib import Path
 
 import numpy as np
 import torch
 
-SRC = Path("/work/shared/reference/tiny-official/hift.pt")
+REPO = Path(__file__).resolve().parents[2]
+SRC = Path(os.environ.get("COSY_SHARED", REPO.parent / "shared")) / "reference/tiny-official/hift.pt"
 OUT = Path(__file__).resolve().parent / "tiny_hift"
 
 

@@ -1,0 +1,107 @@
+//! What a request must fit before any model runs: the prompt's length (every stage's minimum,
+//! the speech tokenizer's 30 s, and the model's fixed-length flow noise) and each sentence's
+//! worst-case length, and finite prompt features.
+//!
+//! **Flow noise.** The CFM solve starts from a fixed noise tensor (`flow.noise` in
+//! `side.safetensors`, `[80, noise_frames]`: 15000 frames = 300 s in an official export, 1500 in
+//! the bundled tiny model) that must cover the prompt mel *and* the generated mel of a sentence
+//! (the official code slices `rand_noise[:, :, :len]` and fails past its end). A sentence of `n`
+//! text tokens may become up to `max_len = int(n · max_token_text_ratio)` speech tokens, i.e.
+//! `token_mel_ratio · max_len` mel frames. So:
+//! * up front, from the prompt audio's length alone: prompt frames + the frames of a one-token
+//!   sentence must fit ([`Synthesizer::max_prompt_seconds`]);
+//! * once the text is tokenised, before the LLM runs: prompt frames + the frames of each
+//!   sentence's `max_len` must fit.
+
+use std::path::Path;
+
+use super::{PromptFeatures, Synthesizer};
+use crate::error::{Error, Result};
+use crate::frontend::audio::{check_length, samples_at, Audio, MAX_TOKENIZER_SECONDS};
+
+impl Synthesizer {
+    /// Mel frames per second of the flow (sample rate / samples per frame; 50 for CosyVoice3).
+    fn mel_frame_rate(&self) -> f64 {
+        f64::from(self.constants.sample_rate) / self.constants.source.samples_per_frame.max(1) as f64
+    }
+
+    /// Flow frames the longest output of a one-token sentence may take.
+    fn min_sentence_frames(&self) -> usize {
+        self.stream_params.token_mel_ratio * self.constants.llm.length_bounds(1).1
+    }
+
+    /// The longest prompt this model takes, in seconds: the speech tokenizer's limit, the
+    /// manifest's `max_prompt_seconds`, and what the flow noise leaves for a one-token sentence.
+    pub fn max_prompt_seconds(&self) -> f64 {
+        let room = self.noise.ncols().saturating_sub(self.min_sentence_frames());
+        // Round down to 0.1 s so that a prompt of exactly the stated length fits.
+        let noise_secs = (room as f64 / self.mel_frame_rate() * 10.0).floor() / 10.0;
+        MAX_TOKENIZER_SECONDS.min(self.constants.max_prompt_seconds).min(noise_secs)
+    }
+
+    /// Refuses, from its length alone, a prompt some stage cannot take: shorter than every stage's
+    /// minimum, longer than the speech tokenizer's limit, or too long for the flow noise.
+    pub(super) fn check_prompt_audio(&self, audio: &Audio, wav: &Path) -> Result<()> {
+        check_length(audio, wav, MAX_TOKENIZER_SECONDS.min(self.constants.max_prompt_seconds))?;
+        let hop = self.constants.source.samples_per_frame.max(1) as u64;
+        let mel_frames = samples_at(audio, self.constants.sample_rate) / hop;
+        // Aligned prompt frames: an even count (1 token : 2 frames), at most the mel's.
+        let prompt_frames = (mel_frames - mel_frames % 2) as usize;
+        let noise = self.noise.ncols();
+        if prompt_frames + self.min_sentence_frames() > noise {
+            return Err(Error::Input(format!(
+                "prompt audio {}: is {:.1} s long; this model takes at most {:.1} s of prompt (its flow noise covers \
+                 {:.1} s of prompt and speech together); cut the prompt shorter",
+                wav.display(),
+                audio.seconds(),
+                self.max_prompt_seconds(),
+                noise as f64 / self.mel_frame_rate(),
+            )));
+        }
+        Ok(())
+    }
+
+    /// Refuses, before the LLM runs, a sentence whose longest possible speech would not fit the
+    /// flow noise beside the prompt.
+    pub(super) fn check_noise_room(&self, prompt: &PromptFeatures, segments: &[String]) -> Result<()> {
+        let ratio = self.stream_params.token_mel_ratio;
+        let prompt_frames = ratio * prompt.speech_token.len();
+        let noise = self.noise.ncols();
+        let rate = self.mel_frame_rate();
+        for (i, segment) in segments.iter().enumerate() {
+            let n = self.encode(segment)?.len();
+            let (_, max_len) = self.constants.llm.length_bounds(n);
+            if prompt_frames + ratio * max_len <= noise {
+                continue;
+            }
+            // The most text tokens a sentence can have beside this prompt.
+            let room = noise.saturating_sub(prompt_frames) / ratio.max(1);
+            let most = (0..=n).rev().find(|&k| self.constants.llm.length_bounds(k).1 <= room).unwrap_or(0);
+            let shown: String = segment.trim().chars().take(40).collect();
+            let more = if segment.trim().chars().count() > 40 { "…" } else { "" };
+            return Err(Error::Input(format!(
+                "sentence {} of {} ({shown:?}{more}) has {n} text tokens and may become up to {:.1} s of speech, \
+                 but beside the {:.1} s prompt the model's flow noise ({:.1} s) leaves room for {:.1} s (at most \
+                 {most} text tokens a sentence); split it into shorter sentences, or use a shorter prompt",
+                i + 1,
+                segments.len(),
+                (ratio * max_len) as f64 / rate,
+                prompt_frames as f64 / rate,
+                noise as f64 / rate,
+                noise.saturating_sub(prompt_frames) as f64 / rate,
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// Refuses a prompt feature that is not all finite (it would make a silent or NaN output).
+pub(super) fn check_finite<'a>(wav: &Path, what: &str, values: impl IntoIterator<Item = &'a f32>) -> Result<()> {
+    if values.into_iter().any(|v| !v.is_finite()) {
+        return Err(Error::Input(format!(
+            "prompt audio {}: its {what} has NaN or infinite values; re-export the recording (16-bit wav) and try again",
+            wav.display()
+        )));
+    }
+    Ok(())
+}

@@ -1,0 +1,377 @@
+//! Outputs, texts and messages end to end (issue 9, item 9), through the real binary on the
+//! bundled tiny model:
+//! * `-o` into what is not a regular file: `/dev/null` stays a device, a symbolic link stays a link
+//!   (its target gets the audio), a FIFO's reader gets the bytes (and a FIFO nobody reads is an
+//!   error, not a hang);
+//! * everything that can be wrong with an output path, a `--name-template`, `--speed` or the text
+//!   is refused before any synthesis: those runs point `--model` at a folder that does not exist,
+//!   so a check that came after loading the model would fail with a model error instead;
+//! * messages name the user's path (or template, or `--input` line) and say what to do.
+
+use std::fs;
+use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::mpsc;
+use std::time::Duration;
+
+mod common;
+use common::{fixture_model, fixture_prompt};
+
+const TRANSCRIPT: &str = "Good evening, this recording captures my natural voice.";
+const TEXT: &str = "The old lighthouse blinked twice before the fog rolled in.";
+/// Generous: a broken build must not hang the suite, and nothing here measures speed.
+const HANG_GUARD: Duration = Duration::from_secs(180);
+
+/// `cosy --model MODEL --provider cpu ARGS` with cwd and HOME = `dir` (null sound output) and no
+/// COSY_* variables.
+fn cosy_with(dir: &Path, model: &Path, args: &[&str]) -> Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_cosy"));
+    for (k, _) in std::env::vars() {
+        if k.starts_with("COSY_") {
+            cmd.env_remove(k);
+        }
+    }
+    fs::write(dir.join(".asoundrc"), "pcm.!default { type null }\n").unwrap();
+    cmd.env("HOME", dir).current_dir(dir).arg("--model").arg(model).args(["--provider", "cpu"]).args(args);
+    cmd.output().expect("run cosy")
+}
+
+/// With the bundled tiny model.
+fn cosy(dir: &Path, args: &[&str]) -> Output {
+    cosy_with(dir, &fixture_model(), args)
+}
+
+/// With a model folder that does not exist: only checks made before loading the model can pass.
+fn cosy_unloaded(dir: &Path, args: &[&str]) -> Output {
+    cosy_with(dir, &dir.join("no-model-here"), args)
+}
+
+fn ok(o: &Output, what: &str) {
+    assert!(o.status.success(), "{what}: exit {:?}: {}", o.status.code(), String::from_utf8_lossy(&o.stderr));
+}
+
+/// Exit 2 and exactly one `cosy: …` line on stderr containing every needle; nothing on stdout.
+fn refused(o: &Output, what: &str, needles: &[&str]) {
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{what}: exit {:?}, stderr {err}", o.status.code());
+    let lines: Vec<&str> = err.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert_eq!(lines.len(), 1, "{what}: expected one line, got {err}");
+    assert!(lines[0].starts_with("cosy: "), "{what}: {err}");
+    for n in needles {
+        assert!(lines[0].contains(n), "{what}: {:?} lacks {n:?}", lines[0]);
+    }
+    assert!(!lines[0].contains("model folder"), "{what}: checked only after loading the model: {}", lines[0]);
+    assert!(o.stdout.is_empty(), "{what}: stdout {:?}", String::from_utf8_lossy(&o.stdout));
+}
+
+fn file_args<'a>(prompt: &'a str, out: &'a str, extra: &[&'a str], text: &'a str) -> Vec<&'a str> {
+    let mut v = vec!["file", "--prompt-wav", prompt, "--prompt-text", TRANSCRIPT, "-o", out];
+    v.extend_from_slice(extra);
+    v.extend(["--", text]);
+    v
+}
+
+fn entries(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    v.sort();
+    v
+}
+
+fn wav_samples(path: &Path) -> usize {
+    hound::WavReader::open(path).unwrap_or_else(|e| panic!("{}: not a wav: {e}", path.display())).len() as usize
+}
+
+fn mkfifo(path: &Path) {
+    let st = Command::new("mkfifo").arg(path).status().expect("mkfifo");
+    assert!(st.success());
+}
+
+/// Puts /dev/null back if a regression replaced it (the tests may run as root), and fails.
+struct DevNullGuard;
+
+impl Drop for DevNullGuard {
+    fn drop(&mut self) {
+        let is_device = fs::metadata("/dev/null").is_ok_and(|m| m.file_type().is_char_device());
+        if !is_device {
+            let _ = fs::remove_file("/dev/null");
+            let _ = Command::new("mknod").args(["-m", "666", "/dev/null", "c", "1", "3"]).status();
+            if !std::thread::panicking() {
+                panic!("/dev/null was replaced by a regular file (restored)");
+            }
+        }
+    }
+}
+
+#[test]
+fn output_to_dev_null_keeps_the_device() {
+    let null = Path::new("/dev/null");
+    if !fs::metadata(null).is_ok_and(|m| m.file_type().is_char_device()) {
+        eprintln!("SKIP: /dev/null is not a character device here");
+        return;
+    }
+    let _guard = DevNullGuard;
+    // The library writers, every format, and the one-shot byte writer.
+    for format in [cosy::audio::OutputFormat::Wav16, cosy::audio::OutputFormat::WavF32, cosy::audio::OutputFormat::Pcm16] {
+        cosy::audio::write_audio_atomic(null, &[0.25; 4800], 24_000, format).unwrap();
+        assert!(fs::metadata(null).unwrap().file_type().is_char_device(), "{format}");
+    }
+    cosy::output::write_bytes(null, b"{}").unwrap();
+    assert!(fs::metadata(null).unwrap().file_type().is_char_device());
+    assert!(fs::read_dir("/dev").unwrap().all(|e| !e.unwrap().file_name().to_string_lossy().contains(".partial-")));
+
+    let d = tempfile::tempdir().unwrap();
+    let p = fixture_prompt();
+    ok(&cosy(d.path(), &file_args(p.to_str().unwrap(), "/dev/null", &[], TEXT)), "-o /dev/null");
+    let m = fs::symlink_metadata(null).unwrap();
+    assert!(m.file_type().is_char_device(), "/dev/null is no longer a character device: {m:?}");
+    assert!(fs::read_dir("/dev").unwrap().all(|e| !e.unwrap().file_name().to_string_lossy().contains(".partial-")));
+}
+
+#[test]
+fn output_through_a_symlink_writes_its_target_and_keeps_the_link() {
+    let d = tempfile::tempdir().unwrap();
+    let dir = d.path();
+    fs::create_dir(dir.join("takes")).unwrap();
+    let target = dir.join("takes/final.wav");
+    fs::write(&target, b"older take").unwrap();
+    fs::set_permissions(&target, fs::Permissions::from_mode(0o640)).unwrap();
+    std::os::unix::fs::symlink("takes/final.wav", dir.join("link.wav")).unwrap();
+    let p = fixture_prompt();
+    // The ends of the speed range are accepted.
+    ok(&cosy(dir, &file_args(p.to_str().unwrap(), "link.wav", &["--speed", "2.0"], TEXT)), "-o link.wav");
+    let link = fs::symlink_metadata(dir.join("link.wav")).unwrap();
+    assert!(link.file_type().is_symlink(), "the link was replaced: {link:?}");
+    assert_eq!(fs::read_link(dir.join("link.wav")).unwrap(), PathBuf::from("takes/final.wav"));
+    assert!(wav_samples(&target) > 0);
+    assert_eq!(fs::metadata(&target).unwrap().permissions().mode() & 0o777, 0o640, "the target keeps its mode");
+    assert_eq!(entries(&dir.join("takes")), vec!["final.wav"], "no temporary file left beside the target");
+
+    // A link to a file not made yet (also a chain of two links): the file is made where it points.
+    std::os::unix::fs::symlink("takes/new.wav", dir.join("hop2.wav")).unwrap();
+    std::os::unix::fs::symlink("hop2.wav", dir.join("hop1.wav")).unwrap();
+    cosy::audio::write_audio_atomic(&dir.join("hop1.wav"), &[0.5; 100], 24_000, cosy::audio::OutputFormat::Wav16).unwrap();
+    assert_eq!(wav_samples(&dir.join("takes/new.wav")), 100);
+    assert!(fs::symlink_metadata(dir.join("hop1.wav")).unwrap().file_type().is_symlink());
+    assert!(fs::symlink_metadata(dir.join("hop2.wav")).unwrap().file_type().is_symlink());
+
+    // A loop of links is refused, naming the user's path.
+    std::os::unix::fs::symlink("loop-b", dir.join("loop-a")).unwrap();
+    std::os::unix::fs::symlink("loop-a", dir.join("loop-b")).unwrap();
+    let o = cosy_unloaded(dir, &file_args(p.to_str().unwrap(), "loop-a", &[], TEXT));
+    refused(&o, "-o a link loop", &["-o loop-a", "loop of symbolic links"]);
+}
+
+#[test]
+fn output_into_a_fifo_reaches_its_reader() {
+    let d = tempfile::tempdir().unwrap();
+    let dir = d.path();
+    let fifo = dir.join("pipe.wav");
+    mkfifo(&fifo);
+    let (tx, rx) = mpsc::channel();
+    let reader_path = fifo.clone();
+    std::thread::spawn(move || {
+        let bytes = fs::read(&reader_path);
+        let _ = tx.send(bytes);
+    });
+    let p = fixture_prompt();
+    ok(&cosy(dir, &file_args(p.to_str().unwrap(), "pipe.wav", &[], TEXT)), "-o FIFO");
+    let bytes = rx.recv_timeout(HANG_GUARD).expect("hang guard: the reader got nothing").expect("read the fifo");
+    assert!(bytes.len() > 44 && bytes.starts_with(b"RIFF"), "{} bytes", bytes.len());
+    let wav = hound::WavReader::new(std::io::Cursor::new(&bytes)).expect("a complete wav");
+    assert!(wav.len() > 0);
+    assert!(fs::symlink_metadata(&fifo).unwrap().file_type().is_fifo(), "the FIFO was replaced");
+    assert_eq!(entries(dir), vec![".asoundrc", "pipe.wav"]);
+}
+
+#[test]
+fn a_fifo_nobody_reads_is_an_error_not_a_hang() {
+    let d = tempfile::tempdir().unwrap();
+    let fifo = d.path().join("nobody.wav");
+    mkfifo(&fifo);
+    let (tx, rx) = mpsc::channel();
+    let path = fifo.clone();
+    std::thread::spawn(move || {
+        let _ = tx.send(cosy::audio::write_audio_atomic(&path, &[0.0; 480], 24_000, cosy::audio::OutputFormat::Wav16));
+    });
+    let err = rx.recv_timeout(HANG_GUARD).expect("hang guard: writing a FIFO nobody reads blocked").unwrap_err().to_string();
+    assert!(err.contains(&fifo.display().to_string()) && err.contains("no program is reading"), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(fs::symlink_metadata(&fifo).unwrap().file_type().is_fifo());
+}
+
+#[test]
+fn bad_output_paths_are_refused_before_synthesis_naming_the_path() {
+    let d = tempfile::tempdir().unwrap();
+    let dir = d.path();
+    fs::write(dir.join("somefile.txt"), b"x").unwrap();
+    let p = fixture_prompt();
+    let p = p.to_str().unwrap();
+    let long = format!("{}.wav", "n".repeat(300));
+    let cases: Vec<(&str, &str, Vec<&str>)> = vec![
+        ("trailing slash", "out.wav/", vec!["-o out.wav/", "ends with '/'", "give a file name"]),
+        ("parent is a file", "somefile.txt/out.wav", vec!["-o somefile.txt/out.wav", "somefile.txt is a file, not a folder"]),
+        ("deeper parent is a file", "somefile.txt/a/b.wav", vec!["somefile.txt is a file, not a folder"]),
+        ("missing folder", "absent/out.wav", vec!["-o absent/out.wav", "absent does not exist", "create it"]),
+        ("a folder", ".", vec!["names a folder"]),
+        ("an existing folder", "/tmp", vec!["-o /tmp", "is a folder"]),
+        ("name over 255 bytes", &long, vec!["305 bytes", "255-byte limit"]),
+    ];
+    for (what, out, needles) in cases {
+        let o = cosy_unloaded(dir, &file_args(p, out, &[], TEXT));
+        refused(&o, what, &needles);
+    }
+    // --dump naming a file; --config naming a folder.
+    let o = cosy_unloaded(dir, &file_args(p, "o.wav", &["--dump", "somefile.txt"], TEXT));
+    refused(&o, "--dump FILE", &["--dump somefile.txt", "is a file, not a folder"]);
+    let o = cosy_unloaded(dir, &["--config", dir.to_str().unwrap(), "doctor", "--quick"]);
+    refused(&o, "--config DIR", &["is a folder", "config file"]);
+    assert_eq!(entries(dir), vec![".asoundrc", "somefile.txt"], "nothing was written");
+}
+
+#[test]
+fn name_templates_are_bounded_and_checked_before_synthesis() {
+    let d = tempfile::tempdir().unwrap();
+    let dir = d.path();
+    fs::write(dir.join("lines.txt"), "First line here.\n\nSecond line here.\n").unwrap();
+    fs::create_dir(dir.join("out")).unwrap();
+    let p = fixture_prompt();
+    let p = p.to_str().unwrap();
+    let long = format!("{}{{index}}.wav", "t".repeat(260));
+    let cases: Vec<(&str, &str, Vec<&str>)> = vec![
+        ("huge width", "{index:0999999999}.wav", vec!["{index:0999999999}.wav", "too wide", "at most 9"]),
+        ("width 10", "{index:10}.wav", vec!["too wide"]),
+        ("width beyond u64", "{index:99999999999999999999999}.wav", vec!["too wide"]),
+        ("malformed placeholder", "{index:x}-{index}.wav", vec!["{index:0N}"]),
+        ("a path", "sub/{index}.wav", vec!["not a path"]),
+        ("over 255 bytes", &long, vec!["--name-template", "ttttt{index}.wav", "255-byte limit"]),
+    ];
+    for (what, template, needles) in cases {
+        let o = cosy_unloaded(
+            dir,
+            &["file", "--prompt-wav", p, "--input", "lines.txt", "-o", "out", "--name-template", template],
+        );
+        refused(&o, what, &needles);
+    }
+    assert!(entries(&dir.join("out")).is_empty());
+    assert_eq!(cosy::cli::render_name("take-{index:09}.wav", 7).unwrap(), "take-000000007.wav");
+    assert_eq!(cosy::cli::render_name("{index}.wav", 12).unwrap(), "12.wav");
+}
+
+#[test]
+fn speed_outside_half_to_double_is_refused_with_the_range() {
+    let d = tempfile::tempdir().unwrap();
+    let dir = d.path();
+    let p = fixture_prompt();
+    let p = p.to_str().unwrap();
+    for speed in ["1e-6", "0.001", "0.49", "2.01", "100", "NaN", "inf", "-1", "0"] {
+        let flag = format!("--speed={speed}");
+        let o = cosy_unloaded(dir, &file_args(p, "o.wav", &[&flag], TEXT));
+        refused(&o, &format!("file {flag}"), &["--speed", "0.5 to 2.0"]);
+        let o = cosy_unloaded(dir, &["say", "--prompt-wav", p, &flag, TEXT]);
+        refused(&o, &format!("say {flag}"), &["--speed", "0.5 to 2.0"]);
+    }
+    for cmd in ["file", "say"] {
+        let o = cosy_unloaded(dir, &[cmd, "--help"]);
+        ok(&o, "--help");
+        let help = String::from_utf8_lossy(&o.stdout).replace('\n', " ");
+        assert!(help.contains("0.5 to 2.0"), "{cmd} --help does not give the speed range: {help}");
+    }
+    assert!(cosy::pipeline::check_speed(0.5).is_ok() && cosy::pipeline::check_speed(2.0).is_ok());
+}
+
+#[test]
+fn invisible_and_emoji_only_texts_are_refused_accurately() {
+    let d = tempfile::tempdir().unwrap();
+    let dir = d.path();
+    let p = fixture_prompt();
+    let p = p.to_str().unwrap();
+    let invisible = [
+        "\u{200B}",
+        "\u{200C}\u{200D}",
+        "\u{2060}",
+        "\u{FEFF}",
+        " \u{200B} \u{200B}\n\u{FEFF} ",
+        "\u{200B}\u{200C}\u{200D}\u{2060}\u{FEFF}\u{180E}\u{FE0F}",
+    ];
+    for text in invisible {
+        let o = cosy_unloaded(dir, &file_args(p, "o.wav", &[], text));
+        refused(&o, &format!("file {text:?}"), &["empty", "invisible"]);
+        let o = cosy_unloaded(dir, &["say", "--prompt-wav", p, "--", text]);
+        refused(&o, &format!("say {text:?}"), &["empty"]);
+    }
+    for text in ["😀🎉", "👍🏽", "❤️", "👨‍👩‍👧", "\u{200B}.\u{200B}", "🙂 !"] {
+        let o = cosy_unloaded(dir, &file_args(p, "o.wav", &[], text));
+        refused(&o, &format!("file {text:?}"), &["nothing speakable", "emoji"]);
+    }
+    // Words with invisible characters in them are speech.
+    assert!(cosy::pipeline::check_speakable("a\u{200B}b").is_ok());
+    assert!(cosy::pipeline::check_speakable("1️⃣").is_ok());
+    assert!(!dir.join("o.wav").exists());
+}
+
+#[test]
+fn profile_checks_its_outputs_first_and_refuses_one_file_for_both() {
+    let d = tempfile::tempdir().unwrap();
+    let dir = d.path();
+    fs::create_dir(dir.join("sub")).unwrap();
+    fs::write(dir.join("p.json"), b"keep").unwrap();
+    std::os::unix::fs::symlink("p.json", dir.join("alias.json")).unwrap();
+    let p = fixture_prompt();
+    let p = p.to_str().unwrap();
+    let profile = |extra: &[&str]| {
+        let mut args = vec!["profile", "--prompt-wav", p, "--runs", "1", "--warmup", "0"];
+        args.extend_from_slice(extra);
+        cosy_unloaded(dir, &args)
+    };
+    for (json, trace) in [("p.json", "p.json"), ("p.json", "./p.json"), ("p.json", "sub/../p.json"), ("alias.json", "p.json")] {
+        let o = profile(&["--json", json, "--trace", trace]);
+        refused(&o, &format!("--json {json} --trace {trace}"), &["same file", json, trace]);
+    }
+    let o = profile(&["--json", "missing/p.json"]);
+    refused(&o, "--json into a missing folder", &["--json missing/p.json", "does not exist"]);
+    let o = profile(&["--trace", "missing/t.json"]);
+    refused(&o, "--trace into a missing folder", &["--trace missing/t.json", "does not exist"]);
+    let o = profile(&["--trace", "t.json/"]);
+    refused(&o, "--trace with a trailing slash", &["--trace t.json/", "ends with '/'"]);
+    let o = profile(&["\u{200B}"]);
+    refused(&o, "profile: invisible text", &["empty"]);
+    assert_eq!(fs::read(dir.join("p.json")).unwrap(), b"keep");
+}
+
+#[test]
+fn an_input_line_over_the_limit_is_named_by_its_line_number() {
+    let d = tempfile::tempdir().unwrap();
+    let dir = d.path();
+    fs::write(dir.join("lines.txt"), "Short one.\n\nThis third line is much longer than the limit.\n").unwrap();
+    let p = fixture_prompt();
+    let o = cosy_unloaded(
+        dir,
+        &["--set", "limits.max_text_chars=20", "file", "--prompt-wav", p.to_str().unwrap(), "--input", "lines.txt"],
+    );
+    refused(&o, "long --input line", &["--input lines.txt line 3:", "limits.max_text_chars"]);
+    fs::write(dir.join("lines.txt"), "Fine.\n🎉🎉\n").unwrap();
+    let o = cosy_unloaded(dir, &["file", "--prompt-wav", p.to_str().unwrap(), "--input", "lines.txt"]);
+    refused(&o, "emoji --input line", &["--input lines.txt line 2:", "nothing speakable"]);
+}
+
+/// With sampling over the whole vocabulary, seed 0 makes the tiny random LLM stop at its first
+/// step for "Hi.": the message says which sentence (number and text), not "this sentence".
+#[test]
+fn a_sentence_without_speech_tokens_is_named() {
+    let d = tempfile::tempdir().unwrap();
+    let dir = d.path();
+    let p = fixture_prompt();
+    let o = cosy(
+        dir,
+        &[
+            "--set", "sampling.top_k=6761", "--set", "sampling.top_p=1.0", "file", "--prompt-wav", p.to_str().unwrap(),
+            "--seed", "0", "--no-text-frontend", "-o", "o.wav", "--", "Hi.",
+        ],
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("sentence 1 of 1 (\"Hi.\")") && err.contains("no speech tokens"), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(!dir.join("o.wav").exists());
+}

@@ -1,0 +1,651 @@
+//! Fuzz harnesses for every input cosy reads from a user or a file: the text frontend, the wetext
+//! normaliser, the tokenizer, prompt audio decoding, configuration (TOML, `COSY_*`, `--set`),
+//! voice files and the model manifest.
+//!
+//! Each harness generates bounded inputs from a seeded RNG (mutations of valid inputs that know
+//! the format, plus random ones) and requires, for every case: no panic (the library returns a
+//! `Result`), an error message of one line, a time limit, and a bound on the bytes allocated
+//! (a counting global allocator; an allocation past a hard cap aborts and names the case).
+//! See docs/fuzzing.md for the settings (`COSY_FUZZ_CASES`, `COSY_FUZZ_SEED`, …) and the long runs.
+
+#[path = "fuzz/gen.rs"]
+mod gen;
+#[path = "fuzz/support.rs"]
+mod support;
+
+use std::io::Cursor;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+use cosy::config::{Config, LoadOptions, ENV_VARS, KEYS};
+use cosy::frontend::audio::{load_audio, to_rate, MAX_TOKENIZER_SECONDS};
+use cosy::frontend::numbers::digits_to_words;
+use cosy::frontend::prompt::{known_instruction, plan, PromptMode};
+use cosy::frontend::text::{
+    bypasses_frontend, contains_chinese, is_only_punctuation, normalize, replace_blank, spell_out_numbers,
+    split_paragraph, zh_post_rules, IdentityNormalizer, Lang, SplitOptions,
+};
+use cosy::frontend::tn::{TnLang, WetextNormalizer, WetextPair};
+use cosy::frontend::tokenizer::TextTokenizer;
+use cosy::model::{ModelDir, STAGES};
+use cosy::pipeline::constants::ModelConstants;
+use cosy::voice::{model_key, SavedVoice};
+use serde_json::Value;
+use support::{mutate_bytes, run, Outcome, Rng, Spec};
+
+#[global_allocator]
+static ALLOC: support::CountingAlloc = support::CountingAlloc;
+
+const MIB: usize = 1 << 20;
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn tokenizer() -> &'static TextTokenizer {
+    static TOK: OnceLock<TextTokenizer> = OnceLock::new();
+    TOK.get_or_init(|| {
+        TextTokenizer::from_file(&root().join("tests/fixtures/tiny/tokenizer.json")).expect("fixture tokenizer loads")
+    })
+}
+
+fn refused(e: impl std::fmt::Display) -> Outcome {
+    Outcome::Refused(e.to_string())
+}
+
+// ---------------------------------------------------------------------------------------------
+// Text frontend: prompt modes, the official rules, sentence splitting (tokenizer lengths).
+
+#[test]
+fn fuzz_text_frontend() {
+    let tok = tokenizer();
+    run(Spec { name: "fuzz_text_frontend", default_cases: 3_000, mem_bound: 16 * MIB }, |rng, _| {
+        let text = gen::text(rng, 400);
+        let mode = match rng.below(5) {
+            0 => PromptMode::ZeroShot { transcript: gen::text(rng, 80) },
+            1 => PromptMode::CrossLingual,
+            2 => PromptMode::Instruct {
+                instruction: if rng.chance(1, 2) { gen::text(rng, 40) } else { "请用广东话表达。".into() },
+            },
+            _ => PromptMode::Raw { prompt_text: gen::text(rng, 80), llm_prompt_speech: rng.chance(1, 2) },
+        };
+        let _ = known_instruction(&text);
+        let _ = cosy::pipeline::check_text_length(&text, rng.range(1, 500));
+        // What Pipeline::plan_text does: plan, then the frontend with tokenizer lengths.
+        let p = plan(&mode, &text, rng.chance(9, 10));
+        let use_tokens = rng.chance(1, 4);
+        let count = |s: &str| if use_tokens { tok.count(s) } else { s.chars().count() };
+        let out = normalize(&p.tts_text, p.text_frontend, &IdentityNormalizer, &count);
+        if p.text_frontend && !text.trim().is_empty() && !bypasses_frontend(&p.tts_text) {
+            for s in &out.segments {
+                if s.is_empty() {
+                    return Err(format!("empty segment from {:?}", p.tts_text));
+                }
+            }
+        }
+        let _ = normalize(&p.prompt_text, true, &IdentityNormalizer, &count).text;
+        // The pieces on their own, with any splitting options.
+        let opts = SplitOptions {
+            token_max_n: rng.len(200),
+            token_min_n: rng.len(200),
+            merge_len: rng.len(100),
+            comma_split: rng.chance(1, 2),
+        };
+        let lang = if contains_chinese(&text) { Lang::Zh } else { Lang::En };
+        let segs = split_paragraph(&text, if rng.chance(1, 5) { Lang::Zh } else { lang }, &count, opts);
+        let _ = segs.iter().filter(|s| is_only_punctuation(s)).count();
+        let _ = zh_post_rules(&text);
+        let _ = replace_blank(&text);
+        let _ = spell_out_numbers(&text);
+        let digits: String = (0..rng.len(120)).map(|_| char::from(b'0' + rng.below(10) as u8)).collect();
+        let _ = digits_to_words(&digits);
+        Ok(Outcome::Accepted)
+    });
+}
+
+// ---------------------------------------------------------------------------------------------
+// wetext normalisation (tagger FST, token reorder, verbalizer FST), zh and en.
+
+/// The wetext package folder (with `fsts/`): `COSY_WETEXT_DIR`, else the exporter venv's package.
+fn wetext_package() -> Option<PathBuf> {
+    if let Ok(dir) = std::env::var("COSY_WETEXT_DIR") {
+        return Some(PathBuf::from(dir));
+    }
+    let python = std::env::var_os("COSY_VENV")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/cosy/venv")))?
+        .join("bin/python");
+    let out = std::process::Command::new(python)
+        .args(["-c", "import wetext, os; print(os.path.dirname(wetext.__file__))"])
+        .output()
+        .ok()?;
+    out.status.success().then(|| PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()))
+}
+
+#[test]
+fn fuzz_tn_wetext() {
+    let Some(package) = wetext_package() else {
+        println!("skipping: wetext grammars not available (set COSY_WETEXT_DIR to the wetext package folder)");
+        return;
+    };
+    let load = |lang: TnLang| {
+        let dir = package.join("fsts").join(lang.as_str()).join("tn");
+        WetextNormalizer::from_files(lang, &dir.join("tagger.fst"), &dir.join("verbalizer.fst"))
+    };
+    let pair = match (load(TnLang::Zh), load(TnLang::En)) {
+        (Ok(zh), Ok(en)) => WetextPair { zh, en },
+        (Err(e), _) | (_, Err(e)) => {
+            println!("skipping: wetext grammars do not load: {e}");
+            return;
+        }
+    };
+    let count = |s: &str| s.chars().count();
+    run(Spec { name: "fuzz_tn_wetext", default_cases: 600, mem_bound: 64 * MIB }, |rng, _| {
+        let text = gen::tn_text(rng, 16);
+        let lang = match rng.below(4) {
+            0 => TnLang::Zh,
+            1 => TnLang::En,
+            _ => TnLang::for_text(&text),
+        };
+        let tn = if lang == TnLang::Zh { &pair.zh } else { &pair.en };
+        let outcome = match tn.normalize(&text) {
+            Ok(out) => {
+                if !text.chars().any(|c| c.is_numeric()) && out != text {
+                    return Err(format!("text without digits changed: {text:?} -> {out:?}"));
+                }
+                if out.len() > 64 * text.len() + 1024 {
+                    return Err(format!("output of {} bytes for {} input bytes", out.len(), text.len()));
+                }
+                Outcome::Accepted
+            }
+            Err(e) => refused(e),
+        };
+        // The whole text frontend with the normaliser plugged in (falls back to the raw text).
+        if rng.chance(1, 8) {
+            let _ = normalize(&text, true, &pair, &count);
+        }
+        Ok(outcome)
+    });
+}
+
+// ---------------------------------------------------------------------------------------------
+// Tokenizer: encode any text (specials, broken markup, odd Unicode), decode any ids.
+
+#[test]
+fn fuzz_tokenizer() {
+    let tok = tokenizer();
+    run(Spec { name: "fuzz_tokenizer", default_cases: 3_000, mem_bound: 16 * MIB }, |rng, _| {
+        let text = gen::text(rng, 300);
+        let ids = match tok.encode(&text) {
+            Ok(ids) => ids,
+            Err(e) => return Ok(refused(e)),
+        };
+        if ids.len() > 4 * text.len() + 4 {
+            return Err(format!("{} ids for {} bytes", ids.len(), text.len()));
+        }
+        if tok.count(&text) != ids.len() {
+            return Err("count differs from encode".into());
+        }
+        tok.decode(&ids).map_err(|e| format!("decoding the ids of an encoded text failed: {e}"))?;
+        let random: Vec<u32> = (0..rng.len(64))
+            .map(|_| match rng.below(4) {
+                0 => rng.below(151_936) as u32,
+                1 => 151_643 + rng.below(300) as u32,
+                2 => rng.interesting_u64() as u32,
+                _ => rng.below(1000) as u32,
+            })
+            .collect();
+        Ok(match tok.decode(&random) {
+            Ok(_) => Outcome::Accepted,
+            Err(e) => refused(e),
+        })
+    });
+}
+
+// ---------------------------------------------------------------------------------------------
+// Prompt audio: random bytes and mutated wav / flac / ogg / mp3, then the resampling the
+// pipeline does (16 kHz with the 30 s limit, 24 kHz).
+
+/// Valid seed files: the format fixtures and small generated wavs of other layouts.
+fn audio_seeds() -> Vec<(&'static str, Vec<u8>)> {
+    let dir = root().join("tests/fixtures/formats");
+    let mut seeds: Vec<(&'static str, Vec<u8>)> = ["wav", "flac", "ogg", "mp3"]
+        .into_iter()
+        .map(|ext| (ext, std::fs::read(dir.join(format!("speechlike.{ext}"))).expect("format fixture")))
+        .collect();
+    let layouts: &[(u32, u16, u16, hound::SampleFormat, f64)] = &[
+        (16_000, 1, 16, hound::SampleFormat::Int, 0.25),
+        (48_000, 2, 24, hound::SampleFormat::Int, 0.1),
+        (22_050, 1, 32, hound::SampleFormat::Float, 0.2),
+        (44_100, 2, 8, hound::SampleFormat::Int, 0.1),
+        (32_000, 3, 32, hound::SampleFormat::Int, 0.05),
+    ];
+    for &(rate, channels, bits, format, secs) in layouts {
+        let spec = hound::WavSpec { channels, sample_rate: rate, bits_per_sample: bits, sample_format: format };
+        let mut buf = Vec::new();
+        {
+            let mut w = hound::WavWriter::new(Cursor::new(&mut buf), spec).expect("wav writer");
+            let frames = (rate as f64 * secs) as usize;
+            for i in 0..frames {
+                let x = 0.3 * (2.0 * std::f64::consts::PI * 220.0 * i as f64 / rate as f64).sin();
+                for _ in 0..channels {
+                    match (format, bits) {
+                        (hound::SampleFormat::Float, _) => w.write_sample(x as f32).expect("sample"),
+                        (_, 8) => w.write_sample((x * 127.0) as i8).expect("sample"),
+                        (_, 16) => w.write_sample((x * 32767.0) as i16).expect("sample"),
+                        (_, b) => w.write_sample((x * ((1i64 << (b - 1)) - 1) as f64) as i32).expect("sample"),
+                    }
+                }
+            }
+            w.finalize().expect("wav finalize");
+        }
+        seeds.push(("wav", buf));
+    }
+    seeds
+}
+
+#[test]
+fn fuzz_audio_decode() {
+    let seeds = audio_seeds();
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let exts = ["wav", "flac", "ogg", "mp3", "WAV", "txt", ""];
+    run(Spec { name: "fuzz_audio_decode", default_cases: 1_500, mem_bound: 48 * MIB }, |rng, _| {
+        let (kind, mut data) = if rng.chance(1, 10) {
+            // Random bytes, sometimes behind a container magic.
+            let magics: [&[u8]; 6] =
+                [b"", b"RIFF\x00\x00\x00\x00WAVEfmt ", b"fLaC", b"OggS\x00\x02", b"ID3\x03\x00", b"\xff\xfb"];
+            let mut d = rng.pick(&magics).to_vec();
+            let n = rng.len(4096);
+            d.extend(rng.bytes(n));
+            ("", d)
+        } else {
+            let (kind, seed) = rng.pick(&seeds);
+            let mut d = seed.clone();
+            let structured = rng.chance(2, 3);
+            if structured {
+                for _ in 0..rng.range(1, 3) {
+                    match *kind {
+                        "wav" => gen::mutate_wav(rng, &mut d),
+                        "flac" => gen::mutate_flac(rng, &mut d),
+                        "ogg" => gen::mutate_ogg(rng, &mut d),
+                        _ => gen::mutate_mp3(rng, &mut d),
+                    }
+                }
+            }
+            if !structured || rng.chance(1, 3) {
+                let other = &rng.pick(&seeds).1;
+                mutate_bytes(rng, &mut d, 6, 256 * 1024, Some(other));
+            }
+            (*kind, d)
+        };
+        data.truncate(256 * 1024);
+        let ext = if rng.chance(3, 4) && !kind.is_empty() { kind } else { rng.pick(&exts) };
+        let path = tmp.path().join(format!("case.{ext}"));
+        std::fs::write(&path, &data).map_err(|e| format!("writing the case file: {e}"))?;
+        let audio = match load_audio(&path) {
+            Ok(a) => a,
+            Err(e) => return Ok(refused(e)),
+        };
+        if audio.samples.is_empty() || audio.sample_rate < 16_000 || audio.samples.iter().any(|x| !x.is_finite()) {
+            return Err(format!("accepted unusable audio: {} samples at {} Hz", audio.samples.len(), audio.sample_rate));
+        }
+        let wav16 = match to_rate(&audio, 16_000, Some(MAX_TOKENIZER_SECONDS), &path) {
+            Ok(w) => w,
+            Err(e) => return Ok(refused(e)),
+        };
+        if wav16.len() as f64 > MAX_TOKENIZER_SECONDS * 16_000.0 {
+            return Err(format!("{} samples at 16 kHz passed the 30 s limit", wav16.len()));
+        }
+        Ok(match to_rate(&audio, 24_000, None, &path) {
+            Ok(_) => Outcome::Accepted,
+            Err(e) => refused(e),
+        })
+    });
+}
+
+// ---------------------------------------------------------------------------------------------
+// Configuration: TOML files, COSY_* environment, --set flags and the other global flags.
+
+/// A stage key with a real or a made-up group.
+fn config_key(rng: &mut Rng) -> String {
+    let key = *rng.pick(KEYS);
+    let key = if key.starts_with("stages.<") {
+        let group = *rng.pick(&["llm", "flow", "dit", "hift", "frontend", "x", "", "LLM"]);
+        let field = if key.ends_with("precision") { "precision" } else { *rng.pick(&["providers", "provider"]) };
+        format!("stages.{group}.{field}")
+    } else {
+        key.to_string()
+    };
+    match rng.below(12) {
+        0 => gen::text(rng, 20),
+        1 => format!("{key}.x"),
+        2 => key.split('.').next().unwrap_or("").to_string(),
+        3 => key.to_uppercase(),
+        4 => format!(" {key} "),
+        _ => key,
+    }
+}
+
+/// A value as text: valid ones for some key, boundaries, junk.
+fn config_text_value(rng: &mut Rng) -> String {
+    match rng.below(10) {
+        0 => rng.pick(&["cpu", "cuda,cpu", "tensorrt, cuda ,cpu", "trt", "cpu,cpu", "", " ", ","]).to_string(),
+        1 => rng.pick(&["fp32", "FP16", "bf16", "int8", "fp8", "auto", "wetext", "none", "default"]).to_string(),
+        2 => rng.pick(&["true", "false", "1", "0", "yes", "off", "TRUE", "maybe"]).to_string(),
+        3 => rng.interesting_u64().to_string(),
+        4 => format!("-{}", rng.interesting_u64()),
+        5 => rng.pick(&["0.5", "1", "1.0", "0", "1e308", "1e309", "nan", "inf", "-0.0", "0.1", "1.5", "0x10"]).to_string(),
+        6 => rng.pick(&["models/x", "/", "", "..", "/dev/null", "a\0b", "~"]).to_string(),
+        7 => "9".repeat(rng.range(19, 400)),
+        _ => gen::text(rng, 30),
+    }
+}
+
+/// A TOML value for a key (any type).
+fn toml_value(rng: &mut Rng, depth: usize) -> toml::Value {
+    match rng.below(if depth > 2 { 6 } else { 8 }) {
+        0 => {
+            let r = rng.interesting_u64() as i64;
+            toml::Value::Integer(*rng.pick(&[0, 1, -1, i64::MAX, i64::MIN, 24, 1025, 5000, r]))
+        }
+        1 => toml::Value::Float(*rng.pick(&[0.5, 1.0, 0.0, -0.0, f64::NAN, f64::INFINITY, 1e308, 1.5, 0.1])),
+        2 => toml::Value::Boolean(rng.chance(1, 2)),
+        3 | 4 => toml::Value::String(config_text_value(rng)),
+        5 => toml::Value::Datetime("1979-05-27T07:32:00Z".parse().expect("datetime")),
+        6 => toml::Value::Array((0..rng.len(5)).map(|_| toml_value(rng, depth + 1)).collect()),
+        _ => {
+            let mut t = toml::Table::new();
+            for _ in 0..rng.len(4) {
+                t.insert(gen::text(rng, 8), toml_value(rng, depth + 1));
+            }
+            toml::Value::Table(t)
+        }
+    }
+}
+
+/// Inserts `value` at the dotted path `parts`, making tables on the way (a non-table in the way
+/// drops the value).
+fn insert_dotted(table: &mut toml::Table, parts: &[&str], value: toml::Value) {
+    match parts {
+        [] => {}
+        [last] => {
+            table.insert(last.to_string(), value);
+        }
+        [first, rest @ ..] => {
+            let entry = table.entry(first.to_string()).or_insert_with(|| toml::Value::Table(toml::Table::new()));
+            if let toml::Value::Table(inner) = entry {
+                insert_dotted(inner, rest, value);
+            }
+        }
+    }
+}
+
+/// A config file: a table of (mostly real) keys, the shipped config.toml with lines changed, or
+/// either with its bytes mutated.
+fn config_file_text(rng: &mut Rng, shipped: &str) -> Vec<u8> {
+    let mut text = if rng.chance(1, 2) {
+        let mut table = toml::Table::new();
+        for _ in 0..rng.range(1, 8) {
+            let key = config_key(rng);
+            let value = toml_value(rng, 0);
+            let parts: Vec<&str> = key.split('.').collect();
+            insert_dotted(&mut table, &parts, value);
+        }
+        toml::to_string(&table).unwrap_or_default().into_bytes()
+    } else {
+        let mut lines: Vec<String> = shipped.lines().map(str::to_string).collect();
+        for _ in 0..rng.range(1, 4) {
+            let i = rng.below(lines.len().max(1));
+            match rng.below(5) {
+                0 => {
+                    if let Some((k, _)) = lines.get(i).and_then(|l| l.split_once('=')).map(|(k, v)| (k.to_string(), v)) {
+                        let v = toml_value(rng, 1).to_string();
+                        lines[i] = format!("{k}= {v}");
+                    }
+                }
+                1 if !lines.is_empty() => {
+                    lines.remove(i);
+                }
+                2 if !lines.is_empty() => {
+                    let l = lines[i].clone();
+                    lines.insert(i, l);
+                }
+                3 => lines.insert(i.min(lines.len()), format!("[{}]", config_key(rng))),
+                _ => lines.insert(i.min(lines.len()), format!("{} = {}", config_key(rng), toml_value(rng, 1))),
+            }
+        }
+        lines.join("\n").into_bytes()
+    };
+    if rng.chance(1, 5) {
+        mutate_bytes(rng, &mut text, 4, 64 * 1024, None);
+    }
+    text
+}
+
+#[test]
+fn fuzz_config() {
+    let shipped = std::fs::read_to_string(root().join("config.toml")).unwrap_or_default();
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let file = tmp.path().join("config.toml");
+    run(Spec { name: "fuzz_config", default_cases: 3_000, mem_bound: 16 * MIB }, |rng, _| {
+        let text = config_file_text(rng, &shipped);
+        std::fs::write(&file, &text).map_err(|e| format!("writing the case file: {e}"))?;
+        let env: Vec<(String, String)> = (0..rng.len(4))
+            .map(|_| {
+                let name = match rng.below(6) {
+                    0 => format!("COSY_{}", gen::text(rng, 8)),
+                    1 => "COSY_CONFIG".to_string(),
+                    _ => rng.pick(ENV_VARS).0.to_string(),
+                };
+                (name, config_text_value(rng))
+            })
+            .collect();
+        let flags: Vec<(String, String)> = (0..rng.len(5)).map(|_| (config_key(rng), config_text_value(rng))).collect();
+        if rng.chance(1, 3) {
+            // The command line: --set KEY=VALUE (with or without '='), --model, --provider, --precision.
+            let mut args: Vec<String> = vec!["cosy".into(), "--config".into(), file.display().to_string()];
+            for (k, v) in &flags {
+                match rng.below(5) {
+                    0 => args.extend(["--set".into(), k.clone()]),
+                    1 => args.extend(["--model".into(), v.clone()]),
+                    2 => args.extend(["--provider".into(), v.clone()]),
+                    3 => args.extend(["--precision".into(), v.clone()]),
+                    _ => args.extend(["--set".into(), format!("{k}={v}")]),
+                }
+            }
+            args.push("doctor".into());
+            use clap::Parser;
+            return Ok(match cosy::cli::Cli::try_parse_from(&args) {
+                Ok(cli) => match cli.load_config() {
+                    Ok(_) => Outcome::Accepted,
+                    Err(e) => refused(e),
+                },
+                // clap's own (multi-line) usage errors are not cosy's messages.
+                Err(_) => Outcome::Accepted,
+            });
+        }
+        let opts = LoadOptions {
+            config_file: rng.chance(4, 5).then(|| file.clone()),
+            default_file: None,
+            env,
+            flags,
+        };
+        Ok(match Config::load(&opts) {
+            Ok(_) => Outcome::Accepted,
+            Err(e) => refused(e),
+        })
+    });
+}
+
+// ---------------------------------------------------------------------------------------------
+// Voice files: a valid voice, its safetensors header mutated as JSON (shapes, dtypes, offsets,
+// metadata) and/or its bytes mutated.
+
+fn valid_voice(rng: &mut Rng) -> SavedVoice {
+    let l = rng.range(1, 40);
+    let mels = if rng.chance(4, 5) { 80 } else { rng.range(1, 100) };
+    SavedVoice {
+        name: "fuzz".into(),
+        transcript: gen::text(rng, 40),
+        speech_token: (0..l).map(|_| rng.below(6561) as i64).collect(),
+        prompt_feat: ndarray::Array2::from_shape_fn((2 * l, mels), |(i, j)| (i * 31 + j) as f32 * 0.01 - 5.0),
+        embedding: (0..192).map(|i| i as f32 * 0.001).collect(),
+        model_key: "0123456789abcdef".repeat(4),
+        model: "models/x".into(),
+        frontend_precision: "fp32".into(),
+        source_wav: "me.wav".into(),
+        created: "2024-01-01T00:00:00Z".into(),
+        cosy_version: "0.1.0".into(),
+    }
+}
+
+/// Splits a safetensors file into (header JSON, data).
+fn split_safetensors(bytes: &[u8]) -> Option<(Value, Vec<u8>)> {
+    let n = u64::from_le_bytes(bytes.get(..8)?.try_into().ok()?) as usize;
+    let header = bytes.get(8..8usize.checked_add(n)?)?;
+    Some((serde_json::from_slice(header).ok()?, bytes[8 + n..].to_vec()))
+}
+
+fn voices_equal(a: &SavedVoice, b: &SavedVoice) -> bool {
+    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    a.name == b.name
+        && a.transcript == b.transcript
+        && a.speech_token == b.speech_token
+        && a.prompt_feat.dim() == b.prompt_feat.dim()
+        && bits(a.prompt_feat.as_slice().unwrap_or(&[])) == bits(b.prompt_feat.as_slice().unwrap_or(&[]))
+        && bits(&a.embedding) == bits(&b.embedding)
+        && a.model_key == b.model_key
+}
+
+#[test]
+fn fuzz_voice_file() {
+    let path = Path::new("voices/fuzz.safetensors");
+    run(Spec { name: "fuzz_voice_file", default_cases: 3_000, mem_bound: 16 * MIB }, |rng, _| {
+        let voice = valid_voice(rng);
+        let mut bytes = voice.to_bytes().map_err(|e| format!("a valid voice does not serialise: {e}"))?;
+        let how = rng.below(10);
+        if how < 6 {
+            if let Some((mut header, mut data)) = split_safetensors(&bytes) {
+                for _ in 0..rng.range(1, 3) {
+                    match rng.below(4) {
+                        0 => {
+                            // A tensor's dtype, shape or offsets.
+                            let t = *rng.pick(&["speech_token", "prompt_feat", "embedding"]);
+                            let field = *rng.pick(&["dtype", "shape", "data_offsets"]);
+                            let v = match field {
+                                "dtype" => Value::from(*rng.pick(&["I64", "F32", "F16", "BF16", "U8", "BOOL", "F64", "I8", "X", ""])),
+                                _ => Value::Array(
+                                    (0..rng.range(0, 3))
+                                        .map(|_| {
+                                            Value::from(match rng.below(4) {
+                                                0 => rng.interesting_u64(),
+                                                1 => rng.below(100) as u64,
+                                                2 => data.len() as u64 + rng.below(16) as u64,
+                                                _ => u64::MAX / 4,
+                                            })
+                                        })
+                                        .collect(),
+                                ),
+                            };
+                            if let Some(Value::Object(tensor)) = header.get_mut(t) {
+                                tensor.insert(field.to_string(), v);
+                            }
+                        }
+                        1 => gen::mutate_json(rng, &mut header, &["__metadata__"]),
+                        2 => gen::mutate_json(rng, &mut header, &["speech_token", "prompt_feat", "embedding"]),
+                        _ => {
+                            // Data shorter or longer than the offsets say.
+                            if rng.chance(1, 2) {
+                                data.truncate(rng.below(data.len() + 1));
+                            } else {
+                                let n = rng.len(4096);
+                                data.extend(rng.bytes(n));
+                            }
+                        }
+                    }
+                }
+                let mut h = serde_json::to_vec(&header).unwrap_or_default();
+                while rng.chance(1, 2) && h.len() % 8 != 0 {
+                    h.push(b' ');
+                }
+                let claimed = if rng.chance(9, 10) { h.len() as u64 } else { rng.interesting_u64() };
+                bytes = claimed.to_le_bytes().to_vec();
+                bytes.extend_from_slice(&h);
+                bytes.extend_from_slice(&data);
+            }
+        }
+        if how >= 4 {
+            mutate_bytes(rng, &mut bytes, 6, 256 * 1024, None);
+        }
+        let parsed = match SavedVoice::from_bytes(&bytes, path) {
+            Ok(v) => v,
+            Err(e) => return Ok(refused(e)),
+        };
+        // What was accepted must write back and read again the same.
+        let again = parsed.to_bytes().map_err(|e| format!("an accepted voice does not serialise: {e}"))?;
+        let reread = SavedVoice::from_bytes(&again, path).map_err(|e| format!("an accepted voice does not re-read: {e}"))?;
+        if !voices_equal(&parsed, &reread) {
+            return Err("an accepted voice changed on a write/read round trip".into());
+        }
+        Ok(match parsed.check_model(&voice.model_key, Path::new("models/x")) {
+            Ok(()) => Outcome::Accepted,
+            Err(e) => refused(e),
+        })
+    });
+}
+
+// ---------------------------------------------------------------------------------------------
+// Manifest: the fixture's manifest.json with its values and structure mutated (and sometimes its
+// text), read by ModelDir::open, the typed constants, the voice model key and the file checks.
+
+#[test]
+fn fuzz_manifest() {
+    let fixture = root().join("tests/fixtures/tiny/manifest.json");
+    let original: Value = serde_json::from_str(&std::fs::read_to_string(&fixture).expect("fixture manifest")).expect("JSON");
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path();
+    let prefer = ["config", "constants", "sine_noise", "files", "tn", "format", "format_version"];
+    run(Spec { name: "fuzz_manifest", default_cases: 1_500, mem_bound: 32 * MIB }, |rng, _| {
+        let mut m = original.clone();
+        for _ in 0..rng.range(1, 4) {
+            gen::mutate_json(rng, &mut m, &prefer);
+        }
+        let mut text = if rng.chance(1, 2) {
+            serde_json::to_vec(&m).unwrap_or_default()
+        } else {
+            serde_json::to_vec_pretty(&m).unwrap_or_default()
+        };
+        if rng.chance(1, 6) {
+            mutate_bytes(rng, &mut text, 3, 1 << 20, None);
+        }
+        std::fs::write(dir.join("manifest.json"), &text).map_err(|e| format!("writing the case file: {e}"))?;
+        let md = match ModelDir::open(dir) {
+            Ok(md) => md,
+            Err(e) => return Ok(refused(e)),
+        };
+        let _ = md.missing_stages();
+        let _ = md.listed_files();
+        let _ = md.check_files(false);
+        for stage in STAGES {
+            if let Ok(g) = md.graph(stage) {
+                let _ = g.has_fixed_shapes();
+                for p in cosy::config::Precision::ALL {
+                    let _ = g.variant(p);
+                }
+            }
+        }
+        if let Err(e) = model_key(&md) {
+            return Ok(refused(e));
+        }
+        let c = match ModelConstants::from_manifest(&md) {
+            Ok(c) => c,
+            Err(e) => return Ok(refused(e)),
+        };
+        // What the pipeline computes from the constants before any graph runs.
+        let _ = c.llm.length_bounds(rng.below(1000));
+        let _ = c.llm.is_stop(rng.below(7000) as i64);
+        let _ = cosy::flow::plan_stream(c.stream, rng.below(200), rng.below(2000));
+        let _ = cosy::flow::cosine_t_span(c.cfm.n_timesteps);
+        Ok(Outcome::Accepted)
+    });
+}
