@@ -19,7 +19,9 @@ round, e.g. int8 for the two MatMul-bound stages:
         --also "int8=--provider cpu --set stages.dit.precision=int8 --set stages.llm.precision=int8"
 
 The first cosy setting is the one the `cosy ms`/ratio columns show; every `--also` setting gets its
-own column and ratio against the reference.
+own column and ratio against the reference. An `--also` setting with its own `--model DIR` runs on
+that folder instead of `--export` (before/after an exporter change:
+`--also "new=--provider cpu --precision fp32 --model models/full-export-new"`).
 """
 
 from __future__ import annotations
@@ -61,7 +63,9 @@ def reference_runs(args: argparse.Namespace, out: Path) -> list[dict[str, float]
 
 
 def cosy_runs(args: argparse.Namespace, out: Path, cosy_args: str) -> tuple[list[dict[str, float]], dict]:
-    cmd = [str(args.cosy), "--model", str(args.export), *shlex.split(cosy_args), "profile",
+    flags = shlex.split(cosy_args)
+    model = [] if "--model" in flags else ["--model", str(args.export)]  # an --also setting may name its own folder
+    cmd = [str(args.cosy), *model, *flags, "profile",
            "--prompt-wav", str(args.prompt_wav), "--prompt-text", args.prompt_text, "--no-text-frontend",
            "--min-tokens", str(args.tokens), "--runs", str(args.runs), "--warmup", str(args.warmup),
            "--seed", "0", "--json", str(out), "--", args.text]

@@ -202,12 +202,21 @@ fn temp_path(real: &Path) -> PathBuf {
 /// Can a new file be made in `dir`? (A file is made and removed: the only reliable test.)
 fn probe_folder(dir: &Path) -> std::result::Result<(), Problem> {
     static N: AtomicU64 = AtomicU64::new(0);
-    let probe = dir.join(format!(".cosy-write-probe-{}-{}", std::process::id(), N.fetch_add(1, Ordering::Relaxed)));
-    match OpenOptions::new().write(true).create_new(true).open(&probe) {
-        Ok(_) => {
-            fs::remove_file(&probe).ok();
-            Ok(())
+    let mut attempt = 0;
+    let result = loop {
+        let probe = dir.join(format!(".cosy-write-probe-{}-{}", std::process::id(), N.fetch_add(1, Ordering::Relaxed)));
+        match OpenOptions::new().write(true).create_new(true).open(&probe) {
+            Ok(_) => {
+                fs::remove_file(&probe).ok();
+                break Ok(());
+            }
+            // A stale probe of an earlier process with this id: try the next name.
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists && attempt < 8 => attempt += 1,
+            Err(e) => break Err(e),
         }
+    };
+    match result {
+        Ok(()) => Ok(()),
         Err(e) if matches!(e.kind(), io::ErrorKind::PermissionDenied | io::ErrorKind::ReadOnlyFilesystem) => Err(problem(
             e.kind(),
             format!("the folder {} is not writable; choose another output path or fix its permissions", shown(dir)),

@@ -18,11 +18,11 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 use cosy::config::{Config, LoadOptions, ENV_VARS, KEYS};
-use cosy::frontend::audio::{load_audio, to_rate, MAX_TOKENIZER_SECONDS};
+use cosy::frontend::audio::{check_length, load_audio, to_rate, MAX_TOKENIZER_SECONDS};
 use cosy::frontend::numbers::digits_to_words;
 use cosy::frontend::prompt::{known_instruction, plan, PromptMode};
 use cosy::frontend::text::{
-    bypasses_frontend, contains_chinese, is_only_punctuation, normalize, replace_blank, spell_out_numbers,
+    contains_chinese, is_only_punctuation, normalize, replace_blank, spell_out_numbers,
     split_paragraph, zh_post_rules, IdentityNormalizer, Lang, SplitOptions,
 };
 use cosy::frontend::tn::{TnLang, WetextNormalizer, WetextPair};
@@ -60,7 +60,9 @@ fn refused(e: impl std::fmt::Display) -> Outcome {
 fn fuzz_text_frontend() {
     let tok = tokenizer();
     run(Spec { name: "fuzz_text_frontend", default_cases: 3_000, mem_bound: 16 * MIB }, |rng, _| {
-        let text = gen::text(rng, 400);
+        // Mostly short; now and then up to the default limits.max_text_chars.
+        let max_chars = if rng.chance(1, 100) { 5000 } else { 400 };
+        let text = gen::text(rng, max_chars);
         let mode = match rng.below(5) {
             0 => PromptMode::ZeroShot { transcript: gen::text(rng, 80) },
             1 => PromptMode::CrossLingual,
@@ -69,21 +71,39 @@ fn fuzz_text_frontend() {
             },
             _ => PromptMode::Raw { prompt_text: gen::text(rng, 80), llm_prompt_speech: rng.chance(1, 2) },
         };
+        let text_frontend = rng.chance(9, 10);
         let _ = known_instruction(&text);
-        let _ = cosy::pipeline::check_text_length(&text, rng.range(1, 500));
-        // What Pipeline::plan_text does: plan, then the frontend with tokenizer lengths.
-        let p = plan(&mode, &text, rng.chance(9, 10));
+        let _ = cosy::pipeline::shorten(&text, rng.len(50));
+        // What Pipeline::plan_text does: the checks, the prompt plan, then the frontend with
+        // tokenizer lengths (sometimes character counts, which are cheaper).
         let use_tokens = rng.chance(1, 4);
         let count = |s: &str| if use_tokens { tok.count(s) } else { s.chars().count() };
-        let out = normalize(&p.tts_text, p.text_frontend, &IdentityNormalizer, &count);
-        if p.text_frontend && !text.trim().is_empty() && !bypasses_frontend(&p.tts_text) {
-            for s in &out.segments {
-                if s.is_empty() {
-                    return Err(format!("empty segment from {:?}", p.tts_text));
-                }
+        let plan_text = || -> cosy::Result<Vec<String>> {
+            let text = text.trim_end_matches(['\n', '\r']);
+            cosy::pipeline::check_speakable(text)?;
+            cosy::pipeline::check_text_length(text, 5000)?;
+            let p = plan(&mode, text, text_frontend);
+            let segments = if p.text_frontend {
+                normalize(&p.tts_text, true, &IdentityNormalizer, &count).segments
+            } else {
+                vec![p.tts_text.clone()]
+            };
+            let segments: Vec<String> = segments.into_iter().filter(|s| !s.trim().is_empty()).collect();
+            if segments.is_empty() || is_only_punctuation(text.trim()) {
+                return Err(cosy::Error::Input("nothing speakable".into()));
             }
-        }
-        let _ = normalize(&p.prompt_text, true, &IdentityNormalizer, &count).text;
+            let _ = normalize(&p.prompt_text, true, &IdentityNormalizer, &count).text;
+            Ok(segments)
+        };
+        let outcome = match plan_text() {
+            Ok(segments) => {
+                if segments.iter().any(|s| s.trim().is_empty()) {
+                    return Err(format!("a blank segment from {text:?}"));
+                }
+                Outcome::Accepted
+            }
+            Err(e) => refused(e),
+        };
         // The pieces on their own, with any splitting options.
         let opts = SplitOptions {
             token_max_n: rng.len(200),
@@ -99,7 +119,7 @@ fn fuzz_text_frontend() {
         let _ = spell_out_numbers(&text);
         let digits: String = (0..rng.len(120)).map(|_| char::from(b'0' + rng.below(10) as u8)).collect();
         let _ = digits_to_words(&digits);
-        Ok(Outcome::Accepted)
+        Ok(outcome)
     });
 }
 
@@ -140,7 +160,7 @@ fn fuzz_tn_wetext() {
         }
     };
     let count = |s: &str| s.chars().count();
-    run(Spec { name: "fuzz_tn_wetext", default_cases: 600, mem_bound: 64 * MIB }, |rng, _| {
+    run(Spec { name: "fuzz_tn_wetext", default_cases: 300, mem_bound: 64 * MIB }, |rng, _| {
         let text = gen::tn_text(rng, 16);
         let lang = match rng.below(4) {
             0 => TnLang::Zh,
@@ -249,7 +269,7 @@ fn fuzz_audio_decode() {
     let seeds = audio_seeds();
     let tmp = tempfile::tempdir().expect("tempdir");
     let exts = ["wav", "flac", "ogg", "mp3", "WAV", "txt", ""];
-    run(Spec { name: "fuzz_audio_decode", default_cases: 1_500, mem_bound: 48 * MIB }, |rng, _| {
+    run(Spec { name: "fuzz_audio_decode", default_cases: 1_000, mem_bound: 48 * MIB }, |rng, case| {
         let (kind, mut data) = if rng.chance(1, 10) {
             // Random bytes, sometimes behind a container magic.
             let magics: [&[u8]; 6] =
@@ -282,12 +302,17 @@ fn fuzz_audio_decode() {
         let ext = if rng.chance(3, 4) && !kind.is_empty() { kind } else { rng.pick(&exts) };
         let path = tmp.path().join(format!("case.{ext}"));
         std::fs::write(&path, &data).map_err(|e| format!("writing the case file: {e}"))?;
+        support::keep("fuzz_audio_decode", case, ext, &data);
         let audio = match load_audio(&path) {
             Ok(a) => a,
             Err(e) => return Ok(refused(e)),
         };
         if audio.samples.is_empty() || audio.sample_rate < 16_000 || audio.samples.iter().any(|x| !x.is_finite()) {
             return Err(format!("accepted unusable audio: {} samples at {} Hz", audio.samples.len(), audio.sample_rate));
+        }
+        // What the pipeline does next: the length limits, both resamplings, the three features.
+        if let Err(e) = check_length(&audio, &path, MAX_TOKENIZER_SECONDS) {
+            return Ok(refused(e));
         }
         let wav16 = match to_rate(&audio, 16_000, Some(MAX_TOKENIZER_SECONDS), &path) {
             Ok(w) => w,
@@ -296,10 +321,16 @@ fn fuzz_audio_decode() {
         if wav16.len() as f64 > MAX_TOKENIZER_SECONDS * 16_000.0 {
             return Err(format!("{} samples at 16 kHz passed the 30 s limit", wav16.len()));
         }
-        Ok(match to_rate(&audio, 24_000, None, &path) {
-            Ok(_) => Outcome::Accepted,
-            Err(e) => refused(e),
-        })
+        let wav24 = match to_rate(&audio, 24_000, None, &path) {
+            Ok(w) => w,
+            Err(e) => return Ok(refused(e)),
+        };
+        if rng.chance(1, 4) {
+            let _ = cosy::frontend::features::whisper_log_mel(&wav16);
+            let _ = cosy::frontend::features::kaldi_fbank_cmn(&wav16);
+            let _ = cosy::frontend::features::mel_24k(&wav24);
+        }
+        Ok(Outcome::Accepted)
     });
 }
 
@@ -427,9 +458,10 @@ fn fuzz_config() {
     let shipped = std::fs::read_to_string(root().join("config.toml")).unwrap_or_default();
     let tmp = tempfile::tempdir().expect("tempdir");
     let file = tmp.path().join("config.toml");
-    run(Spec { name: "fuzz_config", default_cases: 3_000, mem_bound: 16 * MIB }, |rng, _| {
+    run(Spec { name: "fuzz_config", default_cases: 3_000, mem_bound: 16 * MIB }, |rng, case| {
         let text = config_file_text(rng, &shipped);
         std::fs::write(&file, &text).map_err(|e| format!("writing the case file: {e}"))?;
+        support::keep("fuzz_config", case, "toml", &text);
         let env: Vec<(String, String)> = (0..rng.len(4))
             .map(|_| {
                 let name = match rng.below(6) {
@@ -520,7 +552,12 @@ fn voices_equal(a: &SavedVoice, b: &SavedVoice) -> bool {
 #[test]
 fn fuzz_voice_file() {
     let path = Path::new("voices/fuzz.safetensors");
-    run(Spec { name: "fuzz_voice_file", default_cases: 3_000, mem_bound: 16 * MIB }, |rng, _| {
+    run(Spec { name: "fuzz_voice_file", default_cases: 3_000, mem_bound: 16 * MIB }, |rng, case| {
+        // Voice names (`--voice NAME`, `cosy voice add NAME`) become file names.
+        let name = gen::text(rng, 70);
+        if cosy::voice::check_name(&name).is_ok() && (name.contains(['/', '\\', '\0']) || name.starts_with('.')) {
+            return Err(format!("voice name {name:?} accepted"));
+        }
         let voice = valid_voice(rng);
         let mut bytes = voice.to_bytes().map_err(|e| format!("a valid voice does not serialise: {e}"))?;
         let how = rng.below(10);
@@ -577,6 +614,7 @@ fn fuzz_voice_file() {
         if how >= 4 {
             mutate_bytes(rng, &mut bytes, 6, 256 * 1024, None);
         }
+        support::keep("fuzz_voice_file", case, "safetensors", &bytes);
         let parsed = match SavedVoice::from_bytes(&bytes, path) {
             Ok(v) => v,
             Err(e) => return Ok(refused(e)),
@@ -605,7 +643,7 @@ fn fuzz_manifest() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let dir = tmp.path();
     let prefer = ["config", "constants", "sine_noise", "files", "tn", "format", "format_version"];
-    run(Spec { name: "fuzz_manifest", default_cases: 1_500, mem_bound: 32 * MIB }, |rng, _| {
+    run(Spec { name: "fuzz_manifest", default_cases: 1_500, mem_bound: 32 * MIB }, |rng, case| {
         let mut m = original.clone();
         for _ in 0..rng.range(1, 4) {
             gen::mutate_json(rng, &mut m, &prefer);
@@ -619,6 +657,7 @@ fn fuzz_manifest() {
             mutate_bytes(rng, &mut text, 3, 1 << 20, None);
         }
         std::fs::write(dir.join("manifest.json"), &text).map_err(|e| format!("writing the case file: {e}"))?;
+        support::keep("fuzz_manifest", case, "json", &text);
         let md = match ModelDir::open(dir) {
             Ok(md) => md,
             Err(e) => return Ok(refused(e)),
@@ -648,4 +687,103 @@ fn fuzz_manifest() {
         let _ = cosy::flow::cosine_t_span(c.cfm.n_timesteps);
         Ok(Outcome::Accepted)
     });
+}
+
+// ---------------------------------------------------------------------------------------------
+// Regressions: the inputs the harnesses found, each fixed in the library.
+
+/// A prompt wav as hound writes it.
+fn wav_bytes(spec: hound::WavSpec, samples: &[f32]) -> Vec<u8> {
+    let mut buf = Vec::new();
+    {
+        let mut w = hound::WavWriter::new(Cursor::new(&mut buf), spec).expect("wav writer");
+        for &x in samples {
+            match (spec.sample_format, spec.bits_per_sample) {
+                (hound::SampleFormat::Float, _) => w.write_sample(x).expect("sample"),
+                (_, 16) => w.write_sample((x * 32767.0) as i16).expect("sample"),
+                (_, b) => w.write_sample((x * ((1i64 << (b - 1)) - 1) as f32) as i32).expect("sample"),
+            }
+        }
+        w.finalize().expect("wav finalize");
+    }
+    buf
+}
+
+fn tone(n: usize) -> Vec<f32> {
+    (0..n).map(|i| 0.3 * (i as f32 * 0.05).sin()).collect()
+}
+
+fn load_bytes(name: &str, bytes: &[u8]) -> cosy::Result<cosy::frontend::audio::Audio> {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let path = tmp.path().join(name);
+    std::fs::write(&path, bytes).expect("write");
+    load_audio(&path)
+}
+
+#[test]
+fn regression_float_wav_with_nan_is_refused() {
+    // `f32::max` skips NaN, so the finite-peak check let NaN samples through.
+    let spec = hound::WavSpec { channels: 1, sample_rate: 16_000, bits_per_sample: 32, sample_format: hound::SampleFormat::Float };
+    let mut samples = tone(16_000);
+    samples[1234] = f32::NAN;
+    let err = load_bytes("nan.wav", &wav_bytes(spec, &samples)).expect_err("NaN samples are refused");
+    assert!(err.to_string().contains("NaN"), "{err}");
+}
+
+#[test]
+fn regression_extensible_wav_with_absurd_channel_count_is_an_error() {
+    // WAVE_FORMAT_EXTENSIBLE, 24-bit stereo, with the channel count set to 6145: symphonia's
+    // channel-mask repair shifts past 32 bits (a panic with overflow checks, as in a debug build).
+    let spec = hound::WavSpec { channels: 2, sample_rate: 48_000, bits_per_sample: 24, sample_format: hound::SampleFormat::Int };
+    let mut bytes = wav_bytes(spec, &tone(9_600));
+    assert_eq!(&bytes[20..22], &[0xFE, 0xFF], "hound writes 24-bit as WAVE_FORMAT_EXTENSIBLE");
+    bytes[22..24].copy_from_slice(&6145u16.to_le_bytes());
+    let err = load_bytes("ext.wav", &bytes).expect_err("a damaged header is refused");
+    assert!(!err.to_string().contains('\n'), "{err}");
+}
+
+#[test]
+fn regression_vorbis_setup_header_assertion_is_an_error() {
+    // One byte of the Vorbis setup header's first codebook changed (with the page CRC fixed):
+    // symphonia's lookup-table assertion fired (in release builds too).
+    let mut bytes = std::fs::read(root().join("tests/fixtures/formats/speechlike.ogg")).expect("fixture");
+    assert_eq!(&bytes[58..62], b"OggS", "the second page holds the comment and setup headers");
+    bytes[2597] = 1;
+    gen::fix_ogg_crc(&mut bytes, 58);
+    let err = load_bytes("setup.ogg", &bytes).expect_err("a damaged setup header is refused");
+    let text = err.to_string();
+    assert!(text.contains("setup.ogg") && text.contains("audio decoder") && !text.contains('\n'), "{text}");
+}
+
+#[test]
+fn regression_config_messages_stay_on_one_line() {
+    // A multi-line TOML string (or a key with a newline) was printed verbatim in the message.
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let file = tmp.path().join("config.toml");
+    std::fs::write(&file, "[runtime]\nthreads = \"\"\"\nmany\nlines\"\"\"\n").expect("write");
+    let opts = LoadOptions { config_file: Some(file.clone()), ..Default::default() };
+    let text = Config::load(&opts).expect_err("a string is not a thread count").to_string();
+    assert!(!text.contains('\n') && text.contains("runtime.threads") && text.contains("\\n"), "{text}");
+    std::fs::write(&file, "[runtime]\n\"odd\\nkey\" = 1\n").expect("write");
+    let text = Config::load(&opts).expect_err("unknown key").to_string();
+    assert!(!text.contains('\n') && text.contains("odd\\nkey"), "{text}");
+    let opts = LoadOptions { flags: vec![("text.\nnormalizer".into(), "x\ny".into())], ..Default::default() };
+    let text = Config::load(&opts).expect_err("unknown key").to_string();
+    assert!(!text.contains('\n'), "{text}");
+}
+
+#[test]
+fn regression_stream_schedule_with_huge_hops_does_not_overflow() {
+    // Manifest (and `--set`) values are unbounded: `hop * stream_scale_factor` and
+    // `token_mel_ratio * tokens` overflowed.
+    let base = cosy::flow::StreamParams::default();
+    for params in [
+        cosy::flow::StreamParams { stream_scale_factor: usize::MAX, ..base },
+        cosy::flow::StreamParams { token_mel_ratio: usize::MAX / 3, ..base },
+        cosy::flow::StreamParams { token_hop_len: usize::MAX, token_max_hop_len: usize::MAX, ..base },
+        cosy::flow::StreamParams { pre_lookahead_len: usize::MAX, ..base },
+    ] {
+        let chunks = cosy::flow::plan_stream(params, 7, 2000).expect("a schedule");
+        assert!(chunks.last().is_some_and(|c| c.finalize));
+    }
 }

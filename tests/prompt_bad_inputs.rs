@@ -297,12 +297,35 @@ fn prompts_and_sentences_must_fit_the_flow_noise() {
     }
     let voice_file = dir.join("voices/v.safetensors");
     refuses(&cosy(dir, &["voice", "add", "v", "--wav", w, "--text", TRANSCRIPT]), "voice add: 30 s prompt", &["at most 29.2 s"], &voice_file);
-    // 29.2 s fits, but not beside a 13-token sentence (up to 260 speech tokens): refused once the
-    // text is tokenised, before the LLM, naming the sentence and what fits.
+    // 29.2 s fits, leaving 40 frames (20 speech tokens) for the sentence. A forced token count
+    // beyond that is refused up front, before the LLM runs.
     let p29 = dir.join("p29.wav");
     write_wav(&p29, 24_000, &tone(24_000, 29.2));
     let w = p29.to_str().unwrap();
-    refuses(&cosy(dir, &file_args(w, &out, TEXT)), "29.2 s prompt, long sentence", &["sentence 1 of 1", "flow noise", "text tokens"], &out);
+    let mut forced = file_args(w, &out, TEXT);
+    forced.splice(1..1, ["--min-tokens", "25"]);
+    refuses(&cosy(dir, &forced), "29.2 s prompt, 25 forced tokens", &["--min-tokens 25", "room for 20"], &out);
+    // Without forcing, the official loop may stop at any step, so the sentence is not refused for
+    // what it might become: it runs, capped at the noise. A run that stops in time writes its file;
+    // one that reaches the cap is refused naming the sentence (the official code would fail in the
+    // flow there) and writes nothing. Over a few sampling seeds both happen on the tiny model; which
+    // seed does which is a sampling outcome, so only the set is asserted.
+    let mut cut = 0;
+    for seed in ["0", "1", "2", "3", "4", "5"] {
+        let mut args = file_args(w, &out, TEXT);
+        args.splice(1..1, ["--seed", seed]);
+        let mut with_sampling = vec!["--set", "sampling.top_k=25", "--set", "sampling.tau_r=0.1"];
+        with_sampling.extend(args);
+        let o = cosy(dir, &with_sampling);
+        if o.status.success() {
+            assert!(out.is_file(), "seed {seed}: exit 0 without {}", out.display());
+            std::fs::remove_file(&out).unwrap();
+        } else {
+            refuses(&o, &format!("seed {seed}: capped sentence"), &["sentence 1 of 1", "ran past 0.8 s", "flow noise"], &out);
+            cut += 1;
+        }
+    }
+    assert!(cut > 0, "no seed reached the noise cap; the capped path went untested");
 }
 
 // 6. Two `voice add` of one name at once -------------------------------------------------------------

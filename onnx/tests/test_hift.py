@@ -17,7 +17,10 @@ from cosy_export.checkpoint import CheckpointError
 from cosy_export.hift import (
     F0_LOOK_RIGHT,
     HiftConfig,
+    HiftDecodeGraph,
     HiftGenerator,
+    PolyphaseUpsample,
+    convs_as_2d,
     export_hift_decode,
     hift_side_tensors,
     load_hift,
@@ -244,6 +247,68 @@ def test_conv_dft_matches_torch(model: HiftGenerator) -> None:
 
 
 # ---------------------------------------------------------------------------------- ONNX
+
+
+def test_polyphase_upsample_matches_nearest_conv(model: HiftGenerator, cfg: HiftConfig) -> None:
+    """The exported up-sampling (one conv at the input rate with rate x the channels, phases
+    interleaved) is nearest up-sampling + the left-causal conv: to rounding in float64 (so the tap
+    algebra is right), to float32 rounding in float32, at every stage, for any length."""
+    import copy
+
+    torch.manual_seed(4)
+    for up, rate in zip(model.ups, cfg.upsample_rates):
+        k = up.kernel_size[0]
+        for conv, dtype, tol in ((up, torch.float32, 1e-6), (copy.deepcopy(up).double(), torch.float64, 1e-13)):
+            poly = PolyphaseUpsample(conv, rate)
+            assert poly.taps == -(-(k - 1) // rate) + 1 == 3  # [8, 5, 3] with kernels (16, 11, 7)
+            for length in (1, 2, 7, 40):
+                x = torch.randn(1, conv.in_channels, length, dtype=dtype)
+                with torch.no_grad():
+                    want = F.conv1d(F.pad(F.interpolate(x, scale_factor=rate, mode="nearest"), (k - 1, 0)),
+                                    conv.weight, conv.bias)
+                    got = poly(x)
+                assert got.shape == want.shape == (1, conv.out_channels, rate * length)
+                rel = ((got - want).abs().max() / want.abs().max()).item()
+                assert rel <= tol, (rate, dtype, length, rel)
+    graph = HiftDecodeGraph(model)
+    mel, src = torch.randn(1, 80, 30), torch.rand(1, 1, SPF * 26) * 0.2 - 0.1
+    with torch.no_grad():
+        want = model.decode(mel, src, dft="conv")
+        got = graph(mel, src)
+    assert ((got - want).abs().max() / want.abs().max()).item() <= 1e-5
+
+
+def test_exported_graph_form(model: HiftGenerator, onnx_fp32, tmp_path: Path) -> None:
+    """`hift_decode` as exported: every conv is 2-D over [B, C, 1, T] (ONNX Runtime's CPU provider
+    runs those in its NCHWc layout), the causal zero pads sit inside the convs (only the STFT's
+    reflect pad is a Pad node), the up-sampling is polyphase (no Resize) and Snake squares with a
+    Mul. `convs_as_2d` alone changes the output only by float rounding."""
+    import onnx
+
+    graph = onnx.load(str(onnx_fp32[0])).graph
+    ops = [n.op_type for n in graph.node]
+    assert ops.count("Resize") == 0 and ops.count("Pow") == 0
+    assert [n.attribute[0].s for n in graph.node if n.op_type == "Pad"] == [b"reflect"]
+    dims = {i.name: list(i.dims) for i in graph.initializer}
+    convs = [n for n in graph.node if n.op_type == "Conv"]
+    assert len(convs) == 81 and all(len(dims[n.input[1]]) == 4 and dims[n.input[1]][2] == 1 for n in convs)
+    # the pass on a plain torch export: the same outputs up to rounding
+    raw = tmp_path / "raw.onnx"
+    mel, src = torch.randn(1, 80, 24), torch.rand(1, 1, SPF * 20) * 0.2 - 0.1
+    with warnings.catch_warnings(), torch.no_grad():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(HiftDecodeGraph(model).eval(), (mel, src), str(raw), dynamo=False, opset_version=17,
+                          input_names=["mel", "source"], output_names=["waveform"],
+                          dynamic_axes={"mel": {2: "t"}, "source": {2: "s"}}, do_constant_folding=True)
+    raw_model = onnx.load(str(raw))
+    n_pads = sum(n.op_type == "Pad" for n in raw_model.graph.node)
+    assert n_pads > 70  # one per causal conv before the pass
+    rewritten = tmp_path / "rewritten.onnx"
+    onnx.save(convs_as_2d(raw_model), str(rewritten))
+    feeds = {"mel": torch.randn(1, 80, 57).numpy(), "source": (torch.rand(1, 1, SPF * 53) * 0.2 - 0.1).numpy()}
+    a = _session(raw).run(None, feeds)[0]
+    b = _session(rewritten).run(None, feeds)[0]
+    assert np.abs(a - b).max() / np.abs(a).max() <= 1e-5
 
 
 def test_onnx_decode_dynamic(model: HiftGenerator, onnx_fp32) -> None:

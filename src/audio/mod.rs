@@ -5,7 +5,8 @@
 //! **Files** ([`wav`]): `write_audio_atomic(path, &samples, 24_000, OutputFormat::Wav16)` writes a
 //! whole utterance; [`WavStreamWriter::create`] + `append(chunk)`… + `finish()` writes chunk by chunk
 //! (drop without `finish` = nothing left on disk). Both go through `.<name>.partial-<pid>` in the
-//! target folder, fsync, and rename, so the output path only ever holds a complete file.
+//! target folder, fsync, and rename, so the output path only ever holds a complete file (links are
+//! followed; a device or FIFO gets the complete output written into it: see [`crate::output`]).
 //! `OutputFormat` parses `wav16 | wavf32 | pcm`. For `--format pcm` to stdout call
 //! [`write_pcm16_stream`]`(stdout.lock(), chunk)` per chunk (raw little-endian int16, no header).
 //! int16 convention: `round(clamp(x, -1, 1) · 32767)`, NaN → 0 ([`f32_to_i16`]).

@@ -237,7 +237,18 @@ fn read_stream(path: &Path, is_fifo: bool) -> Result<Vec<u8>> {
 }
 
 /// Decodes a whole prompt from `source` (`path` names it in messages and gives the format hint).
+///
+/// A panic inside the decoder (symphonia on a malformed header: an assertion in the Vorbis setup
+/// header parser, an overflowing shift on a WAVE_FORMAT_EXTENSIBLE channel mask in a debug
+/// build; found by tests/fuzz.rs) is returned as an error naming the file, like any other
+/// damaged file.
 fn decode(path: &Path, source: Box<dyn MediaSource>) -> Result<Audio> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| decode_unguarded(path, source))).unwrap_or_else(|_| {
+        Err(input_err(path, "made the audio decoder fail (its headers are malformed); re-export it as 16-bit wav"))
+    })
+}
+
+fn decode_unguarded(path: &Path, source: Box<dyn MediaSource>) -> Result<Audio> {
     let mss = MediaSourceStream::new(source, Default::default());
     let mut hint = Hint::new();
     if let Some(ext) = path.extension().and_then(|e| e.to_str()) {
@@ -264,7 +275,7 @@ fn decode(path: &Path, source: Box<dyn MediaSource>) -> Result<Audio> {
         .ok_or_else(|| input_err(path, "audio codec parameters missing; re-encode it as 16-bit wav"))?
         .clone();
     if let Some(rate) = params.sample_rate {
-        check_high_rate(path, rate)?;
+        check_rate(path, rate)?;
     }
     let mut decoder = symphonia::default::get_codecs()
         .make_audio_decoder(&params, &AudioDecoderOptions::default())
@@ -291,7 +302,7 @@ fn decode(path: &Path, source: Box<dyn MediaSource>) -> Result<Audio> {
             .decode(&packet)
             .map_err(|e| input_err(path, format!("cannot be decoded ({e}); the file looks damaged")))?;
         let buf_rate = buf.spec().rate();
-        check_high_rate(path, buf_rate)?;
+        check_rate(path, buf_rate)?;
         rate = Some(buf_rate);
         buf.copy_to_vecs_planar(&mut planes);
         let channels = planes.len().max(1);
@@ -344,7 +355,15 @@ fn decode(path: &Path, source: Box<dyn MediaSource>) -> Result<Audio> {
     Ok(Audio { samples: mono, sample_rate })
 }
 
-fn check_high_rate(path: &Path, rate: u32) -> Result<()> {
+/// Refuses a sample rate outside 16 kHz..=384 kHz (checked before decoding, so that neither a
+/// 1 Hz nor a 4294967295 Hz header makes cosy decode or resample anything).
+fn check_rate(path: &Path, rate: u32) -> Result<()> {
+    if rate < MIN_SAMPLE_RATE {
+        return Err(input_err(
+            path,
+            format!("sample rate {rate} Hz is below {MIN_SAMPLE_RATE} Hz; record or export at 16 kHz or more"),
+        ));
+    }
     if rate > MAX_SAMPLE_RATE {
         return Err(input_err(
             path,

@@ -164,7 +164,7 @@ pub(crate) fn resample_direct(input: &[f32], from_rate: u32, to_rate: u32) -> Ve
         let hi = ((centre + reach).floor() as i64).min(last);
         // The tap exactly on the output sample (t = 0), if any: n = m·from/to.
         let pos = m as u128 * from as u128;
-        let zero_at = if pos % to as u128 == 0 { (pos / to as u128) as i64 } else { -1 };
+        let zero_at = if pos.is_multiple_of(to as u128) { (pos / to as u128) as i64 } else { -1 };
         let t0 = (lo as i128 * to as i128 - pos as i128) as f64 * t_unit;
         let (mut s, mut c) = (PI * t0).sin_cos();
         let (mut sw, mut cw) = (PI * t0 / LOWPASS_FILTER_WIDTH).sin_cos();

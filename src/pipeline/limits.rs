@@ -10,8 +10,12 @@
 //! `token_mel_ratio · max_len` mel frames. So:
 //! * up front, from the prompt audio's length alone: prompt frames + the frames of a one-token
 //!   sentence must fit ([`Synthesizer::max_prompt_seconds`]);
-//! * once the text is tokenised, before the LLM runs: prompt frames + the frames of each
-//!   sentence's `max_len` must fit.
+//! * per sentence, the LLM's `max_len` is capped at what the noise leaves beside the prompt. The
+//!   official loop can stop at any step (its `min_len` masks a single id), so a sentence whose
+//!   *possible* length exceeds the noise is not refused: most stop long before. One that reaches
+//!   the cap is an error naming the sentence (the official code fails in the flow there), so
+//!   every output the official code produces, cosy produces too, and nothing cut off passes as
+//!   complete. A forced token count (`--min-tokens`) is checked up front.
 
 use std::path::Path;
 
@@ -61,37 +65,44 @@ impl Synthesizer {
         Ok(())
     }
 
-    /// Refuses, before the LLM runs, a sentence whose longest possible speech would not fit the
-    /// flow noise beside the prompt.
-    pub(super) fn check_noise_room(&self, prompt: &PromptFeatures, segments: &[String]) -> Result<()> {
+    /// Speech tokens the flow noise leaves room for beside `prompt` (a sentence's cap).
+    pub(super) fn noise_room_tokens(&self, prompt: &PromptFeatures) -> usize {
+        let ratio = self.stream_params.token_mel_ratio.max(1);
+        self.noise.ncols().saturating_sub(ratio * prompt.speech_token.len()) / ratio
+    }
+
+    /// Refuses, before the LLM runs, a forced token count (`--min-tokens`, benchmarks only) whose
+    /// speech cannot fit the flow noise beside the prompt. Without it nothing is refused here:
+    /// the official loop may stop at any step, so only decoding shows whether a sentence
+    /// outgrows the noise ([`Self::outgrown_noise`] says so then).
+    pub(super) fn check_forced_tokens(&self, prompt: &PromptFeatures, forced: Option<usize>) -> Result<()> {
+        let room = self.noise_room_tokens(prompt);
+        match forced {
+            Some(n) if n > room => Err(Error::Input(format!(
+                "--min-tokens {n}: beside this {:.1} s prompt the model's flow noise ({:.1} s) leaves room for {room} \
+                 speech tokens; ask for fewer",
+                (self.stream_params.token_mel_ratio * prompt.speech_token.len()) as f64 / self.mel_frame_rate(),
+                self.noise.ncols() as f64 / self.mel_frame_rate(),
+            ))),
+            _ => Ok(()),
+        }
+    }
+
+    /// The error for a sentence whose speech reached the end of the flow noise. The LLM was
+    /// capped there (the official code would fail in the flow at that point), so no output of a
+    /// cut-off sentence is passed off as complete.
+    pub(super) fn outgrown_noise(&self, prompt: &PromptFeatures, sentence: &str) -> Error {
         let ratio = self.stream_params.token_mel_ratio;
+        let rate = self.mel_frame_rate();
         let prompt_frames = ratio * prompt.speech_token.len();
         let noise = self.noise.ncols();
-        let rate = self.mel_frame_rate();
-        for (i, segment) in segments.iter().enumerate() {
-            let n = self.encode(segment)?.len();
-            let (_, max_len) = self.constants.llm.length_bounds(n);
-            if prompt_frames + ratio * max_len <= noise {
-                continue;
-            }
-            // The most text tokens a sentence can have beside this prompt.
-            let room = noise.saturating_sub(prompt_frames) / ratio.max(1);
-            let most = (0..=n).rev().find(|&k| self.constants.llm.length_bounds(k).1 <= room).unwrap_or(0);
-            let shown: String = segment.trim().chars().take(40).collect();
-            let more = if segment.trim().chars().count() > 40 { "…" } else { "" };
-            return Err(Error::Input(format!(
-                "sentence {} of {} ({shown:?}{more}) has {n} text tokens and may become up to {:.1} s of speech, \
-                 but beside the {:.1} s prompt the model's flow noise ({:.1} s) leaves room for {:.1} s (at most \
-                 {most} text tokens a sentence); split it into shorter sentences, or use a shorter prompt",
-                i + 1,
-                segments.len(),
-                (ratio * max_len) as f64 / rate,
-                prompt_frames as f64 / rate,
-                noise as f64 / rate,
-                noise.saturating_sub(prompt_frames) as f64 / rate,
-            )));
-        }
-        Ok(())
+        Error::Input(format!(
+            "{sentence}: its speech ran past {:.1} s, all that the model's flow noise ({:.1} s) leaves beside the \
+             {:.1} s prompt; split the text into shorter sentences, or use a shorter prompt",
+            noise.saturating_sub(prompt_frames) as f64 / rate,
+            noise as f64 / rate,
+            prompt_frames as f64 / rate,
+        ))
     }
 }
 

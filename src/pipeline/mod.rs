@@ -459,8 +459,8 @@ impl Synthesizer {
         tokenizer_span.end();
         let prompt = self.prompt_for(&req.voice)?;
         frontend_span.end();
-        // Each sentence's longest speech must fit the flow noise beside the prompt.
-        self.check_noise_room(&prompt, &segments)?;
+        // A forced token count must fit the flow noise beside the prompt (see limits.rs).
+        self.check_forced_tokens(&prompt, req.ignore_stop_until)?;
         // Each request starts at the configured hop; its sentences hand it on (see StreamPlanner).
         let mut state = RequestState {
             sampler: Sampler::new(self.sampling, req.seed.unwrap_or(self.seed)),
@@ -513,7 +513,12 @@ impl Synthesizer {
     ) -> Result<usize> {
         let c = &self.constants;
         let prompt = seg.prompt;
-        let input = build_llm_input(&self.embeddings, seg.prompt_text_token, seg.text_token, seg.llm_prompt_speech, &c.llm)?;
+        let mut input = build_llm_input(&self.embeddings, seg.prompt_text_token, seg.text_token, seg.llm_prompt_speech, &c.llm)?;
+        // The speech must fit the flow noise beside the prompt: decoding stops there, and a
+        // sentence that gets there is an error below (limits.rs).
+        let room = self.noise_room_tokens(prompt);
+        let outgrown = (room < input.max_len).then(|| self.outgrown_noise(prompt, &sentence_label(seg.index, seg.count, seg.text)));
+        input.max_len = input.max_len.min(room);
         let options = DecodeOptions { ignore_stop_until: req.ignore_stop_until.unwrap_or(0) };
         let sentence = seg.index;
         let profiler = &self.profiler;
@@ -584,6 +589,9 @@ impl Synthesizer {
                 } else {
                     Error::Runtime("the token-to-wav worker stopped taking tokens".into())
                 });
+            }
+            if let Some(e) = outgrown.filter(|_| outcome.termination == Termination::MaxLen && options.ignore_stop_until == 0) {
+                return Err(e);
             }
             let emitted = outcome.tokens.len();
             if let Some(trace) = trace {

@@ -134,6 +134,16 @@ pub fn json_paths(v: &Value) -> Vec<Vec<Seg>> {
     out
 }
 
+pub fn get<'a>(mut v: &'a Value, path: &[Seg]) -> Option<&'a Value> {
+    for seg in path {
+        v = match seg {
+            Seg::Key(k) => v.get(k.as_str())?,
+            Seg::Idx(i) => v.get(*i)?,
+        };
+    }
+    Some(v)
+}
+
 pub fn get_mut<'a>(mut v: &'a mut Value, path: &[Seg]) -> Option<&'a mut Value> {
     for seg in path {
         v = match seg {
@@ -189,12 +199,8 @@ pub fn mutate_json(rng: &mut Rng, root: &mut Value, prefer: &[&str]) {
     } else {
         rng.pick(&paths).clone()
     };
-    let donor = {
-        let p = rng.pick(&paths).clone();
-        let mut r = root.clone();
-        get_mut(&mut r, &p).map(|v| v.clone()).unwrap_or(Value::Null)
-    };
     let op = rng.below(10);
+    let donor = if op == 5 { get(root, &paths[rng.below(paths.len())]).cloned().unwrap_or(Value::Null) } else { Value::Null };
     // Operations on the parent (remove, rename) need the parent and the last segment.
     if (op == 2 || op == 6) && !path.is_empty() {
         let (last, parent_path) = path.split_last().expect("not empty");
@@ -526,6 +532,17 @@ fn ogg_crc(data: &[u8]) -> u32 {
     crc
 }
 
+/// Recomputes the CRC of the Ogg page starting at `page` (after its bytes were changed).
+pub fn fix_ogg_crc(data: &mut [u8], page: usize) {
+    let Some(&nseg) = data.get(page + 26) else { return };
+    let nseg = nseg as usize;
+    let body: usize = data.get(page + 27..page + 27 + nseg).map_or(0, |l| l.iter().map(|&x| x as usize).sum());
+    let end = (page + 27 + nseg + body).min(data.len());
+    set_le(data, page + 22, 4, 0);
+    let crc = ogg_crc(&data[page..end]);
+    set_le(data, page + 22, 4, crc as u64);
+}
+
 /// Ogg: a page header field (version, flags, granule position, serial, sequence, segment
 /// count, a lacing value) or a payload byte, notably in the Vorbis identification header
 /// (channels, rate, block sizes), with the page CRC recomputed.
@@ -596,14 +613,7 @@ pub fn mutate_ogg(rng: &mut Rng, data: &mut Vec<u8>) {
         }
     }
     // Recompute the CRC over the page as its (possibly changed) lacing now defines it.
-    let nseg = data[p + 26] as usize;
-    let body: usize = data.get(p + 27..p + 27 + nseg).map_or(0, |l| l.iter().map(|&x| x as usize).sum());
-    let end = (p + 27 + nseg + body).min(data.len());
-    if end >= p + 27 {
-        set_le(data, p + 22, 4, 0);
-        let crc = ogg_crc(&data[p..end]);
-        set_le(data, p + 22, 4, crc as u64);
-    }
+    fix_ogg_crc(data, p);
 }
 
 /// MP3: an ID3v2 header (size, flags, version) or a frame header field (version, layer,

@@ -6,7 +6,8 @@
 //! * `COSY_FUZZ_CASES`: cases per harness (default: each harness's short CI count);
 //! * `COSY_FUZZ_SEED`: base seed (default fixed, so CI runs are repeatable);
 //! * `COSY_FUZZ_FROM`: index of the first case (with `COSY_FUZZ_CASES=1`, reruns one case);
-//! * `COSY_FUZZ_CASE_SECONDS`: per-case time limit (default 5 s; the watchdog aborts at 4x).
+//! * `COSY_FUZZ_CASE_SECONDS`: per-case time limit (default 5 s; the watchdog aborts at 4x);
+//! * `COSY_FUZZ_KEEP`: write each case's input under `target/fuzz-cases/` (for one rerun case).
 //!
 //! Every case draws its input from an RNG seeded by (seed, harness, case index) alone, so a
 //! failure is reproduced by the command the report prints.
@@ -301,6 +302,7 @@ pub fn run(spec: Spec, mut case: impl FnMut(&mut Rng, u64) -> Result<Outcome, St
     };
 
     println!("fuzz {name}: {cases} cases from {from}, seed {seed}");
+    let live_before = live_bytes();
     let t0 = Instant::now();
     let (mut accepted, mut refused) = (0u64, 0u64);
     let mut slowest = (Duration::ZERO, 0u64);
@@ -375,23 +377,33 @@ pub fn run(spec: Spec, mut case: impl FnMut(&mut Rng, u64) -> Result<Outcome, St
     let _ = watchdog.join();
     let secs = t0.elapsed().as_secs_f64();
     println!(
-        "fuzz {name}: {cases} cases in {secs:.1} s ({:.0}/s): {accepted} accepted, {refused} refused; slowest case {} ({:.1?}); largest peak {} KiB (case {})",
+        "fuzz {name}: {cases} cases in {secs:.1} s ({:.0}/s): {accepted} accepted, {refused} refused; slowest case {} ({:.1?}); largest peak {} KiB (case {}); live bytes {} KiB before, {} KiB after",
         cases as f64 / secs.max(1e-9),
         slowest.1,
         slowest.0,
         max_peak.0 / 1024,
-        max_peak.1
+        max_peak.1,
+        live_before / 1024,
+        live_bytes() / 1024
     );
     for e in &sample_errors {
         println!("  e.g. {e}");
     }
 }
 
-/// Where a failing input is written for inspection (`target/fuzz-failures/`).
-pub fn failure_dir() -> PathBuf {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/fuzz-failures");
+/// With `COSY_FUZZ_KEEP` set (use it with a rerun of one case), writes the case's input to
+/// `target/fuzz-cases/<harness>-<case>.<ext>` for a regression test or a look with other tools.
+pub fn keep(name: &str, case: u64, ext: &str, bytes: &[u8]) {
+    if std::env::var_os("COSY_FUZZ_KEEP").is_none() {
+        return;
+    }
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/fuzz-cases");
     let _ = std::fs::create_dir_all(&dir);
-    dir
+    let path = dir.join(format!("{name}-{case}.{ext}"));
+    match std::fs::write(&path, bytes) {
+        Ok(()) => println!("fuzz {name}: case {case} input kept in {}", path.display()),
+        Err(e) => println!("fuzz {name}: cannot keep case {case} in {}: {e}", path.display()),
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
