@@ -73,7 +73,8 @@ def main() -> None:
     p.add_argument("--graph", type=Path, action="append", default=[], help="hift_decode graph (repeatable)")
     p.add_argument("--frames", type=int, default=100)
     p.add_argument("--rounds", type=int, default=5)
-    p.add_argument("--threads", type=int, default=0, help="ORT intra-op threads (0: ORT default)")
+    p.add_argument("--threads", type=int, default=0,
+                   help="threads for both sides: torch.set_num_threads and ORT intra-op threads (0: their defaults)")
     p.add_argument("--no-torch", action="store_true", help="time the graphs only")
     p.add_argument("--no-spin", action="store_true",
                    help="ORT intra-op threads sleep instead of spinning (makes the CPU-time column a measure "
@@ -89,6 +90,8 @@ def main() -> None:
     from cosy_export.noise import sine_noise, sine_noise_offset
     from cosy_export.yamlcfg import load_model_config
 
+    if args.threads:
+        torch.set_num_threads(args.threads)
     cfg_all = load_model_config(args.official)
     cfg = HiftConfig.from_yaml(cfg_all.hift_raw)
     model = load_hift(args.official, cfg)

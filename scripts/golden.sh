@@ -44,7 +44,8 @@ PY
   [[ "${fields[4]}" == 0 ]] && args+=(--no-text-frontend)
   echo "== $name"
   # cosy refuses COSY_* variables it does not know; the script's own ones are not for it.
-  env -u COSY_SHARED -u COSY_VENV -u COSY_BIN -u COSY_KEEP "$COSY_BIN" --model "$work/model" --provider cpu file "${args[@]}" -- "${fields[0]}"
+  # Private caches in the temp dir: the first case optimises and saves the graphs, the others load them.
+  env -u COSY_SHARED -u COSY_VENV -u COSY_BIN -u COSY_KEEP COSY_ENGINE_CACHE="$work/engines" "$COSY_BIN" --model "$work/model" --provider cpu file "${args[@]}" -- "${fields[0]}"
 done
 
 "$py" "$ref/compare.py" "$dump"

@@ -63,7 +63,7 @@ pub enum Command {
         #[arg(long)]
         quick: bool,
     },
-    /// Manage the TensorRT engine cache.
+    /// Manage the TensorRT engine cache and the optimised-graph cache of CPU sessions.
     Engines {
         #[command(subcommand)]
         action: EnginesAction,
@@ -265,9 +265,9 @@ pub enum EnginesAction {
         #[arg(long = "precisions", value_name = "P", value_delimiter = ',')]
         precisions: Vec<String>,
     },
-    /// List cache entries with their keys, sizes and state.
+    /// List cache entries (TensorRT engines and optimised CPU graphs) with their keys, sizes and state.
     List,
-    /// Remove stale, unfinished and corrupt entries (all with --all).
+    /// Remove stale, unfinished and corrupt entries of both caches (all with --all).
     Clean {
         #[arg(long)]
         all: bool,
@@ -373,21 +373,24 @@ fn engines(config: &Config, action: &EnginesAction) -> anyhow::Result<()> {
             let entries = crate::engines::list(config)?;
             if entries.is_empty() {
                 println!("engine cache {} is empty", config.runtime.engine_cache.display());
+                println!(
+                    "optimised-graph cache {} is empty{}",
+                    config.graph_cache_folder().display(),
+                    if config.runtime.graph_cache_enabled { "" } else { " (and off: runtime.graph_cache_enabled = false)" }
+                );
             }
-            for l in entries {
-                let e = &l.entry;
+            for e in entries {
                 let name = e.dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-                let state = match (&e.state, l.current) {
+                let state = match (&e.state, e.current) {
                     (crate::runtime::EntryState::Valid, Some(true)) => "valid".to_string(),
                     (crate::runtime::EntryState::Valid, Some(false)) => "stale".to_string(),
                     (crate::runtime::EntryState::Valid, None) => "valid (currency unknown)".to_string(),
+                    (crate::runtime::EntryState::Incomplete, _) if e.in_progress => "being written".to_string(),
                     (crate::runtime::EntryState::Incomplete, _) => "incomplete".to_string(),
                     (crate::runtime::EntryState::Corrupt(why), _) => format!("corrupt: {why}"),
                 };
-                let key = e.key.as_ref().map_or_else(String::new, |k| {
-                    format!("  [{} {} gpu={} ort={} trt={}]", k.stage, k.precision, k.gpu, k.ort_version, k.trt_version)
-                });
-                println!("{name}  {}  {state}{key}", human_bytes(e.bytes));
+                let key = e.summary.as_ref().map_or_else(String::new, |s| format!("  [{s}]"));
+                println!("{name}  {}  {}  {state}{key}", e.kind.as_str(), human_bytes(e.bytes));
             }
             Ok(())
         }

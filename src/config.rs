@@ -153,6 +153,10 @@ pub struct RuntimeSettings {
     pub threads: usize,
     /// TensorRT engine cache folder.
     pub engine_cache: PathBuf,
+    /// Folder of the optimised-graph cache (CPU sessions); `None`: `<engine_cache>/graphs`.
+    pub graph_cache: Option<PathBuf>,
+    /// Whether CPU sessions save and reuse their optimised graphs (`runtime.graph_cache`).
+    pub graph_cache_enabled: bool,
     /// CUDA memory arena limit in bytes; 0 means no limit.
     pub cuda_mem_limit: u64,
     /// CUDA graphs for stages whose shapes are fixed between calls.
@@ -269,6 +273,8 @@ impl Default for Config {
                 device_id: 0,
                 threads: 0,
                 engine_cache: PathBuf::from("engines"),
+                graph_cache: None,
+                graph_cache_enabled: true,
                 cuda_mem_limit: 0,
                 cuda_graphs: false,
             },
@@ -299,6 +305,8 @@ pub const KEYS: &[&str] = &[
     "runtime.device_id",
     "runtime.threads",
     "runtime.engine_cache",
+    "runtime.graph_cache",
+    "runtime.graph_cache_enabled",
     "runtime.cuda_mem_limit",
     "runtime.cuda_graphs",
     "stages.<llm|flow|dit|hift|frontend>.precision",
@@ -329,6 +337,8 @@ pub const ENV_VARS: &[(&str, &str)] = &[
     ("COSY_DEVICE_ID", "runtime.device_id"),
     ("COSY_THREADS", "runtime.threads"),
     ("COSY_ENGINE_CACHE", "runtime.engine_cache"),
+    ("COSY_GRAPH_CACHE", "runtime.graph_cache"),
+    ("COSY_GRAPH_CACHE_ENABLED", "runtime.graph_cache_enabled"),
     ("COSY_SEED", "sampling.seed"),
     ("COSY_OUTPUT_DEVICE", "output.device"),
     ("COSY_VOICES", "voices.dir"),
@@ -497,6 +507,13 @@ impl Config {
                     .ok_or_else(|| bad("an integer 0..=1024 (0: ONNX Runtime's choice)"))?
             }
             "runtime.engine_cache" => self.runtime.engine_cache = path_value(value)?,
+            "runtime.graph_cache" => {
+                let s = text_of(value).ok_or_else(|| bad("a path (string); \"\" for <runtime.engine_cache>/graphs"))?;
+                self.runtime.graph_cache = if s.is_empty() { None } else { Some(path_value(value)?) };
+            }
+            "runtime.graph_cache_enabled" => {
+                self.runtime.graph_cache_enabled = bool_of(value).ok_or_else(|| bad("true, false"))?
+            }
             "runtime.cuda_mem_limit" => {
                 self.runtime.cuda_mem_limit = int_of(value)
                     .and_then(|v| u64::try_from(v).ok())
@@ -617,6 +634,18 @@ impl Config {
             .get(&group)
             .and_then(|s| s.providers.clone())
             .unwrap_or_else(|| self.runtime.providers.clone())
+    }
+
+    /// The optimised-graph cache folder, or `None` when the cache is turned off.
+    pub fn graph_cache_dir(&self) -> Option<PathBuf> {
+        self.runtime.graph_cache_enabled.then(|| self.graph_cache_folder())
+    }
+
+    /// Where the optimised-graph cache is, whether or not it is turned on (`cosy engines list|clean`
+    /// still show and remove its entries when it is off): `runtime.graph_cache`, else
+    /// `<runtime.engine_cache>/graphs`.
+    pub fn graph_cache_folder(&self) -> PathBuf {
+        self.runtime.graph_cache.clone().unwrap_or_else(|| self.runtime.engine_cache.join("graphs"))
     }
 
     /// The ONNX Runtime library to load: config/env `runtime.ort_library`, then `$ORT_DYLIB_PATH`,

@@ -73,6 +73,11 @@ pub fn run(config: &Config, opts: &DoctorOptions) -> DoctorReport {
         if config.runtime.allow_fallback { "allowed" } else { "not allowed" }
     ));
     r.line(format!("precision: {}, device id: {}, threads: {}", config.runtime.precision, config.runtime.device_id, config.runtime.threads));
+    r.line(format!("TensorRT engine cache: {}", config.runtime.engine_cache.display()));
+    match config.graph_cache_dir() {
+        Some(d) => r.line(format!("optimised-graph cache (CPU sessions): {}", d.display())),
+        None => r.line("optimised-graph cache (CPU sessions): off (runtime.graph_cache_enabled = false)"),
+    }
 
     r.section("ONNX Runtime");
     let (lib, how) = env::locate_library(config);
@@ -252,7 +257,48 @@ pub fn run(config: &Config, opts: &DoctorOptions) -> DoctorReport {
         }
         Err(e) => r.problem(e),
     }
+
+    r.section("optimised-graph cache (CPU sessions)");
+    match &factory.graph_cache {
+        None => r.line("off (runtime.graph_cache_enabled = false): every CPU session optimises its graph at load"),
+        Some(cache) => {
+            r.line(format!("folder: {}", cache.root.display()));
+            let current = current_graph_keys(&factory);
+            match cache.entries() {
+                Ok(entries) if entries.is_empty() => r.line("empty"),
+                Ok(entries) => {
+                    for e in entries {
+                        let name = e.dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+                        let state = match &e.state {
+                            EntryState::Valid if current.contains(&name) => "valid, matches this model/CPU/library".to_string(),
+                            EntryState::Valid => "valid, stale (for another model, CPU or library; `cosy engines clean`)".to_string(),
+                            EntryState::Incomplete if e.in_progress => "being written by a running cosy".to_string(),
+                            EntryState::Incomplete => "incomplete (interrupted; `cosy engines clean`)".to_string(),
+                            EntryState::Corrupt(why) => format!("corrupt: {why} (rebuilt on next use)"),
+                        };
+                        r.line(format!("{name}  {}  {state}", human_bytes(e.bytes)));
+                    }
+                }
+                // Never a problem: sessions load without the cache.
+                Err(e) => r.line(format!("cannot be read ({e}); sessions load without it")),
+            }
+        }
+    }
     r
+}
+
+/// Optimised-graph cache folder names the current model, CPU and library would use: every stage
+/// and graph variant, on the CPU provider (the only one the cache serves).
+pub fn current_graph_keys(factory: &SessionFactory) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    for (stage, spec) in &factory.model.manifest.graphs {
+        for p in Precision::ALL {
+            if let Some(v) = spec.variant(p) {
+                out.insert(factory.graph_key(stage, v, p, &[ProviderKind::Cpu]).dir_name());
+            }
+        }
+    }
+    out
 }
 
 /// Cache folder names the current model, hardware and library would use, for every stage and

@@ -1,13 +1,15 @@
-//! `cosy engines build|list|clean`: the TensorRT engine cache from the command line.
+//! `cosy engines build|list|clean`: the TensorRT engine cache and the optimised-graph cache from the
+//! command line (`build` makes TensorRT engines; `list` and `clean` cover both caches).
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use crate::config::{Config, Precision, ProviderKind, StageGroup};
-use crate::doctor::current_keys;
+use crate::doctor::{current_graph_keys, current_keys};
 use crate::error::{Error, Result};
 use crate::model::ModelDir;
-use crate::runtime::engine_cache::{CacheEntry, EngineCache, EntryState};
+use crate::runtime::engine_cache::{EngineCache, EntryState};
+use crate::runtime::graph_cache::{GraphCache, GraphKey};
 use crate::runtime::{env, providers, SessionFactory};
 
 /// One built (or reused) engine.
@@ -74,48 +76,117 @@ pub fn build(
     Ok(built)
 }
 
-/// A cache entry and whether it is one the current model/GPU/library would use.
-#[derive(Debug, Clone)]
-pub struct ListedEntry {
-    pub entry: CacheEntry,
-    /// `None` when the model folder or library is not available to tell.
-    pub current: Option<bool>,
+/// Which cache an entry belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CacheKind {
+    /// A TensorRT engine (and timing cache) folder.
+    Engine,
+    /// A saved optimised graph for CPU sessions.
+    Graph,
 }
 
-/// The names of the cache folders that the current setup would use, if it can be computed.
+impl CacheKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CacheKind::Engine => "tensorrt-engine",
+            CacheKind::Graph => "optimised-graph",
+        }
+    }
+}
+
+/// A cache entry and whether it is one the current model/hardware/library would use.
+#[derive(Debug, Clone)]
+pub struct ListedEntry {
+    pub kind: CacheKind,
+    pub dir: std::path::PathBuf,
+    pub state: EntryState,
+    pub bytes: u64,
+    /// What the entry is for (stage, precision, hardware, versions), when its key is readable.
+    pub summary: Option<String>,
+    /// `None` when the model folder or library is not available to tell.
+    pub current: Option<bool>,
+    /// Being written by a running process (an optimised graph's temporary folder).
+    pub in_progress: bool,
+}
+
+/// The names of the cache folders that the current setup would use (engines and graphs), if it
+/// can be computed.
 fn current_set(config: &Config) -> Option<BTreeSet<String>> {
     let rt = env::init(config).ok()?;
     let model = Arc::new(ModelDir::open(&config.model_dir).ok()?);
     let factory = SessionFactory::with_runtime(rt, config, model);
-    Some(current_keys(&factory))
+    let mut set = current_keys(&factory);
+    set.extend(current_graph_keys(&factory));
+    Some(set)
 }
 
-/// Every cache entry with its state.
+/// Every entry of both caches with its state.
 pub fn list(config: &Config) -> Result<Vec<ListedEntry>> {
-    let cache = EngineCache::new(config.runtime.engine_cache.clone());
-    let entries = cache.entries()?;
-    let current = if entries.is_empty() { None } else { current_set(config) };
-    Ok(entries
-        .into_iter()
-        .map(|e| {
-            let name = e.dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-            ListedEntry { current: current.as_ref().map(|c| c.contains(&name)), entry: e }
-        })
-        .collect())
+    let mut out = Vec::new();
+    let graph_dir = config.graph_cache_folder();
+    let engines = EngineCache::new(config.runtime.engine_cache.clone()).excluding(&graph_dir);
+    for e in engines.entries()? {
+        let summary = e
+            .key
+            .as_ref()
+            .map(|k| format!("{} {} gpu={} ort={} trt={}", k.stage, k.precision, k.gpu, k.ort_version, k.trt_version));
+        out.push(ListedEntry { kind: CacheKind::Engine, dir: e.dir, state: e.state, bytes: e.bytes, summary, current: None, in_progress: false });
+    }
+    // Listed (and cleaned) also when the cache is turned off.
+    for e in GraphCache::new(graph_dir).entries()? {
+        let summary = e.key.as_ref().map(graph_summary);
+        out.push(ListedEntry {
+            kind: CacheKind::Graph,
+            dir: e.dir,
+            state: e.state,
+            bytes: e.bytes,
+            summary,
+            current: None,
+            in_progress: e.in_progress,
+        });
+    }
+    if out.iter().any(|e| e.state == EntryState::Valid) {
+        if let Some(current) = current_set(config) {
+            for e in &mut out {
+                let name = e.dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+                e.current = Some(current.contains(&name));
+            }
+        }
+    }
+    Ok(out)
 }
 
-/// Removes corrupt and unfinished entries and (when the current setup is known) stale ones; all
-/// entries with `all`. Returns the removed folders.
+/// `llm fp32 cpu ort=1.31.1 x86_64 avx2 …`: an optimised graph's key in a few words.
+pub fn graph_summary(k: &GraphKey) -> String {
+    format!(
+        "{} {} {} ort={} {} {}",
+        k.stage,
+        k.precision,
+        k.providers.join(","),
+        k.ort_version,
+        k.arch,
+        if k.cpu_features.is_empty() { "-".to_string() } else { k.cpu_features.join(",") }
+    )
+}
+
+/// Removes corrupt and unfinished entries of both caches and (when the current setup is known)
+/// stale ones; all entries with `all`. An optimised graph being written by a running process is
+/// left alone unless `all`. Returns the removed folders.
 pub fn clean(config: &Config, all: bool) -> Result<Vec<std::path::PathBuf>> {
     let mut removed = Vec::new();
     for l in list(config)? {
-        let stale = match &l.entry.state {
+        let stale = match &l.state {
             EntryState::Valid => l.current == Some(false),
-            EntryState::Incomplete | EntryState::Corrupt(_) => true,
+            EntryState::Incomplete => !l.in_progress,
+            EntryState::Corrupt(_) => true,
         };
         if all || stale {
-            std::fs::remove_dir_all(&l.entry.dir).map_err(|e| Error::io(&l.entry.dir, e))?;
-            removed.push(l.entry.dir);
+            match std::fs::remove_dir_all(&l.dir) {
+                Ok(()) => removed.push(l.dir),
+                // Another process removed or renamed it meanwhile (e.g. its save finished).
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(Error::io(&l.dir, e)),
+            }
         }
     }
     Ok(removed)

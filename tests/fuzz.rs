@@ -267,7 +267,7 @@ fn audio_seeds() -> Vec<(&'static str, Vec<u8>)> {
 #[test]
 fn fuzz_audio_decode() {
     let seeds = audio_seeds();
-    let tmp = tempfile::tempdir().expect("tempdir");
+    let tmp = support::case_dir();
     let exts = ["wav", "flac", "ogg", "mp3", "WAV", "txt", ""];
     run(Spec { name: "fuzz_audio_decode", default_cases: 1_000, mem_bound: 48 * MIB }, |rng, case| {
         let (kind, mut data) = if rng.chance(1, 10) {
@@ -456,7 +456,7 @@ fn config_file_text(rng: &mut Rng, shipped: &str) -> Vec<u8> {
 #[test]
 fn fuzz_config() {
     let shipped = std::fs::read_to_string(root().join("config.toml")).unwrap_or_default();
-    let tmp = tempfile::tempdir().expect("tempdir");
+    let tmp = support::case_dir();
     let file = tmp.path().join("config.toml");
     run(Spec { name: "fuzz_config", default_cases: 3_000, mem_bound: 16 * MIB }, |rng, case| {
         let text = config_file_text(rng, &shipped);
@@ -640,7 +640,7 @@ fn fuzz_voice_file() {
 fn fuzz_manifest() {
     let fixture = root().join("tests/fixtures/tiny/manifest.json");
     let original: Value = serde_json::from_str(&std::fs::read_to_string(&fixture).expect("fixture manifest")).expect("JSON");
-    let tmp = tempfile::tempdir().expect("tempdir");
+    let tmp = support::case_dir();
     let dir = tmp.path();
     let prefer = ["config", "constants", "sine_noise", "files", "tn", "format", "format_version"];
     run(Spec { name: "fuzz_manifest", default_cases: 1_500, mem_bound: 32 * MIB }, |rng, case| {

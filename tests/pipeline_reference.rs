@@ -80,6 +80,8 @@ fn runtime_matches_the_pytorch_reference_offline_and_streaming() {
         run(&mut reference, &format!("reference pipeline ({tag})"));
 
         let mut c = cosy();
+        // A private cache: the offline run optimises and saves the graphs, the streaming run loads them.
+        c.env("COSY_ENGINE_CACHE", tmp.path().join("engines"));
         c.arg("--model")
             .arg(&exported)
             .args(["file", TEXT, "--prompt-text", PROMPT_TEXT, "--no-text-frontend", "--min-tokens", MIN_TOKENS])

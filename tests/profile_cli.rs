@@ -23,6 +23,9 @@ fn cosy(args: &[&str]) -> Output {
             cmd.env_remove(k);
         }
     }
+    // A private optimised-graph cache, never the repository's engines/.
+    let cache = tempfile::tempdir().expect("temp dir");
+    cmd.env("COSY_GRAPH_CACHE", cache.path());
     cmd.arg("--model")
         .arg(model)
         .args(["--provider", "cpu"])

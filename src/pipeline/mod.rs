@@ -99,7 +99,9 @@ pub struct StageLoad {
     pub seconds: f64,
     pub provider: crate::config::ProviderKind,
     pub precision: crate::config::Precision,
-    /// `load` (engine cache hit), `build` (TensorRT built an engine) or `session` (no engine).
+    /// `load` (engine cache hit), `build` (TensorRT built an engine), `cached graph` (the saved
+    /// optimised graph, not optimised again), `graph optimised and saved` (first CPU load) or
+    /// `session` (optimised at load, nothing saved).
     pub kind: &'static str,
     /// Providers asked for but not used, with the reason.
     pub fallbacks: Vec<String>,
@@ -264,10 +266,12 @@ impl Synthesizer {
                 seconds: started.elapsed().as_secs_f64(),
                 provider: session.provider_used,
                 precision: session.precision,
-                kind: match session.engine_cached {
-                    Some(true) => "load",
-                    Some(false) => "build",
-                    None => "session",
+                kind: match (session.engine_cached, session.graph_cache) {
+                    (Some(true), _) => "load",
+                    (Some(false), _) => "build",
+                    (None, crate::runtime::GraphCacheUse::Loaded) => "cached graph",
+                    (None, crate::runtime::GraphCacheUse::Saved) => "graph optimised and saved",
+                    (None, _) => "session",
                 },
                 fallbacks: session.fallbacks.clone(),
             });

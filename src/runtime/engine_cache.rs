@@ -90,11 +90,30 @@ pub struct CacheEntry {
 #[derive(Debug, Clone)]
 pub struct EngineCache {
     pub root: PathBuf,
+    /// Folders under the root that are not engine entries (the optimised-graph cache, by default
+    /// `engines/graphs`).
+    exclude: Vec<PathBuf>,
 }
 
 impl EngineCache {
     pub fn new(root: impl Into<PathBuf>) -> Self {
-        EngineCache { root: root.into() }
+        EngineCache { root: root.into(), exclude: Vec::new() }
+    }
+
+    /// The same cache, with `dir` (a folder that may lie under the root) not taken for an entry.
+    pub fn excluding(mut self, dir: &Path) -> Self {
+        self.exclude.push(dir.to_path_buf());
+        self
+    }
+
+    fn is_excluded(&self, dir: &Path) -> bool {
+        let canon = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
+        let d = canon(dir);
+        self.exclude.iter().any(|x| canon(x) == d)
+            // The optimised-graph cache's entries and its temporary folders, should both caches
+            // share one folder.
+            || dir.join(crate::runtime::graph_cache::META_FILE).exists()
+            || dir.file_name().is_some_and(|n| n.to_string_lossy().starts_with('.'))
     }
 
     pub fn dir_for(&self, key: &CacheKey) -> PathBuf {
@@ -201,7 +220,7 @@ impl EngineCache {
         };
         for entry in rd.flatten() {
             let dir = entry.path();
-            if !dir.is_dir() {
+            if !dir.is_dir() || self.is_excluded(&dir) {
                 continue;
             }
             let key = std::fs::read_to_string(dir.join(KEY_FILE))

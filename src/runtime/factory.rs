@@ -5,11 +5,17 @@
 //! with which the session cannot be created, is an error naming the provider and the reason —
 //! unless `runtime.allow_fallback` is set, in which case it is a warning and the next provider is
 //! tried (CPU last). The provider that really got the stage is recorded in [`StageSession`].
+//!
+//! A CPU-only session loads its graph through the optimised-graph cache
+//! ([`super::graph_cache`]): the first load saves the graph as ONNX Runtime optimised it, later
+//! loads open that with optimisation disabled.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use ort::ep::{self, ExecutionProvider};
+use ort::session::builder::{GraphOptimizationLevel, SessionBuilder};
 use ort::session::Session;
 
 use crate::config::{Config, Precision, ProviderKind, StageGroup};
@@ -17,6 +23,7 @@ use crate::error::{Error, Result};
 use crate::model::{GraphSpec, ModelDir, Variant};
 use crate::runtime::engine_cache::{CacheKey, EngineCache};
 use crate::runtime::env::{self, OrtRuntime};
+use crate::runtime::graph_cache::{self, GraphCache, GraphKey};
 use crate::runtime::providers;
 
 /// An open session for one stage and how it was made.
@@ -37,6 +44,8 @@ pub struct StageSession {
     pub engine_dir: Option<PathBuf>,
     /// With TensorRT: whether a cached engine was found (`true`) or one is built (`false`).
     pub engine_cached: Option<bool>,
+    /// How the session used the optimised-graph cache.
+    pub graph_cache: GraphCacheUse,
     pub(crate) device_id: u32,
 }
 
@@ -50,6 +59,25 @@ impl std::fmt::Debug for StageSession {
             .finish()
     }
 }
+
+/// How a session used the optimised-graph cache.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GraphCacheUse {
+    /// Not used: turned off, or providers other than CPU.
+    Off,
+    /// Loaded the saved optimised graph, without optimising.
+    Loaded,
+    /// Optimised the graph and saved it for the next load.
+    Saved,
+    /// Optimised the graph without saving it (the folder cannot be written, saving failed, or
+    /// another process saved the same graph first).
+    NotSaved,
+}
+
+/// Session options that change what ONNX Runtime's graph optimiser makes, as they go into the
+/// optimised-graph cache key. Every such option [`SessionFactory::new_builder`] or the cache sets
+/// must be listed here, or a cached graph made under other options would be loaded.
+pub const OPTIMISER_OPTIONS: &[&str] = &["graph_optimization_level=all"];
 
 /// What a stage would get, before any session is made (`cosy doctor`).
 #[derive(Debug, Clone)]
@@ -79,7 +107,12 @@ pub struct SessionFactory {
     pub config: Config,
     pub model: Arc<ModelDir>,
     pub cache: EngineCache,
+    /// The optimised-graph cache; `None` when turned off.
+    pub graph_cache: Option<GraphCache>,
     hardware: Mutex<Option<HardwareFacts>>,
+    cpu_features: Mutex<Option<Vec<String>>>,
+    /// The unwritable-cache warning is given once per factory, not once per stage.
+    graph_cache_warned: AtomicBool,
 }
 
 impl SessionFactory {
@@ -90,13 +123,39 @@ impl SessionFactory {
     }
 
     pub fn with_runtime(runtime: &'static OrtRuntime, config: &Config, model: Arc<ModelDir>) -> Self {
+        let graph_cache = config.graph_cache_dir().map(GraphCache::new);
+        // Also when the graph cache is off: its folder is never a TensorRT entry.
+        let cache = EngineCache::new(config.runtime.engine_cache.clone()).excluding(&config.graph_cache_folder());
         SessionFactory {
             runtime,
             config: config.clone(),
             model,
-            cache: EngineCache::new(config.runtime.engine_cache.clone()),
+            cache,
+            graph_cache,
             hardware: Mutex::new(None),
+            cpu_features: Mutex::new(None),
+            graph_cache_warned: AtomicBool::new(false),
         }
+    }
+
+    /// This CPU's kernel-relevant features (looked up once).
+    pub fn cpu_features(&self) -> Vec<String> {
+        let mut g = self.cpu_features.lock().unwrap_or_else(|p| p.into_inner());
+        g.get_or_insert_with(graph_cache::cpu_features).clone()
+    }
+
+    /// The optimised-graph cache key of a stage's graph variant under the given providers.
+    pub fn graph_key(&self, stage: &str, graph: &Variant, precision: Precision, providers: &[ProviderKind]) -> GraphKey {
+        build_graph_key(stage, graph, precision, providers, &self.runtime.version, &self.cpu_features())
+    }
+
+    /// A session builder with the options every session gets (no providers yet).
+    fn new_builder(&self) -> std::result::Result<SessionBuilder, ort::Error> {
+        let mut builder = Session::builder(&self.runtime.env)?;
+        if self.config.runtime.threads > 0 {
+            builder = builder.with_intra_threads(self.config.runtime.threads).map_err(ort::Error::<()>::from)?;
+        }
+        Ok(builder)
     }
 
     /// GPU name and TensorRT version (cached; `nvidia-smi` and `dlopen` are not free).
@@ -201,10 +260,7 @@ impl SessionFactory {
             }
             let graph_file = self.model.path_of(&variant.file);
 
-            let mut builder = Session::builder(&self.runtime.env)?;
-            if self.config.runtime.threads > 0 {
-                builder = builder.with_intra_threads(self.config.runtime.threads).map_err(ort::Error::from)?;
-            }
+            let mut builder = self.new_builder()?;
             let mut registered = Vec::new();
             let mut engine: Option<CacheKey> = None;
             let mut engine_dir = None;
@@ -238,7 +294,8 @@ impl SessionFactory {
                 continue;
             }
 
-            match builder.commit_from_file(&graph_file) {
+            let (committed, graph_cache) = self.commit(builder, stage, variant, precision, &registered, &graph_file);
+            match committed {
                 Ok(session) => {
                     if let Some(key) = &engine {
                         match self.cache.finish(key) {
@@ -265,6 +322,7 @@ impl SessionFactory {
                         fallbacks,
                         engine_dir,
                         engine_cached,
+                        graph_cache,
                         device_id: self.config.runtime.device_id,
                     });
                 }
@@ -292,6 +350,97 @@ impl SessionFactory {
                 }
             }
         }
+    }
+
+    /// Creates the session from a builder whose providers are registered, through the optimised-graph
+    /// cache when the session is CPU-only and the cache is on. Problems with the cache are warnings;
+    /// the error returned is the graph's own.
+    fn commit(
+        &self,
+        mut builder: SessionBuilder,
+        stage: &str,
+        variant: &Variant,
+        precision: Precision,
+        registered: &[ProviderKind],
+        graph_file: &Path,
+    ) -> (std::result::Result<Session, ort::Error>, GraphCacheUse) {
+        let Some(cache) = self.graph_cache.as_ref().filter(|_| registered == [ProviderKind::Cpu]) else {
+            return (builder.commit_from_file(graph_file), GraphCacheUse::Off);
+        };
+        let key = self.graph_key(stage, variant, precision, registered);
+        if let Some(saved) = cache.lookup(&key) {
+            let loaded = builder
+                .with_optimization_level(GraphOptimizationLevel::Disable)
+                .map_err(ort::Error::<()>::from)
+                .and_then(|mut b| b.commit_from_file(&saved));
+            match loaded {
+                Ok(session) => {
+                    tracing::debug!("stage {stage}: loaded the optimised graph {}", saved.display());
+                    return (Ok(session), GraphCacheUse::Loaded);
+                }
+                Err(e) => cache.discard(&cache.dir_for(&key), &format!("ONNX Runtime cannot load it: {e}")),
+            }
+            builder = match self.cpu_builder() {
+                Ok(b) => b,
+                Err(e) => return (Err(e), GraphCacheUse::Off),
+            };
+        }
+        let pending = match cache.begin(&key, &variant.file) {
+            Ok(p) => p,
+            Err(e) => {
+                if !self.graph_cache_warned.swap(true, Ordering::Relaxed) {
+                    tracing::warn!(
+                        "optimised-graph cache {}: cannot write it ({e}); graphs are optimised at every load \
+(set runtime.graph_cache to a writable folder, or runtime.graph_cache_enabled = false)",
+                        cache.root.display()
+                    );
+                }
+                return (builder.commit_from_file(graph_file), GraphCacheUse::NotSaved);
+            }
+        };
+        let started = std::time::Instant::now();
+        let saving = saving_builder(builder, &pending.model_path()).and_then(|mut b| b.commit_from_file(graph_file));
+        match saving {
+            Ok(session) => {
+                let dir = pending.dir().to_path_buf();
+                let optimised = started.elapsed().as_secs_f64();
+                match pending.commit() {
+                    Ok(true) => {
+                        tracing::debug!(
+                            "stage {stage}: optimised and saved the graph into {} in {optimised:.2} s, recorded in {:.2} s",
+                            dir.display(),
+                            started.elapsed().as_secs_f64() - optimised
+                        );
+                        (Ok(session), GraphCacheUse::Saved)
+                    }
+                    Ok(false) => {
+                        tracing::debug!("stage {stage}: another process saved {} first", dir.display());
+                        (Ok(session), GraphCacheUse::NotSaved)
+                    }
+                    Err(e) => {
+                        tracing::warn!("stage {stage}: cannot save the optimised graph: {e}");
+                        (Ok(session), GraphCacheUse::NotSaved)
+                    }
+                }
+            }
+            Err(e) => {
+                drop(pending);
+                // Saving may be what failed (a full disk, the folder removed meanwhile): load once
+                // more without it. A graph that does not load at all fails again with its own error.
+                let plain = self.cpu_builder().and_then(|mut b| b.commit_from_file(graph_file));
+                if plain.is_ok() {
+                    tracing::warn!("stage {stage}: cannot save the optimised graph: {e}; loaded without the cache");
+                }
+                (plain, GraphCacheUse::NotSaved)
+            }
+        }
+    }
+
+    /// A fresh builder with the CPU provider (the only one the optimised-graph cache serves).
+    fn cpu_builder(&self) -> std::result::Result<SessionBuilder, ort::Error> {
+        let mut builder = self.new_builder()?;
+        ep::CPU::default().register(&mut builder)?;
+        Ok(builder)
     }
 
     /// Registers one provider with its options; the error says why it cannot be used.
@@ -366,6 +515,17 @@ impl SessionFactory {
     }
 }
 
+/// The builder set to optimise at the level the cache key names ([`OPTIMISER_OPTIONS`]) and save
+/// the optimised graph to `path`, its initializers of [`graph_cache::EXTERNAL_MIN_BYTES`] or more
+/// in [`graph_cache::DATA_FILE`] beside it (one protobuf cannot hold more than 2 GB).
+fn saving_builder(builder: SessionBuilder, path: &Path) -> std::result::Result<SessionBuilder, ort::Error> {
+    Ok(builder
+        .with_optimization_level(GraphOptimizationLevel::All)?
+        .with_optimized_model_path(path)?
+        .with_config_entry(graph_cache::EXTERNAL_FILE_KEY, graph_cache::DATA_FILE)?
+        .with_config_entry(graph_cache::EXTERNAL_MIN_SIZE_KEY, graph_cache::EXTERNAL_MIN_BYTES.to_string())?)
+}
+
 /// Why TensorRT cannot take an int8 stage, and what to do instead.
 fn tensorrt_int8_refusal(stage: &str) -> String {
     let group: &str = match StageGroup::of_graph(stage) {
@@ -429,6 +589,29 @@ pub fn build_cache_key(
         trt_version: trt_version.to_string(),
         profiles,
         options,
+    }
+}
+
+/// The optimised-graph cache key from its parts (also used by tests to show each part matters).
+pub fn build_graph_key(
+    stage: &str,
+    graph: &Variant,
+    precision: Precision,
+    providers: &[ProviderKind],
+    ort_version: &str,
+    cpu_features: &[String],
+) -> GraphKey {
+    GraphKey {
+        format: graph_cache::FORMAT,
+        stage: stage.to_string(),
+        graph_sha256: graph.sha256.to_ascii_lowercase(),
+        data_sha256: graph.data.as_ref().map(|d| d.sha256.to_ascii_lowercase()),
+        precision: precision.as_str().to_string(),
+        providers: providers.iter().map(|p| p.as_str().to_string()).collect(),
+        ort_version: ort_version.to_string(),
+        arch: std::env::consts::ARCH.to_string(),
+        cpu_features: cpu_features.to_vec(),
+        options: OPTIMISER_OPTIONS.iter().map(|o| o.to_string()).collect(),
     }
 }
 

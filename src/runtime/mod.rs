@@ -1,4 +1,4 @@
-//! Sessions, execution providers and the TensorRT engine cache.
+//! Sessions, execution providers, the TensorRT engine cache and the optimised-graph cache.
 //!
 //! Start with [`env::init`] (or let [`SessionFactory::new`] do it), then
 //! [`SessionFactory::open`] per stage; run the session directly (`stage.session.run(...)`) or
@@ -8,9 +8,11 @@ pub mod binding;
 pub mod engine_cache;
 pub mod env;
 pub mod factory;
+pub mod graph_cache;
 pub mod providers;
 
 pub use binding::StageBinding;
 pub use engine_cache::{CacheKey, EngineCache, EntryState};
 pub use env::{init, OrtRuntime};
-pub use factory::{SessionFactory, StagePlan, StageSession};
+pub use factory::{GraphCacheUse, SessionFactory, StagePlan, StageSession};
+pub use graph_cache::{GraphCache, GraphKey};

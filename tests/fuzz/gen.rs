@@ -466,7 +466,7 @@ fn flac_header_len(h: &[u8]) -> Option<usize> {
 /// FLAC: a STREAMINFO field (block sizes, frame sizes, sample rate, channels, bits, total
 /// samples) or a metadata block header, or one frame header's fields with its CRC-8 and the
 /// frame's CRC-16 recomputed so the decoder sees the change.
-pub fn mutate_flac(rng: &mut Rng, data: &mut Vec<u8>) {
+pub fn mutate_flac(rng: &mut Rng, data: &mut [u8]) {
     if data.len() < 42 || &data[..4] != b"fLaC" {
         return;
     }
@@ -546,7 +546,7 @@ pub fn fix_ogg_crc(data: &mut [u8], page: usize) {
 /// Ogg: a page header field (version, flags, granule position, serial, sequence, segment
 /// count, a lacing value) or a payload byte, notably in the Vorbis identification header
 /// (channels, rate, block sizes), with the page CRC recomputed.
-pub fn mutate_ogg(rng: &mut Rng, data: &mut Vec<u8>) {
+pub fn mutate_ogg(rng: &mut Rng, data: &mut [u8]) {
     let mut pages = Vec::new();
     let mut i = 0;
     while i + 27 <= data.len() {
@@ -619,7 +619,7 @@ pub fn mutate_ogg(rng: &mut Rng, data: &mut Vec<u8>) {
 /// MP3: an ID3v2 header (size, flags, version) or a frame header field (version, layer,
 /// protection, bitrate index, sample rate index, padding, channel mode), or the frame count
 /// of a Xing/Info header.
-pub fn mutate_mp3(rng: &mut Rng, data: &mut Vec<u8>) {
+pub fn mutate_mp3(rng: &mut Rng, data: &mut [u8]) {
     if data.len() >= 10 && &data[..3] == b"ID3" && rng.chance(1, 3) {
         match rng.below(3) {
             0 => {

@@ -6,7 +6,8 @@
 //! * `COSY_FUZZ_CASES`: cases per harness (default: each harness's short CI count);
 //! * `COSY_FUZZ_SEED`: base seed (default fixed, so CI runs are repeatable);
 //! * `COSY_FUZZ_FROM`: index of the first case (with `COSY_FUZZ_CASES=1`, reruns one case);
-//! * `COSY_FUZZ_CASE_SECONDS`: per-case time limit (default 5 s; the watchdog aborts at 4x);
+//! * `COSY_FUZZ_CASE_SECONDS`: per-case time limit (default 5 s, 30 s in debug builds; the
+//!   watchdog aborts at 4x);
 //! * `COSY_FUZZ_KEEP`: write each case's input under `target/fuzz-cases/` (for one rerun case).
 //!
 //! Every case draws its input from an RNG seeded by (seed, harness, case index) alone, so a
@@ -265,8 +266,10 @@ pub fn run(spec: Spec, mut case: impl FnMut(&mut Rng, u64) -> Result<Outcome, St
     let cases = env_u64("COSY_FUZZ_CASES").unwrap_or(spec.default_cases);
     let seed = env_u64("COSY_FUZZ_SEED").unwrap_or(0x5EED);
     let from = env_u64("COSY_FUZZ_FROM").unwrap_or(0);
+    // Generous: the slowest cases of 1M take ~0.1 s in release; debug builds are 10-30x slower.
+    let default_limit = if cfg!(debug_assertions) { 30.0 } else { 5.0 };
     let limit = Duration::from_secs_f64(
-        std::env::var("COSY_FUZZ_CASE_SECONDS").ok().and_then(|s| s.parse().ok()).unwrap_or(5.0),
+        std::env::var("COSY_FUZZ_CASE_SECONDS").ok().and_then(|s| s.parse().ok()).unwrap_or(default_limit),
     );
     let name = spec.name;
     // Panics are reported below with the case that made them; the default hook's backtrace (with
@@ -344,7 +347,9 @@ pub fn run(spec: Spec, mut case: impl FnMut(&mut Rng, u64) -> Result<Outcome, St
                     done.store(true, Ordering::Relaxed);
                     panic!("fuzz {name}: case {i}: error message is not one line: {msg:?}\nrerun: {}", rerun(i));
                 }
-                if sample_errors.len() < 6 && !sample_errors.iter().any(|e| e[..e.len().min(40)] == msg[..msg.len().min(40)]) {
+                // A few distinct messages for the summary (told apart by their first 100 characters).
+                let head: String = msg.chars().take(100).collect();
+                if sample_errors.len() < 6 && !sample_errors.iter().any(|e| e.starts_with(&head)) {
                     sample_errors.push(msg.chars().take(200).collect());
                 }
             }
@@ -389,6 +394,18 @@ pub fn run(spec: Spec, mut case: impl FnMut(&mut Rng, u64) -> Result<Outcome, St
     for e in &sample_errors {
         println!("  e.g. {e}");
     }
+}
+
+/// A temporary folder for case files: in `/dev/shm` (memory) when there is one, since rewriting
+/// a file a million times on a disk file system waits on writeback, else the default temp folder.
+pub fn case_dir() -> tempfile::TempDir {
+    let shm = std::path::Path::new("/dev/shm");
+    if shm.is_dir() {
+        if let Ok(dir) = tempfile::Builder::new().prefix("cosy-fuzz-").tempdir_in(shm) {
+            return dir;
+        }
+    }
+    tempfile::tempdir().expect("a temporary folder")
 }
 
 /// With `COSY_FUZZ_KEEP` set (use it with a rerun of one case), writes the case's input to
@@ -458,7 +475,7 @@ pub fn mutate_bytes(rng: &mut Rng, data: &mut Vec<u8>, max_ops: usize, max_len: 
             7 if n > 0 => {
                 // Duplicate a range somewhere else.
                 let at = rng.below(n);
-                let len = rng.len(n - at).max(1).min(4096);
+                let len = rng.len(n - at).clamp(1, 4096);
                 let chunk = data[at..at + len].to_vec();
                 let to = rng.below(n + 1);
                 data.splice(to..to, chunk);
@@ -469,7 +486,7 @@ pub fn mutate_bytes(rng: &mut Rng, data: &mut Vec<u8>, max_ops: usize, max_len: 
             9 => {
                 if let Some(o) = other.filter(|o| !o.is_empty()) {
                     let at = rng.below(o.len());
-                    let len = rng.len(o.len() - at).max(1).min(4096);
+                    let len = rng.len(o.len() - at).clamp(1, 4096);
                     let to = rng.below(n + 1);
                     let end = (to + len).min(n);
                     data.splice(to..end, o[at..at + len].iter().copied());
@@ -478,7 +495,7 @@ pub fn mutate_bytes(rng: &mut Rng, data: &mut Vec<u8>, max_ops: usize, max_len: 
             10 if n > 0 => {
                 // Overwrite a run with one repeated byte.
                 let at = rng.below(n);
-                let len = rng.len(n - at).max(1).min(256);
+                let len = rng.len(n - at).clamp(1, 256);
                 let r = rng.byte();
                 let b = *rng.pick(&[0u8, 0xFF, r]);
                 data[at..at + len].fill(b);
