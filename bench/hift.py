@@ -3,16 +3,21 @@
 
 Same mel for every side (`--frames` mel frames, 100 = 50 speech tokens), the f0 and NSF source
 computed once by the reference. Rounds alternate every side so that load from other processes
-hits all alike; medians (and minima) are printed with the ratio reference / side (> 1: faster
-than PyTorch). `--profile` adds ONNX Runtime's per-node profile of each graph, summed per op
-type and per node.
+hits all alike; medians (and minima) are printed with the ratio first side / side (> 1: faster
+than the first side, PyTorch's decode unless `--no-torch`), and the median CPU time of the
+process during each call (all threads; with `--no-spin` ONNX Runtime's idle threads sleep, so it
+measures work done, which load from other processes disturbs much less than wall time).
+`--threads N` sets both torch's and ONNX Runtime's thread count (1 gives the least load-sensitive
+comparison). `--profile` adds ONNX Runtime's per-node profile of each graph, summed per op type
+and per node.
 
     bench/hift.py --official models/full-random --graph models/full-export/hift_decode.fp32.onnx \\
-        --frames 100 --rounds 7 [--graph other.onnx ...] [--profile]
+        --frames 100 --rounds 7 [--graph other.onnx ...] [--threads 1] [--no-spin] [--profile]
 
-Reference columns: `torch decode` is `HiftGenerator.decode` with torch.stft/istft (what the
-reference pipeline times inside `hift`), `torch f0+source` the float64 f0 predictor and the NSF
-source, `torch hift` the whole `inference` call as bench/compare.py's reference `hift` stage.
+Reference columns: `torch decode` is `HiftGenerator.decode` with torch.stft/istft and nearest
+up-sampling, the official form (what the reference pipeline times inside `hift`), `torch
+f0+source` the float64 f0 predictor and the NSF source, `torch hift` the whole `inference` call
+as bench/compare.py's reference `hift` stage.
 """
 
 from __future__ import annotations
