@@ -247,7 +247,7 @@ class PolyphaseUpsample(nn.Module):
     sum of the (at most `rate`) original taps j that land on the same input sample. The sums are
     formed in float64 and rounded once. An output sample then costs T multiply-adds per input
     channel instead of k: 3 instead of 16, 11 and 7 for the official stages (rates [8, 5, 3],
-    kernels (16, 11, 7)), i.e. 7.6 -> 1.9 GFLOP of the 67 GFLOP that `decode` spends on 100 frames
+    kernels (16, 11, 7)), i.e. 7.6 -> 2.0 GFLOP of the 67 GFLOP that `decode` spends on 100 frames
     at 512 channels. The zero left padding is the same (the up-sampled zeros before sample 0 are
     the input's zeros before sample 0), and so is the receptive field (taps beyond it are zero)."""
 
