@@ -558,7 +558,7 @@ fn file_command(config: &Config, args: &FileArgs) -> anyhow::Result<()> {
         crate::output::check_folder("--dump", d, true)?;
     }
 
-    let mut synth = Synthesizer::load(config)?;
+    let synth = Synthesizer::load(config)?;
     let rate = synth.constants.sample_rate;
     let several = jobs.len() > 1;
     for (index, text, out, _) in jobs {
@@ -719,7 +719,7 @@ fn voice_command(config: &Config, action: &VoiceAction) -> anyhow::Result<()> {
                 return Err(Error::Input("the transcript (--text) is empty; give the words spoken in the recording".into()).into());
             }
             check_prompt_audio(wav)?;
-            let mut synth = crate::pipeline::Synthesizer::load(config)?;
+            let synth = crate::pipeline::Synthesizer::load(config)?;
             let voice = synth.make_voice(name, wav, text)?;
             let path = store.save(&voice, *force)?;
             println!("saved voice {name} ({} prompt tokens) to {}", voice.speech_token.len(), path.display());

@@ -244,6 +244,19 @@ pub struct LimitSettings {
     pub max_text_chars: usize,
 }
 
+/// `[engine]`: how many requests one loaded model serves at once, and how it batches them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EngineSettings {
+    /// Most sentences whose LLM decode steps run as one batched call.
+    pub max_batch: usize,
+    /// Most requests in flight at once (queued + running); more are refused or wait.
+    pub max_in_flight: usize,
+    /// Most requests whose flow (DiT) calls run as one batched call.
+    pub dit_max_batch: usize,
+    /// `cosy file --input`: lines synthesised at once.
+    pub file_concurrency: usize,
+}
+
 /// The whole configuration after all sources were applied.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Config {
@@ -256,6 +269,7 @@ pub struct Config {
     pub output: OutputSettings,
     pub voices: VoiceSettings,
     pub limits: LimitSettings,
+    pub engine: EngineSettings,
     pub text: TextSettings,
     /// The config file that was read, if any.
     pub source_file: Option<PathBuf>,
@@ -289,6 +303,7 @@ impl Default for Config {
             output: OutputSettings { device: "default".into() },
             voices: VoiceSettings { dir: PathBuf::from("voices"), default: None },
             limits: LimitSettings { max_text_chars: 5000 },
+            engine: EngineSettings { max_batch: 16, max_in_flight: 64, dit_max_batch: 8, file_concurrency: 4 },
             text: TextSettings { normalizer: NormalizerChoice::Auto },
             source_file: None,
         }
@@ -324,6 +339,10 @@ pub const KEYS: &[&str] = &[
     "voices.dir",
     "voices.default",
     "limits.max_text_chars",
+    "engine.max_batch",
+    "engine.max_in_flight",
+    "engine.dit_max_batch",
+    "engine.file_concurrency",
     "text.normalizer",
 ];
 
@@ -566,6 +585,19 @@ impl Config {
             }
             "limits.max_text_chars" => {
                 self.limits.max_text_chars = positive(value).ok_or_else(|| bad("an integer >= 1"))?
+            }
+            "engine.max_batch" => {
+                self.engine.max_batch = positive(value).filter(|&n| n <= 256).ok_or_else(|| bad("an integer from 1 to 256"))?
+            }
+            "engine.max_in_flight" => {
+                self.engine.max_in_flight =
+                    positive(value).filter(|&n| n <= 65_536).ok_or_else(|| bad("an integer from 1 to 65536"))?
+            }
+            "engine.dit_max_batch" => {
+                self.engine.dit_max_batch = positive(value).filter(|&n| n <= 64).ok_or_else(|| bad("an integer from 1 to 64"))?
+            }
+            "engine.file_concurrency" => {
+                self.engine.file_concurrency = positive(value).filter(|&n| n <= 256).ok_or_else(|| bad("an integer from 1 to 256"))?
             }
             "text.normalizer" => {
                 self.text.normalizer = text_of(value)

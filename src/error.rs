@@ -26,6 +26,9 @@ pub enum Error {
     Io { path: PathBuf, #[source] source: std::io::Error },
     #[error(transparent)]
     Ort(#[from] ort::Error),
+    /// The engine has no free slot for another request (`engine.max_in_flight`).
+    #[error("busy: {}", one_line(.0))]
+    Busy(String),
     /// The user stopped the work (Ctrl-C).
     #[error("stopped (Ctrl-C)")]
     Cancelled,

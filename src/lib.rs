@@ -8,6 +8,7 @@ pub mod audio;
 pub mod cli;
 pub mod config;
 pub mod doctor;
+pub mod engine;
 pub mod engines;
 pub mod error;
 pub mod flow;

@@ -95,6 +95,14 @@ pub struct GraphSpec {
     pub variants: BTreeMap<String, Variant>,
     #[serde(default)]
     pub trt_profile: BTreeMap<String, ProfileShapes>,
+    /// How requests share one call (docs/model-format.md): `none` (batch 1; also folders
+    /// exported before batching), `padded_kv` (llm), `padded_frames` (dit).
+    #[serde(default = "no_batching")]
+    pub batching: String,
+}
+
+fn no_batching() -> String {
+    "none".into()
 }
 
 impl GraphSpec {

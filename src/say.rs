@@ -161,7 +161,7 @@ fn say_until_stopped(
         tracing::info!("playing on {} ({} Hz, {} ch, {})", c.device, c.device_rate, c.channels, c.sample_format);
     }
 
-    let mut synth = Synthesizer::load(config)?;
+    let synth = Synthesizer::load(config)?;
     let rate = synth.constants.sample_rate;
     if rate != MODEL_SAMPLE_RATE {
         if let Some(p) = &player {

@@ -163,7 +163,7 @@ def config_section(cfg: ModelConfig, hift_cfg: HiftConfig) -> dict[str, Any]:
 def _frontend_entry(dst: Path, name: str) -> dict[str, Any]:
     inputs, outputs = graph_io(dst / name)
     return {"inputs": inputs, "outputs": outputs, "variants": {"fp32": {**file_entry(dst, name), "data": None}},
-            "trt_profile": {}}
+            "trt_profile": {}, "batching": "none"}
 
 
 def export_model(src: Path | str, dst: Path | str, options: ExportOptions | None = None) -> dict[str, Any]:
@@ -228,7 +228,8 @@ def _export_into(src: Path, dst: Path, cfg: ModelConfig, hift_cfg: HiftConfig, o
         _timed(opts, "llm fp16", lambda: export_llm_fp16(llm, dst / "llm.fp16.onnx", OPSET))
         variants["fp16"] = "llm.fp16.onnx"
     add_int8("llm", variants)
-    graphs["llm"] = graph_entry(dst, variants, llm_graph_entry(cfg.llm)["trt_profile"])
+    llm_entry = llm_graph_entry(cfg.llm)
+    graphs["llm"] = graph_entry(dst, variants, llm_entry["trt_profile"], batching=llm_entry["batching"])
 
     # Flow front
     front = _timed(opts, "export flow_front", lambda: export_flow_front(flow, dst / "flow_front.fp32.onnx", OPSET))
@@ -245,7 +246,10 @@ def _export_into(src: Path, dst: Path, cfg: ModelConfig, hift_cfg: HiftConfig, o
         _timed(opts, "dit fp16-mixed", lambda: make_dit_mixed_fp16(dst / "dit.fp32.onnx", dst / "dit.fp16.onnx"))
         variants["fp16"] = "dit.fp16.onnx"
     add_int8("dit", variants)
-    graphs["dit"] = graph_entry(dst, variants, dit.get("trt_profile"))
+    # Rows of different lengths share a call right-padded, `mask` 0 on the padding: the
+    # positional convolution is causal and attention ignores masked keys, so a padded row's
+    # valid frames are computed as alone (docs/model-format.md).
+    graphs["dit"] = graph_entry(dst, variants, dit.get("trt_profile"), batching="padded_frames")
 
     # HiFT decode (f0 and source run natively in the runtime from side.safetensors)
     hd = _timed(opts, "export hift_decode", lambda: export_hift_decode(hift, dst / "hift_decode.fp32.onnx", OPSET))

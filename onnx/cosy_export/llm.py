@@ -158,17 +158,37 @@ class CosyLlm(nn.Module):
         return [(torch.zeros(shape, dtype=dtype), torch.zeros(shape, dtype=dtype)) for _ in range(self.cfg.num_layers)]
 
     def forward_step(self, inputs_embeds: Tensor, past_kv: KvCache) -> tuple[Tensor, KvCache]:
-        """One prefill or decode step. inputs_embeds [1, seq, hidden]; past_kv per layer
-        ([1, kv_heads, past, head_dim] ×2). Returns logits of the last position [1, vocab] and the
-        grown cache. Positions are past..past+seq-1; causal over new positions, full over the past."""
+        """One prefill or decode step of one sequence. inputs_embeds [1, seq, hidden]; past_kv per
+        layer ([1, kv_heads, past, head_dim] ×2). Returns logits of the last position [1, vocab] and
+        the grown cache. Positions are past..past+seq-1; causal over new positions, full over the past."""
         seq = inputs_embeds.shape[1]
         past = past_kv[0][0].shape[2]
-        pos = torch.arange(seq, dtype=torch.int64) + past
-        q_pos = pos.unsqueeze(1)
-        k_pos = torch.arange(seq + past, dtype=torch.int64).unsqueeze(0)
-        allowed = k_pos <= q_pos  # [seq, past+seq]
-        freqs = pos.to(torch.float32).unsqueeze(1) * self.rope_inv_freq.unsqueeze(0)
-        angles = torch.cat([freqs, freqs], dim=-1)
+        mask = torch.ones(1, past + seq, dtype=torch.int64)
+        positions = (torch.arange(seq, dtype=torch.int64) + past).unsqueeze(0)
+        return self.forward_batched(inputs_embeds, mask, positions, past_kv)
+
+    def forward_batched(
+        self, inputs_embeds: Tensor, attention_mask: Tensor, position_ids: Tensor, past_kv: KvCache
+    ) -> tuple[Tensor, KvCache]:
+        """One step of B sequences in one padded KV layout (docs/model-format.md, graph `llm`).
+
+        inputs_embeds [B, seq, hidden]; attention_mask [B, past + seq] (1 = a real position,
+        0 = padding); position_ids [B, seq] (each row's own RoPE positions); past_kv per layer
+        [B, kv_heads, past, head_dim] ×2. The new positions occupy columns past..past+seq-1 of
+        every row, so rows of different lengths are left-padded: their padding columns are
+        masked, and each query always sees its own column (a padded query then attends only to
+        itself instead of to nothing, which would be NaN). Returns the logits of column
+        past+seq-1 of every row [B, vocab] and the grown cache [B, kv_heads, past+seq, head_dim]."""
+        seq = inputs_embeds.shape[1]
+        past = past_kv[0][0].shape[2]
+        q_col = torch.arange(seq, dtype=torch.int64) + past
+        k_col = torch.arange(seq + past, dtype=torch.int64)
+        causal = k_col.unsqueeze(0) <= q_col.unsqueeze(1)  # [seq, past+seq]
+        own = k_col.unsqueeze(0) == q_col.unsqueeze(1)
+        keys = attention_mask > 0  # [B, past+seq]
+        allowed = ((causal.unsqueeze(0) & keys.unsqueeze(1)) | own.unsqueeze(0)).unsqueeze(1)  # [B, 1, seq, past+seq]
+        freqs = position_ids.to(torch.float32).unsqueeze(-1) * self.rope_inv_freq  # [B, seq, head_dim/2]
+        angles = torch.cat([freqs, freqs], dim=-1).unsqueeze(1)  # [B, 1, seq, head_dim]
         cos = angles.cos().to(inputs_embeds.dtype)
         sin = angles.sin().to(inputs_embeds.dtype)
         h = inputs_embeds
@@ -258,23 +278,32 @@ def load_llm(model_dir: Path | str, cfg: LlmConfig | None = None) -> CosyLlm:
 
 
 class _LlmOnnxWrapper(nn.Module):
-    """Flat positional I/O for torch.onnx: inputs_embeds, then (key, value) per layer."""
+    """Flat positional I/O for torch.onnx: inputs_embeds, attention_mask, position_ids, then
+    (key, value) per layer."""
 
     def __init__(self, llm: CosyLlm) -> None:
         super().__init__()
         self.llm = llm
 
-    def forward(self, inputs_embeds: Tensor, *past: Tensor) -> tuple[Tensor, ...]:
+    def forward(self, inputs_embeds: Tensor, attention_mask: Tensor, position_ids: Tensor, *past: Tensor) -> tuple[Tensor, ...]:
         cache = [(past[2 * i], past[2 * i + 1]) for i in range(len(past) // 2)]
-        logits, present = self.llm.forward_step(inputs_embeds, cache)
+        logits, present = self.llm.forward_batched(inputs_embeds, attention_mask, position_ids, cache)
         flat: list[Tensor] = [logits]
         for k, v in present:
             flat.extend((k, v))
         return tuple(flat)
 
 
+#: Inputs before the per-layer cache, in graph order.
+LLM_LEAD_INPUTS = ["inputs_embeds", "attention_mask", "position_ids"]
+
+#: What the `llm` graph supports (manifest `graphs.llm.batching`): rows of different lengths in
+#: one call, left-padded in a shared KV layout with `attention_mask` and `position_ids`.
+LLM_BATCHING = "padded_kv"
+
+
 def llm_io_names(num_layers: int) -> tuple[list[str], list[str]]:
-    inputs = ["inputs_embeds"]
+    inputs = list(LLM_LEAD_INPUTS)
     outputs = ["logits"]
     for i in range(num_layers):
         inputs += [f"past_key_values.{i}.key", f"past_key_values.{i}.value"]
@@ -282,60 +311,83 @@ def llm_io_names(num_layers: int) -> tuple[list[str], list[str]]:
     return inputs, outputs
 
 
-def llm_graph_entry(cfg: LlmConfig, max_seq: int = 4096) -> dict[str, Any]:
+def llm_graph_entry(cfg: LlmConfig, max_seq: int = 4096, max_batch: int = 64) -> dict[str, Any]:
     """The manifest GRAPH entry (without `variants`) for the `llm` graph."""
-    kv = lambda name, past: {"name": name, "dtype": "float32", "shape": [1, cfg.num_kv_heads, past, cfg.head_dim]}  # noqa: E731
-    inputs: list[dict[str, Any]] = [{"name": "inputs_embeds", "dtype": "float32", "shape": [1, "seq", cfg.hidden_size]}]
-    outputs: list[dict[str, Any]] = [{"name": "logits", "dtype": "float32", "shape": [1, cfg.speech_vocab_size]}]
+    kv = lambda name, past: {"name": name, "dtype": "float32", "shape": ["batch", cfg.num_kv_heads, past, cfg.head_dim]}  # noqa: E731
+    inputs: list[dict[str, Any]] = [
+        {"name": "inputs_embeds", "dtype": "float32", "shape": ["batch", "seq", cfg.hidden_size]},
+        {"name": "attention_mask", "dtype": "int64", "shape": ["batch", "past_plus_seq"]},
+        {"name": "position_ids", "dtype": "int64", "shape": ["batch", "seq"]},
+    ]
+    outputs: list[dict[str, Any]] = [{"name": "logits", "dtype": "float32", "shape": ["batch", cfg.speech_vocab_size]}]
     profile: dict[str, Any] = {
-        "inputs_embeds": {"min": [1, 1, cfg.hidden_size], "opt": [1, 1, cfg.hidden_size], "max": [1, 512, cfg.hidden_size]}
+        "inputs_embeds": {"min": [1, 1, cfg.hidden_size], "opt": [1, 1, cfg.hidden_size], "max": [max_batch, 512, cfg.hidden_size]},
+        "attention_mask": {"min": [1, 1], "opt": [1, 513], "max": [max_batch, max_seq + 512]},
+        "position_ids": {"min": [1, 1], "opt": [1, 1], "max": [max_batch, 512]},
     }
     in_names, out_names = llm_io_names(cfg.num_layers)
-    for name in in_names[1:]:
+    for name in in_names[len(LLM_LEAD_INPUTS):]:
         inputs.append(kv(name, "past"))
         profile[name] = {
             "min": [1, cfg.num_kv_heads, 0, cfg.head_dim],
             "opt": [1, cfg.num_kv_heads, 512, cfg.head_dim],
-            "max": [1, cfg.num_kv_heads, max_seq, cfg.head_dim],
+            "max": [max_batch, cfg.num_kv_heads, max_seq, cfg.head_dim],
         }
     for name in out_names[1:]:
         outputs.append(kv(name, "past_plus_seq"))
-    return {"inputs": inputs, "outputs": outputs, "trt_profile": profile}
+    return {"inputs": inputs, "outputs": outputs, "trt_profile": profile, "batching": LLM_BATCHING}
+
+
+def _trace_inputs(cfg: LlmConfig) -> tuple[Tensor, ...]:
+    """Example inputs with batch > 1, past > 0 and seq > 1 (so no size is specialised into the
+    graph), one row left-padded."""
+    batch, seq, past = 2, 3, 2
+    gen = torch.Generator().manual_seed(0)  # keep the global RNG untouched
+    embeds = torch.randn(batch, seq, cfg.hidden_size, generator=gen)
+    mask = torch.ones(batch, past + seq, dtype=torch.int64)
+    mask[1, 0] = 0
+    positions = torch.tensor([[2, 3, 4], [1, 2, 3]], dtype=torch.int64)
+    pasts = [torch.randn(batch, cfg.num_kv_heads, past, cfg.head_dim, generator=gen) for _ in range(2 * cfg.num_layers)]
+    return (embeds, mask, positions, *pasts)
+
+
+def _dynamic_axes(num_layers: int) -> dict[str, dict[int, str]]:
+    in_names, out_names = llm_io_names(num_layers)
+    dynamic: dict[str, dict[int, str]] = {
+        "inputs_embeds": {0: "batch", 1: "seq"},
+        "attention_mask": {0: "batch", 1: "past_plus_seq"},
+        "position_ids": {0: "batch", 1: "seq"},
+        "logits": {0: "batch"},
+    }
+    for name in in_names[len(LLM_LEAD_INPUTS):]:
+        dynamic[name] = {0: "batch", 2: "past"}
+    for name in out_names[1:]:
+        dynamic[name] = {0: "batch", 2: "past_plus_seq"}
+    return dynamic
+
+
+def _export(module: nn.Module, cfg: LlmConfig, out_path: Path | str, opset: int) -> None:
+    in_names, out_names = llm_io_names(cfg.num_layers)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # the TorchScript exporter is what we want
+        torch.onnx.export(
+            module,
+            _trace_inputs(cfg),
+            str(out_path),
+            input_names=in_names,
+            output_names=out_names,
+            dynamic_axes=_dynamic_axes(cfg.num_layers),
+            opset_version=opset,
+            do_constant_folding=True,
+            dynamo=False,
+        )
 
 
 @torch.no_grad()
 def export_llm(model: CosyLlm, out_path: Path | str, opset: int = 17) -> dict[str, Any]:
     """Export the `llm` graph (fp32) to `out_path`; returns its manifest GRAPH entry (no variants)."""
-    out_path = Path(out_path)
-    cfg = model.cfg
-    model = model.eval()
-    in_names, out_names = llm_io_names(cfg.num_layers)
-    # trace with past > 0 and seq > 1 so neither length is specialised into the graph
-    seq, past = 3, 2
-    gen = torch.Generator().manual_seed(0)  # keep the global RNG untouched
-    embeds = torch.randn(1, seq, cfg.hidden_size, generator=gen)
-    pasts: list[Tensor] = []
-    for _ in range(cfg.num_layers):
-        pasts += [torch.randn(1, cfg.num_kv_heads, past, cfg.head_dim, generator=gen) for _ in range(2)]
-    dynamic: dict[str, dict[int, str]] = {"inputs_embeds": {1: "seq"}}
-    for name in in_names[1:]:
-        dynamic[name] = {2: "past"}
-    for name in out_names[1:]:
-        dynamic[name] = {2: "past_plus_seq"}
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)  # the TorchScript exporter is what we want
-        torch.onnx.export(
-            _LlmOnnxWrapper(model),
-            (embeds, *pasts),
-            str(out_path),
-            input_names=in_names,
-            output_names=out_names,
-            dynamic_axes=dynamic,
-            opset_version=opset,
-            do_constant_folding=True,
-            dynamo=False,
-        )
-    return llm_graph_entry(cfg)
+    _export(_LlmOnnxWrapper(model.eval()), model.cfg, out_path, opset)
+    return llm_graph_entry(model.cfg)
 
 
 class _Fp16Io(nn.Module):
@@ -346,11 +398,12 @@ class _Fp16Io(nn.Module):
         super().__init__()
         self.inner = inner
 
-    def forward(self, inputs_embeds: Tensor, *past: Tensor) -> tuple[Tensor, ...]:
-        out = self.inner(inputs_embeds.half(), *[p.half() for p in past])
+    def forward(self, inputs_embeds: Tensor, attention_mask: Tensor, position_ids: Tensor, *past: Tensor) -> tuple[Tensor, ...]:
+        out = self.inner(inputs_embeds.half(), attention_mask, position_ids, *[p.half() for p in past])
         return tuple(o.float() for o in out)
 
 
+@torch.no_grad()
 def export_llm_fp16(model: CosyLlm, out_path: Path | str, opset: int = 17) -> None:
     """fp16 weights and compute, fp32 I/O. Converted in torch (`.half()`) rather than with
     onnxconverter-common, whose pass mislabels the types around the float32 RMSNorm islands."""
@@ -358,18 +411,4 @@ def export_llm_fp16(model: CosyLlm, out_path: Path | str, opset: int = 17) -> No
 
     half = copy.deepcopy(model).half().eval()
     half.rope_inv_freq = model.rope_inv_freq.clone()  # angles stay float32, cast after cos/sin
-    cfg = model.cfg
-    in_names, out_names = llm_io_names(cfg.num_layers)
-    seq, past = 3, 2
-    gen = torch.Generator().manual_seed(0)
-    embeds = torch.randn(1, seq, cfg.hidden_size, generator=gen)
-    pasts = [torch.randn(1, cfg.num_kv_heads, past, cfg.head_dim, generator=gen) for _ in range(2 * cfg.num_layers)]
-    dynamic: dict[str, dict[int, str]] = {"inputs_embeds": {1: "seq"}}
-    dynamic.update({n: {2: "past"} for n in in_names[1:]})
-    dynamic.update({n: {2: "past_plus_seq"} for n in out_names[1:]})
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
-        torch.onnx.export(
-            _Fp16Io(_LlmOnnxWrapper(half)), (embeds, *pasts), str(out_path), input_names=in_names,
-            output_names=out_names, dynamic_axes=dynamic, opset_version=opset, do_constant_folding=True, dynamo=False,
-        )
+    _export(_Fp16Io(_LlmOnnxWrapper(half)), model.cfg, out_path, opset)

@@ -70,8 +70,13 @@ def graph_entry(
     folder: Path,
     variants: dict[str, str],
     trt_profile: dict[str, dict[str, list[int]]] | None = None,
+    batching: str = "none",
 ) -> dict[str, Any]:
     """Manifest entry for one stage: I/O from the fp32 (or first) file, every variant hashed.
+
+    `batching` says how requests share one call (docs/model-format.md): `none` (batch 1),
+    `padded_kv` (llm: left-padded rows with attention_mask/position_ids), `padded_frames`
+    (dit: right-padded rows, per-row lengths through `mask`).
 
     Every variant must expose the same input/output names and dtypes; a mismatch is a bug in
     the exporter and is refused here rather than discovered by the runtime.
@@ -88,4 +93,5 @@ def graph_entry(
         "outputs": outputs,
         "variants": {p: variant_entry(folder, n) for p, n in variants.items()},
         "trt_profile": trt_profile or {},
+        "batching": batching,
     }

@@ -29,6 +29,9 @@ def test_manifest_describes_every_file_exactly(exported: Path) -> None:
     m = json.loads((exported / "manifest.json").read_text())
     assert m["format"] == FORMAT and m["format_version"] == FORMAT_VERSION
     assert sorted(m["graphs"]) == sorted(STAGES)
+    assert {s: g["batching"] for s, g in m["graphs"].items()} == {
+        "llm": "padded_kv", "flow_front": "none", "dit": "padded_frames", "hift_decode": "none",
+        "campplus": "none", "speech_tokenizer": "none"}
     for stage, g in m["graphs"].items():
         for precision, v in g["variants"].items():
             path = exported / v["file"]
@@ -72,6 +75,7 @@ def test_every_graph_and_variant_runs_under_ort(exported: Path) -> None:
     m = json.loads((exported / "manifest.json").read_text())
     feeds = {
         "llm": lambda: {"inputs_embeds": np.random.randn(1, 5, 16).astype(np.float32),
+                        "attention_mask": np.ones((1, 5), np.int64), "position_ids": np.arange(5, dtype=np.int64)[None],
                         **{f"past_key_values.{i}.{kv}": np.zeros((1, 2, 0, 4), np.float32)
                            for i in range(2) for kv in ("key", "value")}},
         "flow_front": lambda: {"tokens": np.array([[5, 6, 7, 8, -1, -1, -1]], np.int64),
@@ -88,6 +92,9 @@ def test_every_graph_and_variant_runs_under_ort(exported: Path) -> None:
     }
     expected_first_shape = {"llm": (1, 6761), "flow_front": (1, 80, 8), "dit": (2, 80, 60),
                             "hift_decode": (1, 4800), "campplus": (1, 192), "speech_tokenizer": (1, 50)}
+    assert {s: g["batching"] for s, g in m["graphs"].items()} == {
+        "llm": "padded_kv", "flow_front": "none", "dit": "padded_frames", "hift_decode": "none",
+        "campplus": "none", "speech_tokenizer": "none"}
     for stage, g in m["graphs"].items():
         for precision, v in g["variants"].items():
             sess = ort.InferenceSession(str(exported / v["file"]), providers=["CPUExecutionProvider"])

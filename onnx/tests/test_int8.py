@@ -36,6 +36,7 @@ def exported_int8(tiny_official: Path, tmp_path_factory: pytest.TempPathFactory)
 def _feeds(stage: str, rng: np.random.Generator) -> dict[str, np.ndarray]:
     if stage == "llm":
         return {"inputs_embeds": rng.standard_normal((1, 5, 16)).astype(np.float32),
+                "attention_mask": np.ones((1, 5), np.int64), "position_ids": np.arange(5, dtype=np.int64)[None],
                 **{f"past_key_values.{i}.{kv}": np.zeros((1, 2, 0, 4), np.float32)
                    for i in range(2) for kv in ("key", "value")}}
     return {"x": rng.standard_normal((2, 80, 60)).astype(np.float32), "mask": np.ones((2, 1, 60), np.float32),
@@ -79,7 +80,7 @@ def test_int8_output_is_close_to_fp32(exported_int8: Path, stage: str) -> None:
     for p in ("fp32", "int8"):
         sess = ort.InferenceSession(str(exported_int8 / f"{stage}.{p}.onnx"), providers=["CPUExecutionProvider"])
         # fp32 I/O like every variant
-        assert all(i.type == "tensor(float)" for i in sess.get_inputs() if i.name != "block_frames")
+        assert all(i.type == "tensor(float)" for i in sess.get_inputs() if i.name not in ("block_frames", "attention_mask", "position_ids"))
         out[p] = sess.run(None, feeds)[0]
     ref, q = out["fp32"], out["int8"]
     assert q.dtype == np.float32 and q.shape == ref.shape and np.isfinite(q).all()

@@ -23,7 +23,7 @@ pub mod stages;
 pub mod wav;
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use ndarray::{s, Array2, ArrayView2};
 
@@ -47,16 +47,25 @@ use crate::voice::SavedVoice;
 
 pub use constants::ModelConstants;
 pub use dump::SegmentTrace;
-use stages::{run_campplus, run_flow_front, run_hift_decode, run_speech_tokenizer, OnnxEstimator, OnnxLlm};
+use crate::engine::{DitBatcher, LlmScheduler};
+use stages::{run_campplus, run_flow_front, run_hift_decode, run_speech_tokenizer};
 
-/// Open sessions, one per stage.
+/// Open sessions, one per stage, shared by every request in flight: the LLM and the DiT each
+/// behind a thread that batches the calls of concurrent requests (src/engine), the others
+/// behind a lock (one call at a time; they are a small share of the work).
 struct Sessions {
-    llm: StageSession,
-    flow_front: StageSession,
-    dit: StageSession,
-    hift: StageSession,
-    campplus: StageSession,
-    speech_tokenizer: StageSession,
+    llm: LlmScheduler,
+    flow_front: Mutex<StageSession>,
+    dit: DitBatcher,
+    hift: Mutex<StageSession>,
+    campplus: Mutex<StageSession>,
+    speech_tokenizer: Mutex<StageSession>,
+}
+
+/// Locks a stage session; a panic in another request while it held the lock leaves the session
+/// itself usable (ONNX Runtime keeps no state between runs), so poisoning is ignored.
+fn lock(session: &Mutex<StageSession>) -> std::sync::MutexGuard<'_, StageSession> {
+    session.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// A loaded model ready to synthesise.
@@ -278,12 +287,12 @@ impl Synthesizer {
             Ok(session)
         };
         let sessions = Sessions {
-            llm: open("llm")?,
-            flow_front: open("flow_front")?,
-            dit: open("dit")?,
-            hift: open("hift_decode")?,
-            campplus: open("campplus")?,
-            speech_tokenizer: open("speech_tokenizer")?,
+            llm: LlmScheduler::start(open("llm")?, constants.llm_shape, config.engine.max_batch)?,
+            flow_front: Mutex::new(open("flow_front")?),
+            dit: DitBatcher::start(open("dit")?, config.engine.dit_max_batch)?,
+            hift: Mutex::new(open("hift_decode")?),
+            campplus: Mutex::new(open("campplus")?),
+            speech_tokenizer: Mutex::new(open("speech_tokenizer")?),
         };
         let normalizer = load_normalizer(&dir, config.text.normalizer)?;
         Ok(Synthesizer {
@@ -314,7 +323,7 @@ impl Synthesizer {
 
     /// Computes a saved voice from a prompt recording and its transcript (all prompt-audio work,
     /// once). Refuses an empty transcript.
-    pub fn make_voice(&mut self, name: &str, wav: &Path, transcript: &str) -> Result<SavedVoice> {
+    pub fn make_voice(&self, name: &str, wav: &Path, transcript: &str) -> Result<SavedVoice> {
         crate::voice::check_name(name)?;
         if transcript.trim().is_empty() {
             return Err(Error::Input("the transcript (--text) is empty; give the words spoken in the recording".into()));
@@ -337,7 +346,7 @@ impl Synthesizer {
 
     /// The prompt features of a voice: from the recording, or straight from a saved voice (after
     /// checking that it was made for this model).
-    pub fn prompt_for(&mut self, voice: &Voice) -> Result<PromptFeatures> {
+    pub fn prompt_for(&self, voice: &Voice) -> Result<PromptFeatures> {
         match voice {
             Voice::Saved { voice, .. } => {
                 voice.check_model(&self.voice_key, &self.model.root)?;
@@ -378,7 +387,7 @@ impl Synthesizer {
 
     /// The prompt's features: 16 kHz whisper mel → speech tokens; 16 kHz fbank → campplus
     /// embedding; 24 kHz mel; alignment of tokens and mel.
-    pub fn prompt_features(&mut self, wav: &Path) -> Result<PromptFeatures> {
+    pub fn prompt_features(&self, wav: &Path) -> Result<PromptFeatures> {
         let prof = &self.profiler;
         let audio = prof.time("frontend.audio_load", || load_audio(wav))?;
         // Length limits (every stage's minimum, the tokenizer's 30 s, the flow noise) up front.
@@ -388,10 +397,10 @@ impl Synthesizer {
         })?;
         let whisper_mel = prof.time("frontend.whisper_mel", || whisper_log_mel(&wav16));
         let speech_token_raw = prof.time("frontend.speech_tokenizer", || {
-            run_speech_tokenizer(&mut self.sessions.speech_tokenizer, whisper_mel.view())
+            run_speech_tokenizer(&mut lock(&self.sessions.speech_tokenizer), whisper_mel.view())
         })?;
         let fbank = prof.time("frontend.fbank", || kaldi_fbank_cmn(&wav16));
-        let embedding = prof.time("frontend.campplus", || run_campplus(&mut self.sessions.campplus, fbank.view()))?;
+        let embedding = prof.time("frontend.campplus", || run_campplus(&mut lock(&self.sessions.campplus), fbank.view()))?;
         let feat_raw = prof.time("frontend.mel_24k", || mel_24k(&wav24));
         limits::check_finite(wav, "speaker embedding", &embedding)?;
         limits::check_finite(wav, "prompt mel", feat_raw.iter())?;
@@ -434,7 +443,7 @@ impl Synthesizer {
     /// `dump`, every sentence's intermediates are written (one sentence: into `dump`; several:
     /// into `dump/000`, `dump/001`, …).
     pub fn synthesize(
-        &mut self,
+        &self,
         req: &Request,
         dump: Option<&Path>,
         on_chunk: impl FnMut(&[f32]) -> Result<()>,
@@ -444,7 +453,7 @@ impl Synthesizer {
 
     /// [`Self::synthesize`] with an observer (token events, cancellation).
     pub fn synthesize_observed(
-        &mut self,
+        &self,
         req: &Request,
         dump: Option<&Path>,
         observer: &dyn SynthesisObserver,
@@ -507,7 +516,7 @@ impl Synthesizer {
 
     /// One sentence: LLM thread → tokens → token2wav thread → chunks → `on_chunk` (this thread).
     fn run_segment(
-        &mut self,
+        &self,
         seg: &Segment<'_>,
         req: &Request,
         state: &mut RequestState,
@@ -526,13 +535,12 @@ impl Synthesizer {
         let options = DecodeOptions { ignore_stop_until: req.ignore_stop_until.unwrap_or(0) };
         let sentence = seg.index;
         let profiler = &self.profiler;
-        let shape = c.llm_shape;
         let embeddings = &self.embeddings;
         let llm_constants = &c.llm;
         let t2w = TokenToWav {
-            flow_front: &mut self.sessions.flow_front,
-            dit: &mut self.sessions.dit,
-            hift: &mut self.sessions.hift,
+            flow_front: &self.sessions.flow_front,
+            dit: &self.sessions.dit,
+            hift: &self.sessions.hift,
             prompt,
             noise: self.noise.view(),
             f0: &self.f0,
@@ -547,7 +555,7 @@ impl Synthesizer {
             observer,
             profiler,
         };
-        let llm_session = &mut self.sessions.llm;
+        let scheduler = &self.sessions.llm;
         let sampler = &mut state.sampler;
         let (tok_tx, tok_rx) = crossbeam_channel::unbounded::<i64>();
         let (chunk_tx, chunk_rx) = crossbeam_channel::bounded::<Vec<f32>>(4);
@@ -556,8 +564,7 @@ impl Synthesizer {
                 .name("llm".into())
                 .spawn_scoped(scope, move || -> Result<crate::llm::DecodeOutcome> {
                     let _span = profiler.span("llm");
-                    let mut step = OnnxLlm::new(llm_session, shape.layers, shape.hidden, shape.kv_heads, shape.head_dim)?
-                        .with_profiler(profiler);
+                    let mut step = scheduler.client(profiler)?;
                     let mut emitted = 0usize;
                     let outcome = decode_with(&mut step, &input, embeddings, sampler, llm_constants, &options, profiler, |t| {
                         observer.llm_token(sentence, emitted, t);
@@ -719,9 +726,9 @@ struct RequestState {
 }
 
 struct TokenToWav<'a> {
-    flow_front: &'a mut StageSession,
-    dit: &'a mut StageSession,
-    hift: &'a mut StageSession,
+    flow_front: &'a Mutex<StageSession>,
+    dit: &'a DitBatcher,
+    hift: &'a Mutex<StageSession>,
     prompt: &'a PromptFeatures,
     noise: ArrayView2<'a, f32>,
     f0: &'a F0Predictor,
@@ -819,7 +826,7 @@ impl TokenToWav<'_> {
         let ratio = self.stream_params.token_mel_ratio;
         let prompt_frames = ratio * prompt_tokens.len();
         let ft = flow_front_tokens(prompt_tokens, &tokens[..chunk.n_tokens], chunk.finalize, self.stream_params.pre_lookahead_len);
-        let (mu, spks) = prof.time("flow.front", || run_flow_front(self.flow_front, &ft, &self.prompt.embedding))?;
+        let (mu, spks) = prof.time("flow.front", || run_flow_front(&mut lock(self.flow_front), &ft, &self.prompt.embedding))?;
         let total = mu.ncols();
         if total != prompt_frames + chunk.mel_frames {
             return Err(Error::Runtime(format!(
@@ -836,7 +843,7 @@ impl TokenToWav<'_> {
         let cond = build_cond(self.prompt.feat.view(), total)?;
         let spks = ndarray::Array1::from_vec(spks);
         let request = CfmRequest { mu: mu.view(), spks: spks.view(), cond: cond.view(), noise: self.noise };
-        let mut estimator = OnnxEstimator { session: self.dit, profiler: prof };
+        let mut estimator = self.dit.client(prof)?;
         let mut solved = solve_cfm(&mut estimator, &[request], &c.cfm, chunk.block_frames as i64)?;
         let mel_all = solved.pop().ok_or_else(|| Error::Runtime("flow solver returned nothing".into()))?;
         let mel = strip_prompt(mel_all.view(), prompt_frames)?;
@@ -855,7 +862,7 @@ impl TokenToWav<'_> {
         let plan = inputs.plan;
         let first_frame = inputs.first_frame;
         let spf = c.source.samples_per_frame;
-        let mut wav = prof.time("hift.decode", || run_hift_decode(self.hift, inputs.mel, inputs.source))?;
+        let mut wav = prof.time("hift.decode", || run_hift_decode(&mut lock(self.hift), inputs.mel, inputs.source))?;
         let keep = wav.len().saturating_sub(plan.drop_tail_samples);
         wav.truncate(keep);
         if wav.len() + spf * first_frame != plan.total_samples {

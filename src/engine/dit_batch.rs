@@ -1,0 +1,237 @@
+//! Batching of flow-estimator (DiT) calls across concurrent requests.
+//!
+//! One thread owns the `dit` session. Every request's CFM solve (`flow::solve_cfm`, its own
+//! Euler loop and noise) calls the estimator through a [`RemoteEstimator`]; the thread takes
+//! every call that is waiting, groups them, and runs each group as one call:
+//! * calls group only with the same `block_frames` (a scalar input of the graph: full attention
+//!   offline, the 50-frame block-causal mask when streaming);
+//! * rows of different lengths are right-padded to the group's longest and their `mask` is 0 on
+//!   the padding. The DiT's positional convolution is causal and its attention ignores masked
+//!   keys, so a padded row's real frames are computed as if alone (manifest `batching:
+//!   padded_frames`; the engine tests check the mel against the solo run);
+//! * a group is closed when it has `max_batch` calls or when the next call's padding would make
+//!   the group's padded frames exceed [`MAX_PADDED_SHARE`] of its real frames (the longest first,
+//!   so similar lengths meet).
+//!
+//! A call that arrives while a group runs waits for the next round: with several requests in
+//! the flow stage their Euler steps fall into step and run together.
+
+use crossbeam_channel::{Receiver, Sender};
+use ndarray::{s, Array1, Array2, Array3, ArrayView1, ArrayView2, ArrayView3};
+use std::sync::{Arc, Mutex};
+
+use crate::error::{Error, Result};
+use crate::flow::Estimator;
+use crate::pipeline::stages::OnnxEstimator;
+use crate::profile::Profiler;
+use crate::runtime::StageSession;
+
+/// A group's padded frames may be at most this much more than its real frames (1.5 = 50 % waste).
+pub const MAX_PADDED_SHARE: f64 = 1.5;
+
+/// Counters of the batcher's work.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DitBatchStats {
+    /// Graph calls run.
+    pub calls: u64,
+    /// Request calls they served (one per request per Euler step).
+    pub requests: u64,
+    /// The most requests one graph call served.
+    pub max_requests: usize,
+}
+
+struct Call {
+    x: Array3<f32>,
+    mask: Array3<f32>,
+    mu: Array3<f32>,
+    t: Array1<f32>,
+    spks: Array2<f32>,
+    cond: Array3<f32>,
+    block_frames: i64,
+    profiler: Profiler,
+    reply: Sender<Result<Array3<f32>>>,
+}
+
+impl Call {
+    fn rows(&self) -> usize {
+        self.x.dim().0
+    }
+    fn frames(&self) -> usize {
+        self.x.dim().2
+    }
+}
+
+/// The batcher thread and the way to reach it.
+pub struct DitBatcher {
+    tx: Option<Sender<Call>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+    stats: Arc<Mutex<DitBatchStats>>,
+}
+
+impl DitBatcher {
+    /// Starts the batcher over `session` (the `dit` stage); `max_batch` calls at most per run.
+    pub fn start(session: StageSession, max_batch: usize) -> Result<DitBatcher> {
+        let (tx, rx) = crossbeam_channel::unbounded();
+        let stats = Arc::new(Mutex::new(DitBatchStats::default()));
+        let thread_stats = stats.clone();
+        let thread = std::thread::Builder::new()
+            .name("dit-batcher".into())
+            .spawn(move || serve(session, rx, max_batch.max(1), &thread_stats))
+            .map_err(|e| Error::Runtime(format!("cannot start the DiT batcher thread: {e}")))?;
+        Ok(DitBatcher { tx: Some(tx), thread: Some(thread), stats })
+    }
+
+    /// An estimator for one request's solve.
+    pub fn client(&self, profiler: &Profiler) -> Result<RemoteEstimator> {
+        let tx = self.tx.clone().ok_or_else(|| Error::Runtime("the DiT batcher has stopped".into()))?;
+        let (reply_tx, reply_rx) = crossbeam_channel::bounded(1);
+        Ok(RemoteEstimator { tx, reply_tx, reply_rx, profiler: profiler.clone() })
+    }
+
+    pub fn stats(&self) -> DitBatchStats {
+        self.stats.lock().map(|s| s.clone()).unwrap_or_default()
+    }
+}
+
+impl Drop for DitBatcher {
+    fn drop(&mut self) {
+        self.tx.take();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// One request's estimator: its calls run in the batcher's groups.
+pub struct RemoteEstimator {
+    tx: Sender<Call>,
+    reply_tx: Sender<Result<Array3<f32>>>,
+    reply_rx: Receiver<Result<Array3<f32>>>,
+    profiler: Profiler,
+}
+
+impl Estimator for RemoteEstimator {
+    fn run(
+        &mut self,
+        x: ArrayView3<f32>,
+        mask: ArrayView3<f32>,
+        mu: ArrayView3<f32>,
+        t: ArrayView1<f32>,
+        spks: ArrayView2<f32>,
+        cond: ArrayView3<f32>,
+        block_frames: i64,
+    ) -> Result<Array3<f32>> {
+        let call = Call {
+            x: x.to_owned(),
+            mask: mask.to_owned(),
+            mu: mu.to_owned(),
+            t: t.to_owned(),
+            spks: spks.to_owned(),
+            cond: cond.to_owned(),
+            block_frames,
+            profiler: self.profiler.clone(),
+            reply: self.reply_tx.clone(),
+        };
+        self.tx.send(call).map_err(|_| Error::Runtime("the DiT batcher has stopped".into()))?;
+        self.reply_rx.recv().map_err(|_| Error::Runtime("the DiT batcher stopped during a call".into()))?
+    }
+}
+
+fn serve(mut session: StageSession, rx: Receiver<Call>, max_batch: usize, stats: &Mutex<DitBatchStats>) {
+    while let Ok(first) = rx.recv() {
+        let mut calls = vec![first];
+        while let Ok(c) = rx.try_recv() {
+            calls.push(c);
+        }
+        for group in plan_groups(calls, max_batch) {
+            let n = group.len();
+            run_group(&mut session, group);
+            if let Ok(mut s) = stats.lock() {
+                s.calls += 1;
+                s.requests += n as u64;
+                s.max_requests = s.max_requests.max(n);
+            }
+        }
+    }
+}
+
+/// Splits waiting calls into groups (same `block_frames`; longest first; padding bounded).
+fn plan_groups(mut calls: Vec<Call>, max_batch: usize) -> Vec<Vec<Call>> {
+    calls.sort_by(|a, b| a.block_frames.cmp(&b.block_frames).then(b.frames().cmp(&a.frames())));
+    let mut groups: Vec<Vec<Call>> = Vec::new();
+    for call in calls {
+        if let Some(group) = groups.last_mut() {
+            let head = &group[0];
+            let longest = head.frames();
+            let real: usize = group.iter().map(|c| c.rows() * c.frames()).sum::<usize>() + call.rows() * call.frames();
+            let rows: usize = group.iter().map(Call::rows).sum::<usize>() + call.rows();
+            let fits = head.block_frames == call.block_frames
+                && group.len() < max_batch
+                && head.mu.dim().1 == call.mu.dim().1
+                && head.spks.dim().1 == call.spks.dim().1
+                && (rows * longest) as f64 <= MAX_PADDED_SHARE * real as f64;
+            if fits {
+                group.push(call);
+                continue;
+            }
+        }
+        groups.push(vec![call]);
+    }
+    groups
+}
+
+fn run_group(session: &mut StageSession, group: Vec<Call>) {
+    let profiler = group[0].profiler.clone();
+    if group.len() == 1 {
+        let c = &group[0];
+        let mut est = OnnxEstimator { session, profiler: &profiler };
+        let out = est.run(c.x.view(), c.mask.view(), c.mu.view(), c.t.view(), c.spks.view(), c.cond.view(), c.block_frames);
+        let _ = c.reply.send(out);
+        return;
+    }
+    let rows: usize = group.iter().map(Call::rows).sum();
+    let frames = group.iter().map(Call::frames).max().unwrap_or(0);
+    let mel = group[0].x.dim().1;
+    let mu_dim = group[0].mu.dim().1;
+    let cond_dim = group[0].cond.dim().1;
+    let spk_dim = group[0].spks.dim().1;
+    let mut x = Array3::<f32>::zeros((rows, mel, frames));
+    let mut mask = Array3::<f32>::zeros((rows, 1, frames));
+    let mut mu = Array3::<f32>::zeros((rows, mu_dim, frames));
+    let mut cond = Array3::<f32>::zeros((rows, cond_dim, frames));
+    let mut t = Array1::<f32>::zeros(rows);
+    let mut spks = Array2::<f32>::zeros((rows, spk_dim));
+    let mut at = 0;
+    for c in &group {
+        let (n, f) = (c.rows(), c.frames());
+        x.slice_mut(s![at..at + n, .., ..f]).assign(&c.x);
+        mask.slice_mut(s![at..at + n, .., ..f]).assign(&c.mask);
+        mu.slice_mut(s![at..at + n, .., ..f]).assign(&c.mu);
+        cond.slice_mut(s![at..at + n, .., ..f]).assign(&c.cond);
+        t.slice_mut(s![at..at + n]).assign(&c.t);
+        spks.slice_mut(s![at..at + n, ..]).assign(&c.spks);
+        at += n;
+    }
+    let mut est = OnnxEstimator { session, profiler: &profiler };
+    match est.run(x.view(), mask.view(), mu.view(), t.view(), spks.view(), cond.view(), group[0].block_frames) {
+        Ok(v) if v.dim() == (rows, mel, frames) => {
+            let mut at = 0;
+            for c in &group {
+                let (n, f) = (c.rows(), c.frames());
+                let _ = c.reply.send(Ok(v.slice(s![at..at + n, .., ..f]).to_owned()));
+                at += n;
+            }
+        }
+        Ok(v) => {
+            for c in &group {
+                let _ = c.reply.send(Err(Error::Runtime(format!("dit returned {:?} for a batch of {:?}", v.dim(), (rows, mel, frames)))));
+            }
+        }
+        Err(e) => {
+            let msg = e.to_string();
+            for c in &group {
+                let _ = c.reply.send(Err(Error::Runtime(msg.clone())));
+            }
+        }
+    }
+}

@@ -1,0 +1,502 @@
+//! Continuous batching of LLM steps across the sentences of concurrent requests.
+//!
+//! One thread owns the `llm` session and a KV cache shared by every active sentence (a *row*).
+//! Each sentence talks to it through a [`RemoteLlm`], an [`LlmStep`] whose calls become messages:
+//! the sentence's own thread still runs the official decode loop (`llm::decode_with`: log-softmax,
+//! the `ignore_eos` mask, its own seeded sampler), so batching changes where the forward pass
+//! runs, never what a request samples.
+//!
+//! The schedule, one iteration at a time:
+//! * a newcomer's prefill runs alone (batch 1, its own length) and its cache row is merged into
+//!   the shared cache; at most one prefill per iteration, so a stream of newcomers cannot starve
+//!   the rows already decoding, and a newcomer waits at most one decode step;
+//! * when every row has sent its next embedding, one batched call advances them all by one token;
+//! * a row leaves when its sentence ends or is cancelled (its [`RemoteLlm`] is dropped), between
+//!   steps.
+//!
+//! Layout (docs/model-format.md, `batching: padded_kv`): the cache is `[rows, kv_heads, width,
+//! head_dim]` per layer, rows left-padded so every row's newest position is the last column;
+//! `attention_mask` marks each row's real columns and `position_ids` carries each row's own
+//! position, so a row's logits do not depend on the other rows (up to float summation order;
+//! the engine's tests check greedy tokens are identical). `width` is the longest row: a joining
+//! row longer than that pads the others, a leaving row lets the common padding go.
+//!
+//! Graphs exported before batching (no `attention_mask` input) run one row at a time.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use crossbeam_channel::{Receiver, Sender};
+use ort::memory::{AllocationDevice, AllocatorType, MemoryInfo, MemoryType};
+use ort::value::{DynValue, Tensor, TensorValueType};
+
+use crate::config::ProviderKind;
+use crate::error::{Error, Result};
+use crate::llm::LlmStep;
+use crate::pipeline::constants::LlmShape;
+use crate::profile::Profiler;
+use crate::runtime::{StageBinding, StageSession};
+
+/// Counters of the scheduler's work (for benchmarks and tests).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LlmBatchStats {
+    /// Batched decode calls run.
+    pub decode_calls: u64,
+    /// Rows advanced by those calls (tokens decoded).
+    pub decode_rows: u64,
+    /// The most rows one call advanced.
+    pub max_rows: usize,
+    /// Prefill calls run.
+    pub prefills: u64,
+}
+
+type Reply = Sender<Result<Vec<f32>>>;
+
+enum Msg {
+    Prefill { id: u64, embeds: Vec<f32>, seq: usize, profiler: Profiler, reply: Reply },
+    Step { id: u64, embed: Vec<f32>, profiler: Profiler, reply: Reply },
+    Leave { id: u64 },
+}
+
+/// The scheduler thread and the way to reach it. Dropping it stops the thread once every
+/// [`RemoteLlm`] is gone.
+pub struct LlmScheduler {
+    tx: Option<Sender<Msg>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+    next_id: AtomicU64,
+    stats: Arc<Mutex<LlmBatchStats>>,
+    /// Rows one call may hold (1 for graphs without batching).
+    pub max_batch: usize,
+    /// Whether the graph takes `attention_mask`/`position_ids` (can batch).
+    pub batched_graph: bool,
+}
+
+impl LlmScheduler {
+    /// Starts the scheduler over `session` (the `llm` stage).
+    pub fn start(session: StageSession, shape: LlmShape, max_batch: usize) -> Result<LlmScheduler> {
+        let names = session.input_names();
+        let batched_graph = names.iter().any(|n| n == "attention_mask") && names.iter().any(|n| n == "position_ids");
+        let max_batch = if batched_graph { max_batch.max(1) } else { 1 };
+        if !batched_graph {
+            tracing::info!("llm graph has no attention_mask/position_ids (exported before batching): one sentence at a time; re-export to batch");
+        }
+        let stats = Arc::new(Mutex::new(LlmBatchStats::default()));
+        let (tx, rx) = crossbeam_channel::unbounded();
+        let mut state = Batch::new(session, shape, batched_graph)?;
+        let thread_stats = stats.clone();
+        let thread = std::thread::Builder::new()
+            .name("llm-scheduler".into())
+            .spawn(move || state.serve(rx, max_batch, &thread_stats))
+            .map_err(|e| Error::Runtime(format!("cannot start the LLM scheduler thread: {e}")))?;
+        Ok(LlmScheduler { tx: Some(tx), thread: Some(thread), next_id: AtomicU64::new(1), stats, max_batch, batched_graph })
+    }
+
+    /// A handle for one sentence's decode (prefill, then steps).
+    pub fn client(&self, profiler: &Profiler) -> Result<RemoteLlm> {
+        let tx = self.tx.clone().ok_or_else(|| Error::Runtime("the LLM scheduler has stopped".into()))?;
+        let (reply_tx, reply_rx) = crossbeam_channel::bounded(1);
+        Ok(RemoteLlm {
+            id: self.next_id.fetch_add(1, Ordering::Relaxed),
+            tx,
+            reply_tx,
+            reply_rx,
+            joined: false,
+            profiler: profiler.clone(),
+        })
+    }
+
+    /// A copy of the counters so far.
+    pub fn stats(&self) -> LlmBatchStats {
+        self.stats.lock().map(|s| s.clone()).unwrap_or_default()
+    }
+}
+
+impl Drop for LlmScheduler {
+    fn drop(&mut self) {
+        self.tx.take();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// One sentence's view of the shared LLM: an [`LlmStep`] whose forward passes run in the
+/// scheduler's batch. Dropping it takes the row out of the batch.
+pub struct RemoteLlm {
+    id: u64,
+    tx: Sender<Msg>,
+    reply_tx: Reply,
+    reply_rx: Receiver<Result<Vec<f32>>>,
+    joined: bool,
+    profiler: Profiler,
+}
+
+impl RemoteLlm {
+    fn call(&mut self, msg: Msg) -> Result<Vec<f32>> {
+        self.tx.send(msg).map_err(|_| Error::Runtime("the LLM scheduler has stopped".into()))?;
+        self.reply_rx.recv().map_err(|_| Error::Runtime("the LLM scheduler stopped during a step".into()))?
+    }
+}
+
+impl LlmStep for RemoteLlm {
+    fn prefill(&mut self, embeds: &[f32], seq: usize) -> Result<Vec<f32>> {
+        if self.joined {
+            let _ = self.tx.send(Msg::Leave { id: self.id });
+        }
+        self.joined = true;
+        let msg = Msg::Prefill { id: self.id, embeds: embeds.to_vec(), seq, profiler: self.profiler.clone(), reply: self.reply_tx.clone() };
+        self.call(msg)
+    }
+
+    fn step(&mut self, embed: &[f32]) -> Result<Vec<f32>> {
+        if !self.joined {
+            return Err(Error::Runtime("llm: step before prefill".into()));
+        }
+        let msg = Msg::Step { id: self.id, embed: embed.to_vec(), profiler: self.profiler.clone(), reply: self.reply_tx.clone() };
+        self.call(msg)
+    }
+}
+
+impl Drop for RemoteLlm {
+    fn drop(&mut self) {
+        if self.joined {
+            let _ = self.tx.send(Msg::Leave { id: self.id });
+        }
+    }
+}
+
+struct Waiting {
+    id: u64,
+    embeds: Vec<f32>,
+    seq: usize,
+    profiler: Profiler,
+    reply: Reply,
+}
+
+struct Pending {
+    embed: Vec<f32>,
+    profiler: Profiler,
+    reply: Reply,
+}
+
+struct Row {
+    id: u64,
+    /// Real positions in the cache (prompt + tokens fed so far).
+    len: usize,
+    pending: Option<Pending>,
+}
+
+/// The scheduler thread's state: the session and the shared cache.
+struct Batch {
+    session: StageSession,
+    binding: StageBinding,
+    host: MemoryInfo<'static>,
+    shape: LlmShape,
+    batched_graph: bool,
+    past_names: Vec<String>,
+    present_names: Vec<String>,
+    rows: Vec<Row>,
+    /// Columns of the shared cache (the longest row).
+    width: usize,
+    /// `present.*` of the last call, `[rows, kv_heads, width, head_dim]`, in `past_names` order.
+    cache: Vec<DynValue>,
+}
+
+/// An owned ORT tensor from a shape and row-major data.
+fn tensor<T>(shape: &[usize], data: Vec<T>) -> Result<DynValue>
+where
+    T: ort::value::PrimitiveTensorElementType + std::fmt::Debug + Clone + 'static,
+{
+    let shape: Vec<i64> = shape.iter().map(|&d| d as i64).collect();
+    Ok(Tensor::from_array((shape, data.into_boxed_slice()))?.into_dyn())
+}
+
+/// A cache tensor's values on the host (copied from the device when it lives there).
+fn host_values(v: &DynValue) -> Result<Vec<f32>> {
+    if let Ok((_, data)) = v.try_extract_tensor::<f32>() {
+        return Ok(data.to_vec());
+    }
+    let t = v.view().downcast::<TensorValueType<f32>>()?;
+    let host = t.to(AllocationDevice::CPU, 0)?;
+    Ok(host.try_extract_tensor::<f32>()?.1.to_vec())
+}
+
+impl Batch {
+    fn new(session: StageSession, shape: LlmShape, batched_graph: bool) -> Result<Batch> {
+        let binding = session.binding()?;
+        let host = match session.provider_used {
+            ProviderKind::Cpu => session.device_memory()?,
+            _ => MemoryInfo::new(AllocationDevice::CPU, 0, AllocatorType::Device, MemoryType::Default)?,
+        };
+        let mut past_names = Vec::with_capacity(2 * shape.layers);
+        let mut present_names = Vec::with_capacity(2 * shape.layers);
+        for i in 0..shape.layers {
+            for kind in ["key", "value"] {
+                past_names.push(format!("past_key_values.{i}.{kind}"));
+                present_names.push(format!("present.{i}.{kind}"));
+            }
+        }
+        Ok(Batch { session, binding, host, shape, batched_graph, past_names, present_names, rows: Vec::new(), width: 0, cache: Vec::new() })
+    }
+
+    fn serve(&mut self, rx: Receiver<Msg>, max_batch: usize, stats: &Mutex<LlmBatchStats>) {
+        let mut waiting: VecDeque<Waiting> = VecDeque::new();
+        loop {
+            let can_prefill = !waiting.is_empty() && self.rows.len() < max_batch;
+            let can_step = !self.rows.is_empty() && self.rows.iter().all(|r| r.pending.is_some());
+            if !can_prefill && !can_step {
+                match rx.recv() {
+                    Ok(msg) => self.handle(msg, &mut waiting),
+                    Err(_) => return, // every client and the scheduler handle are gone
+                }
+                continue;
+            }
+            while let Ok(msg) = rx.try_recv() {
+                self.handle(msg, &mut waiting);
+            }
+            if self.rows.len() < max_batch {
+                if let Some(w) = waiting.pop_front() {
+                    let result = self.prefill(&w);
+                    if let Ok(mut s) = stats.lock() {
+                        s.prefills += 1;
+                    }
+                    let _ = w.reply.send(result);
+                }
+            }
+            if !self.rows.is_empty() && self.rows.iter().all(|r| r.pending.is_some()) {
+                let n = self.rows.len();
+                // A failed step is reported to its rows by decode itself.
+                let _ = self.decode();
+                if let Ok(mut s) = stats.lock() {
+                    s.decode_calls += 1;
+                    s.decode_rows += n as u64;
+                    s.max_rows = s.max_rows.max(n);
+                }
+            }
+        }
+    }
+
+    fn handle(&mut self, msg: Msg, waiting: &mut VecDeque<Waiting>) {
+        match msg {
+            Msg::Prefill { id, embeds, seq, profiler, reply } => waiting.push_back(Waiting { id, embeds, seq, profiler, reply }),
+            Msg::Step { id, embed, profiler, reply } => match self.rows.iter_mut().find(|r| r.id == id) {
+                Some(row) if row.pending.is_none() => row.pending = Some(Pending { embed, profiler, reply }),
+                Some(_) => {
+                    let _ = reply.send(Err(Error::Runtime("llm: a second step before the first returned".into())));
+                }
+                None => {
+                    let _ = reply.send(Err(Error::Runtime("llm: this sentence is no longer in the batch (an earlier step failed)".into())));
+                }
+            },
+            Msg::Leave { id } => {
+                waiting.retain(|w| w.id != id);
+                if let Some(i) = self.rows.iter().position(|r| r.id == id) {
+                    if let Err(e) = self.remove_rows(&[i]) {
+                        self.fail_all(&e);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Runs the graph once; returns the logits `[b, vocab]` (row-major) and the new cache.
+    fn forward(
+        &mut self,
+        embeds: Vec<f32>,
+        b: usize,
+        seq: usize,
+        mask: Vec<i64>,
+        positions: Vec<i64>,
+        past: Option<&[DynValue]>,
+        profiler: &Profiler,
+    ) -> Result<(Vec<f32>, Vec<DynValue>)> {
+        let hidden = self.shape.hidden;
+        let prefill = past.is_none();
+        self.binding.clear_inputs();
+        let copy_in = profiler.span(if prefill { "llm.prefill.copy_in" } else { "llm.decode.copy_in" });
+        let x = tensor(&[b, seq, hidden], embeds)?;
+        self.binding.bind_input("inputs_embeds", &x)?;
+        let width = mask.len() / b.max(1);
+        let (mask_v, pos_v);
+        if self.batched_graph {
+            mask_v = tensor(&[b, width], mask)?;
+            pos_v = tensor(&[b, seq], positions)?;
+            self.binding.bind_input("attention_mask", &mask_v)?;
+            self.binding.bind_input("position_ids", &pos_v)?;
+        }
+        copy_in.end();
+        let empty;
+        match past {
+            Some(cache) => {
+                for (name, v) in self.past_names.iter().zip(cache) {
+                    self.binding.bind_input(name, v)?;
+                }
+            }
+            None => {
+                empty = tensor::<f32>(&[b, self.shape.kv_heads, 0, self.shape.head_dim], Vec::new())?;
+                for name in &self.past_names {
+                    self.binding.bind_input(name, &empty)?;
+                }
+            }
+        }
+        for name in &self.present_names {
+            self.binding.bind_output_on_device(name)?;
+        }
+        self.binding.inner_mut().bind_output_to_device("logits", &self.host)?;
+        let mut outputs = self.binding.run(&mut self.session)?;
+        let copy_out = profiler.span(if prefill { "llm.prefill.copy_out" } else { "llm.decode.copy_out" });
+        let logits = outputs
+            .get("logits")
+            .ok_or_else(|| Error::Runtime("llm: the graph returned no logits".into()))?
+            .try_extract_tensor::<f32>()?
+            .1
+            .to_vec();
+        copy_out.end();
+        let mut cache = Vec::with_capacity(self.present_names.len());
+        for name in &self.present_names {
+            cache.push(outputs.remove(name.as_str()).ok_or_else(|| Error::Runtime(format!("llm: no output {name}")))?);
+        }
+        Ok((logits, cache))
+    }
+
+    /// A newcomer's prefill, alone; its cache row joins the shared cache.
+    fn prefill(&mut self, w: &Waiting) -> Result<Vec<f32>> {
+        if w.seq == 0 || w.embeds.len() != w.seq * self.shape.hidden {
+            return Err(Error::Input(format!("llm: {} embedding values for {}×{}", w.embeds.len(), w.seq, self.shape.hidden)));
+        }
+        let positions: Vec<i64> = (0..w.seq as i64).collect();
+        let (logits, present) = self.forward(w.embeds.clone(), 1, w.seq, vec![1; w.seq], positions, None, &w.profiler)?;
+        self.merge(present, w.seq)?;
+        self.rows.push(Row { id: w.id, len: w.seq, pending: None });
+        Ok(logits)
+    }
+
+    /// Adds one row (`[1, kv, len, hd]` per name) to the shared cache, left-padding as needed.
+    fn merge(&mut self, row: Vec<DynValue>, len: usize) -> Result<()> {
+        if self.rows.is_empty() {
+            self.cache = row;
+            self.width = len;
+            return Ok(());
+        }
+        let (kv, hd) = (self.shape.kv_heads, self.shape.head_dim);
+        let b = self.rows.len();
+        let width = self.width.max(len);
+        let mut merged = Vec::with_capacity(self.cache.len());
+        for (old, new) in self.cache.iter().zip(&row) {
+            let old = host_values(old)?;
+            let new = host_values(new)?;
+            let mut out = vec![0f32; (b + 1) * kv * width * hd];
+            for r in 0..b {
+                for h in 0..kv {
+                    let src = &old[(r * kv + h) * self.width * hd..][..self.width * hd];
+                    let dst = (r * kv + h) * width * hd + (width - self.width) * hd;
+                    out[dst..dst + src.len()].copy_from_slice(src);
+                }
+            }
+            for h in 0..kv {
+                let src = &new[h * len * hd..][..len * hd];
+                let dst = (b * kv + h) * width * hd + (width - len) * hd;
+                out[dst..dst + src.len()].copy_from_slice(src);
+            }
+            merged.push(tensor(&[b + 1, kv, width, hd], out)?);
+        }
+        self.cache = merged;
+        self.width = width;
+        Ok(())
+    }
+
+    /// Takes rows out of the shared cache; the columns no remaining row needs go too.
+    fn remove_rows(&mut self, gone: &[usize]) -> Result<()> {
+        let keep: Vec<usize> = (0..self.rows.len()).filter(|i| !gone.contains(i)).collect();
+        if keep.is_empty() {
+            self.rows.clear();
+            self.cache.clear();
+            self.width = 0;
+            return Ok(());
+        }
+        let (kv, hd) = (self.shape.kv_heads, self.shape.head_dim);
+        let width = keep.iter().map(|&i| self.rows[i].len).max().unwrap_or(0);
+        let skip = self.width - width;
+        let mut trimmed = Vec::with_capacity(self.cache.len());
+        for old in &self.cache {
+            let old = host_values(old)?;
+            let mut out = Vec::with_capacity(keep.len() * kv * width * hd);
+            for &r in &keep {
+                for h in 0..kv {
+                    let start = (r * kv + h) * self.width * hd + skip * hd;
+                    out.extend_from_slice(&old[start..start + width * hd]);
+                }
+            }
+            trimmed.push(tensor(&[keep.len(), kv, width, hd], out)?);
+        }
+        let mut i = 0;
+        self.rows.retain(|_| {
+            i += 1;
+            !gone.contains(&(i - 1))
+        });
+        self.cache = trimmed;
+        self.width = width;
+        Ok(())
+    }
+
+    /// One batched step: every row's pending embedding, one call, each row's logits back.
+    fn decode(&mut self) -> Result<(), ()> {
+        let b = self.rows.len();
+        let hidden = self.shape.hidden;
+        let width = self.width + 1;
+        let mut embeds = Vec::with_capacity(b * hidden);
+        let mut mask = vec![0i64; b * width];
+        let mut positions = Vec::with_capacity(b);
+        let mut pendings = Vec::with_capacity(b);
+        for (r, row) in self.rows.iter_mut().enumerate() {
+            let Some(p) = row.pending.take() else { return Err(()) };
+            embeds.extend_from_slice(&p.embed);
+            mask[r * width + (width - row.len - 1)..(r + 1) * width].fill(1);
+            positions.push(row.len as i64);
+            pendings.push(p);
+        }
+        if embeds.len() != b * hidden {
+            for p in pendings {
+                let _ = p.reply.send(Err(Error::Input(format!("llm: step embedding of {} values, expected {hidden}", p.embed.len()))));
+            }
+            let _ = self.remove_rows(&(0..b).collect::<Vec<_>>());
+            return Err(());
+        }
+        let profiler = pendings[0].profiler.clone();
+        let cache = std::mem::take(&mut self.cache);
+        match self.forward(embeds, b, 1, mask, positions, Some(&cache), &profiler) {
+            Ok((logits, present)) => {
+                self.cache = present;
+                self.width = width;
+                let vocab = logits.len() / b;
+                for (r, (row, p)) in self.rows.iter_mut().zip(pendings).enumerate() {
+                    row.len += 1;
+                    let _ = p.reply.send(Ok(logits[r * vocab..(r + 1) * vocab].to_vec()));
+                }
+                Ok(())
+            }
+            Err(e) => {
+                // The cache no longer matches anyone's state: every row fails and leaves.
+                let msg = e.to_string();
+                for p in pendings {
+                    let _ = p.reply.send(Err(Error::Runtime(msg.clone())));
+                }
+                self.rows.clear();
+                self.width = 0;
+                Err(())
+            }
+        }
+    }
+
+    /// After a failed cache rebuild: every row gets the error and the batch starts empty.
+    fn fail_all(&mut self, e: &Error) {
+        for row in self.rows.drain(..) {
+            if let Some(p) = row.pending {
+                let _ = p.reply.send(Err(Error::Runtime(e.to_string())));
+            }
+        }
+        self.cache.clear();
+        self.width = 0;
+    }
+}
