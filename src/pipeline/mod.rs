@@ -316,6 +316,11 @@ impl Synthesizer {
         })
     }
 
+    /// What the LLM scheduler and the DiT batcher have done so far (how much was batched).
+    pub fn batch_stats(&self) -> (crate::engine::LlmBatchStats, crate::engine::DitBatchStats) {
+        (self.sessions.llm.stats(), self.sessions.dit.stats())
+    }
+
     /// The key saved voices of this model carry ([`crate::voice::model_key`]).
     pub fn voice_key(&self) -> &str {
         &self.voice_key

@@ -1,0 +1,155 @@
+//! The engine serves many requests at once from one loaded model (issue 10): each request's
+//! output equals its solo run whatever else is in the batch; a cancelled request frees its slot;
+//! a failing one disturbs nobody.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::{config_for, fixture_model, fixture_prompt};
+use cosy::engine::{Engine, Event};
+use cosy::pipeline::{Request, Voice};
+use cosy::Error;
+
+fn request(text: &str, voice: Voice, seed: u64, stream: bool, forced: Option<usize>) -> Request {
+    Request { text: text.into(), voice, text_frontend: true, speed: 1.0, seed: Some(seed), stream, ignore_stop_until: forced }
+}
+
+fn engine(max_in_flight: usize) -> (Engine, tempfile::TempDir) {
+    let cache = tempfile::tempdir().expect("temp dir");
+    let mut config = config_for(&fixture_model(), cache.path());
+    config.engine.max_in_flight = max_in_flight;
+    (Engine::load(&config).expect("engine loads the fixture"), cache)
+}
+
+/// What one request gave: its audio (all chunks) and how many speech tokens it decoded.
+#[derive(Debug, Clone)]
+struct Outcome {
+    audio: Vec<f32>,
+    chunks: usize,
+    tokens: usize,
+}
+
+fn run_alone(engine: &Engine, req: &Request) -> Result<Outcome, Error> {
+    let mut handle = engine.submit(req.clone())?;
+    let mut out = Outcome { audio: Vec::new(), chunks: 0, tokens: 0 };
+    loop {
+        match handle.next_event() {
+            Some(Event::Audio(a)) => {
+                out.audio.extend_from_slice(&a);
+                out.chunks += 1;
+            }
+            Some(Event::Done(s)) => {
+                out.tokens = s.speech_tokens;
+                return Ok(out);
+            }
+            Some(Event::Failed(e)) => return Err(e),
+            None => panic!("request ended without a result"),
+        }
+    }
+}
+
+fn assert_same(label: &str, solo: &Outcome, batched: &Outcome) {
+    assert_eq!(solo.tokens, batched.tokens, "{label}: speech tokens differ from the solo run");
+    assert_eq!(solo.chunks, batched.chunks, "{label}: chunk count differs");
+    assert_eq!(solo.audio.len(), batched.audio.len(), "{label}: audio length differs");
+    let peak = solo.audio.iter().fold(0f32, |m, &x| m.max(x.abs())).max(1e-3);
+    let worst = solo.audio.iter().zip(&batched.audio).fold(0f32, |m, (a, b)| m.max((a - b).abs()));
+    // Batched rows sum their attention over padded (masked) columns and run in other GEMM shapes,
+    // so the floats may differ in the last bits; the tokens above are the exact check.
+    assert!(worst <= 2e-3 * peak, "{label}: audio differs from the solo run by {worst} (peak {peak})");
+}
+
+#[test]
+fn concurrent_requests_match_their_solo_runs() {
+    let (engine, _cache) = engine(16);
+    let synth = engine.synthesizer().clone();
+    let prompt = fixture_prompt();
+    let saved = Arc::new(synth.make_voice("me", &prompt, "This recording is the voice prompt.").expect("voice"));
+    let mut foreign = (*saved).clone();
+    foreign.model_key = "another-model".into();
+    let zero_shot = Voice::ZeroShot { wav: prompt.clone(), transcript: "This recording is the voice prompt.".into() };
+    let requests = vec![
+        ("zero-shot offline", request("The lighthouse keeper climbed the stairs.", zero_shot.clone(), 1, false, Some(50))),
+        ("saved voice streaming", request("Fog rolled over the bay at dawn.", Voice::Saved { voice: saved.clone(), instruction: None }, 2, true, Some(70))),
+        ("cross-lingual two sentences", request("First sentence here. And a second one follows.", Voice::CrossLingual { wav: prompt.clone() }, 3, true, Some(30))),
+        ("instruct offline", request("Speak slowly please.", Voice::Instruct { wav: prompt.clone(), instruction: "Speak like a pirate.".into() }, 4, false, Some(40))),
+        ("official stop rule", request("Short and sweet.", zero_shot.clone(), 5, false, None)),
+        ("seeded sampling", request("Numbers like 42 get read out.", Voice::Saved { voice: saved.clone(), instruction: None }, 6, true, Some(90))),
+    ];
+    let to_cancel = request("This one is stopped after its first chunk.", zero_shot.clone(), 7, true, Some(200));
+    let bad = request("A voice from another model.", Voice::Saved { voice: Arc::new(foreign), instruction: None }, 8, false, None);
+
+    // Solo runs, one at a time.
+    let solo: Vec<Outcome> = requests.iter().map(|(label, r)| run_alone(&engine, r).unwrap_or_else(|e| panic!("{label}: {e}"))).collect();
+    let bad_alone = run_alone(&engine, &bad).expect_err("a voice of another model is refused");
+    assert!(bad_alone.to_string().contains("another model") || bad_alone.to_string().contains("made with"), "{bad_alone}");
+    let before = synth.batch_stats();
+
+    // All at once: the six, the one cancelled midway and the failing one.
+    let results = std::thread::scope(|scope| {
+        let cancelled = scope.spawn(|| {
+            let mut handle = engine.submit(to_cancel.clone()).expect("submit");
+            let mut got_audio = false;
+            loop {
+                match handle.next_event() {
+                    Some(Event::Audio(_)) if !got_audio => {
+                        got_audio = true;
+                        handle.cancel();
+                    }
+                    Some(Event::Audio(_)) => {}
+                    Some(Event::Done(s)) => return Err(format!("finished although cancelled ({} tokens)", s.speech_tokens)),
+                    Some(Event::Failed(Error::Cancelled)) => return Ok(got_audio),
+                    Some(Event::Failed(e)) => return Err(e.to_string()),
+                    None => return Err("no result".into()),
+                }
+            }
+        });
+        let failing = scope.spawn(|| run_alone(&engine, &bad));
+        let runs: Vec<_> = requests.iter().map(|(_, r)| scope.spawn(|| run_alone(&engine, r))).collect();
+        let outcomes: Vec<_> = runs.into_iter().map(|h| h.join().expect("request thread")).collect();
+        (outcomes, cancelled.join().expect("cancel thread"), failing.join().expect("failing thread"))
+    });
+    let (outcomes, cancelled, failing) = results;
+    for (((label, _), solo), batched) in requests.iter().zip(&solo).zip(outcomes) {
+        let batched = batched.unwrap_or_else(|e| panic!("{label} failed beside the others: {e}"));
+        assert_same(label, solo, &batched);
+    }
+    assert_eq!(cancelled, Ok(true), "the cancelled request stops with Cancelled after its first chunk");
+    assert_eq!(failing.expect_err("still refused").to_string(), bad_alone.to_string());
+
+    // They really shared calls: some LLM step advanced several sentences at once.
+    let after = synth.batch_stats();
+    eprintln!("batching: {:?}", after);
+    assert!(after.0.max_rows >= 2, "no batched LLM step: {:?}", after.0);
+    assert!(after.0.decode_rows - before.0.decode_rows > after.0.decode_calls - before.0.decode_calls);
+
+    // Every slot is free again (the cancelled request's too).
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while engine.in_flight() > 0 {
+        assert!(Instant::now() < deadline, "{} requests still hold a slot", engine.in_flight());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn in_flight_bound_refuses_with_busy_and_frees_on_drop() {
+    let (engine, _cache) = engine(1);
+    let zero_shot = Voice::ZeroShot { wav: fixture_prompt(), transcript: "This recording is the voice prompt.".into() };
+    let long = request("A long request that holds the only slot.", zero_shot.clone(), 1, true, Some(300));
+    let first = engine.try_submit(long).expect("the first request gets the slot");
+    let refused = engine.try_submit(request("Another.", zero_shot.clone(), 2, false, None)).err().expect("no free slot");
+    assert!(matches!(refused, Error::Busy(_)), "{refused}");
+    assert!(refused.to_string().contains("engine.max_in_flight"), "{refused}");
+    drop(first); // cancels it
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while engine.in_flight() > 0 {
+        assert!(Instant::now() < deadline, "the dropped request never freed its slot");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let again = engine.try_submit(request("Now there is room.", zero_shot, 3, false, Some(10))).expect("slot free again");
+    let (audio, summary) = again.wait().expect("runs");
+    assert_eq!(summary.speech_tokens, 10);
+    assert!(!audio.is_empty());
+}
