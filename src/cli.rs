@@ -503,8 +503,8 @@ fn read_stdin() -> Result<String, Error> {
 }
 
 fn file_command(config: &Config, args: &FileArgs) -> anyhow::Result<()> {
-    use crate::audio::{f32_to_i16, write_audio_atomic, OutputFormat};
-    use crate::pipeline::{Request, Synthesizer};
+    use crate::audio::{write_audio_atomic, OutputFormat};
+    use crate::pipeline::Request;
 
     crate::pipeline::check_speed(args.speed)?;
     let format: OutputFormat = args.format.parse()?;
@@ -558,38 +558,67 @@ fn file_command(config: &Config, args: &FileArgs) -> anyhow::Result<()> {
         crate::output::check_folder("--dump", d, true)?;
     }
 
-    let synth = Synthesizer::load(config)?;
-    let rate = synth.constants.sample_rate;
+    let engine = crate::engine::Engine::load(config)?;
+    let rate = engine.synthesizer().constants.sample_rate;
     let several = jobs.len() > 1;
-    for (index, text, out, _) in jobs {
-        let req = Request {
-            text,
-            voice: voice.clone(),
-            text_frontend: !args.no_text_frontend,
-            speed: args.speed,
-            seed: args.seed,
-            stream: use_streaming(config, args.stream, args.no_stream, args.speed),
-            ignore_stop_until: args.min_tokens,
-        };
-        let dump = args.dump.as_ref().map(|d| if several { d.join(format!("{index:03}")) } else { d.clone() });
-        let mut samples: Vec<f32> = Vec::new();
-        let pcm_stdout = out.is_none();
-        let mut stdout = std::io::stdout().lock();
-        synth.synthesize(&req, dump.as_deref(), |chunk| {
-            if pcm_stdout {
-                let bytes: Vec<u8> = chunk.iter().flat_map(|&s| f32_to_i16(s).to_le_bytes()).collect();
-                stdout.write_all(&bytes).and_then(|_| stdout.flush()).map_err(|e| Error::io("<stdout>", e))
-            } else {
+    let request = |text: String| Request {
+        text,
+        voice: voice.clone(),
+        text_frontend: !args.no_text_frontend,
+        speed: args.speed,
+        seed: args.seed,
+        stream: use_streaming(config, args.stream, args.no_stream, args.speed),
+        ignore_stop_until: args.min_tokens,
+    };
+    if let Some(dump_root) = &args.dump {
+        // Intermediates are recorded on this thread, one utterance at a time.
+        for (index, text, out, _) in jobs {
+            let dump = if several { dump_root.join(format!("{index:03}")) } else { dump_root.clone() };
+            let mut samples: Vec<f32> = Vec::new();
+            engine.synthesizer().synthesize(&request(text), Some(&dump), |chunk| {
                 samples.extend_from_slice(chunk);
                 Ok(())
+            })?;
+            match out {
+                Some(path) => write_audio_atomic(&path, &samples, rate, format)?,
+                None => write_pcm_stdout(&samples)?,
             }
-        })?;
+        }
+        return Ok(());
+    }
+    // Lines run through the engine `engine.file_concurrency` at a time (their LLM steps and DiT
+    // calls batched); files are written in line order, each the same as when run alone.
+    let window = if several { config.engine.file_concurrency.max(1) } else { 1 };
+    let mut pending = jobs.into_iter();
+    let mut running: std::collections::VecDeque<(Option<PathBuf>, crate::engine::RequestHandle)> = Default::default();
+    loop {
+        while running.len() < window {
+            let Some((_, text, out, _)) = pending.next() else { break };
+            running.push_back((out, engine.submit(request(text))?));
+        }
+        let Some((out, mut handle)) = running.pop_front() else { break };
+        let mut samples: Vec<f32> = Vec::new();
+        loop {
+            match handle.next_event() {
+                Some(crate::engine::Event::Audio(chunk)) if out.is_none() => write_pcm_stdout(&chunk)?,
+                Some(crate::engine::Event::Audio(chunk)) => samples.extend_from_slice(&chunk),
+                Some(crate::engine::Event::Done(_)) | None => break,
+                Some(crate::engine::Event::Failed(e)) => return Err(e.into()),
+            }
+        }
         if let Some(path) = out {
             write_audio_atomic(&path, &samples, rate, format)?;
             tracing::info!("wrote {} ({:.2} s)", path.display(), samples.len() as f64 / f64::from(rate));
         }
     }
     Ok(())
+}
+
+/// Writes samples to standard output as s16le and flushes (streamed pcm).
+fn write_pcm_stdout(samples: &[f32]) -> Result<(), Error> {
+    let bytes: Vec<u8> = samples.iter().flat_map(|&s| crate::audio::f32_to_i16(s).to_le_bytes()).collect();
+    let mut stdout = std::io::stdout().lock();
+    stdout.write_all(&bytes).and_then(|_| stdout.flush()).map_err(|e| Error::io("<stdout>", e))
 }
 
 /// Refuses text that cannot be said: empty (also only invisible characters such as zero-width

@@ -121,7 +121,6 @@ fn concurrent_requests_match_their_solo_runs() {
 
     // They really shared calls: some LLM step advanced several sentences at once.
     let after = synth.batch_stats();
-    eprintln!("batching: {:?}", after);
     assert!(after.0.max_rows >= 2, "no batched LLM step: {:?}", after.0);
     assert!(after.0.decode_rows - before.0.decode_rows > after.0.decode_calls - before.0.decode_calls);
 
@@ -152,4 +151,52 @@ fn in_flight_bound_refuses_with_busy_and_frees_on_drop() {
     let (audio, summary) = again.wait().expect("runs");
     assert_eq!(summary.speech_tokens, 10);
     assert!(!audio.is_empty());
+}
+
+fn read_wav(path: &std::path::Path) -> Vec<i16> {
+    hound::WavReader::open(path).unwrap_or_else(|e| panic!("{}: {e}", path.display())).samples::<i16>().map(|s| s.expect("sample")).collect()
+}
+
+#[test]
+fn file_input_concurrently_writes_the_same_files_as_one_at_a_time() {
+    let work = tempfile::tempdir().expect("temp dir");
+    let lines = work.path().join("lines.txt");
+    std::fs::write(&lines, "The first line is here.\n\nA second line, longer than the first one.\nThird.\nAnd the fourth line ends it.\n").expect("write");
+    let run = |concurrency: &str, out: &str| {
+        let out = work.path().join(out);
+        std::fs::create_dir(&out).expect("mkdir");
+        let mut cmd = std::process::Command::new(common::cosy_bin());
+        for (k, _) in std::env::vars() {
+            if k.starts_with("COSY_") {
+                cmd.env_remove(k);
+            }
+        }
+        let st = cmd
+            .env("COSY_GRAPH_CACHE", work.path().join("graphs"))
+            .arg("--model")
+            .arg(fixture_model())
+            .args(["--provider", "cpu", "--set", &format!("engine.file_concurrency={concurrency}"), "file", "--input"])
+            .arg(&lines)
+            .arg("--prompt-wav")
+            .arg(fixture_prompt())
+            .args(["--prompt-text", "This recording is the voice prompt.", "--seed", "11", "--min-tokens", "40", "-o"])
+            .arg(&out)
+            .output()
+            .expect("run cosy");
+        assert!(st.status.success(), "cosy file --input: {}", String::from_utf8_lossy(&st.stderr));
+        let mut names: Vec<_> = std::fs::read_dir(&out).expect("read").map(|e| e.expect("entry").file_name()).collect();
+        names.sort();
+        (out, names)
+    };
+    let (one, one_names) = run("1", "one");
+    let (four, four_names) = run("4", "four");
+    assert_eq!(one_names.len(), 4, "{one_names:?}");
+    assert_eq!(one_names, four_names);
+    for name in &one_names {
+        let (a, b) = (read_wav(&one.join(name)), read_wav(&four.join(name)));
+        assert_eq!(a.len(), b.len(), "{name:?}");
+        // float differences of batched calls may move a sample by one 16-bit step
+        let worst = a.iter().zip(&b).map(|(x, y)| (i32::from(*x) - i32::from(*y)).abs()).max().unwrap_or(0);
+        assert!(worst <= 2, "{name:?}: samples differ by {worst}");
+    }
 }
