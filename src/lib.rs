@@ -2,7 +2,8 @@
 //!
 //! Modules mirror the pipeline: config → runtime (sessions, providers, engine cache) → model
 //! (the exported folder and its manifest) → frontend (text, audio features, voices) → llm → flow
-//! → hift → pipeline (streaming) → audio (wav, playback). The binary in `main.rs` is a thin CLI.
+//! → hift → pipeline (one request, streaming) → engine (many requests: batching, handles) → audio
+//! (wav, playback). The binary in `main.rs` is a thin CLI.
 
 pub mod audio;
 pub mod cli;

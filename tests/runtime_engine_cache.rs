@@ -17,6 +17,7 @@ fn spec() -> (GraphSpec, Variant) {
         outputs: vec![],
         variants: [("fp32".to_string(), v.clone())].into_iter().collect(),
         trt_profile: prof,
+        batching: "padded_frames".into(),
     };
     (spec, v)
 }

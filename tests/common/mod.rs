@@ -177,6 +177,9 @@ fn named_dim(stage: &str, name: &str) -> i64 {
     let n = name.to_ascii_lowercase();
     // Graphs name their batch axis differently ("batch", or "B" in the frontend graphs).
     let n = if n == "b" { "batch".to_string() } else { n };
+    if n == "past_plus_seq" {
+        return 4; // llm attention_mask of a prefill: past 0 + seq 4
+    }
     if n.contains("past") {
         return 0; // an empty KV cache (prefill)
     }
@@ -230,6 +233,7 @@ pub fn inputs_for(stage: &str, spec: &GraphSpec) -> Vec<(String, DynValue)> {
             "int64" => {
                 let data: Vec<i64> = match t.name.as_str() {
                     "block_frames" => vec![0; n],
+                    "attention_mask" => vec![1; n],
                     _ => (0..n as i64).map(|k| k % 100).collect(),
                 };
                 Tensor::from_array((dims, data)).expect("tensor").into_dyn()
