@@ -200,3 +200,42 @@ fn file_input_concurrently_writes_the_same_files_as_one_at_a_time() {
         assert!(worst <= 2, "{name:?}: samples differ by {worst}");
     }
 }
+
+#[test]
+fn prompts_from_memory_equal_prompts_from_files() {
+    use cosy::frontend::audio::{decode_bytes, from_pcm, load_audio};
+    let (engine, _cache) = engine(4);
+    let prompt = fixture_prompt();
+    let transcript = "This recording is the voice prompt.";
+    let label = std::path::PathBuf::from("upload.wav");
+    let bytes = std::fs::read(&prompt).expect("read prompt");
+    let decoded = Arc::new(decode_bytes(&label, bytes).expect("decodes from memory"));
+    assert_eq!(*decoded, load_audio(&prompt).expect("decodes from the file"));
+    let from_file = request("Memory or file, the same voice.", Voice::ZeroShot { wav: prompt.clone(), transcript: transcript.into() }, 3, false, Some(30));
+    let mut from_memory = from_file.clone();
+    from_memory.voice = Voice::Recording { audio: decoded.clone(), label: label.clone(), transcript: Some(transcript.into()), instruction: None };
+    let a = run_alone(&engine, &from_file).expect("file prompt");
+    let b = run_alone(&engine, &from_memory).expect("memory prompt");
+    assert_eq!(a.tokens, b.tokens);
+    assert_eq!(a.audio, b.audio, "the same decoded prompt and seed on the same engine, alone: the same floats");
+
+    // A voice saved from memory equals one saved from the file.
+    let synth = engine.synthesizer();
+    let v1 = synth.make_voice("a", &prompt, transcript).expect("voice from file");
+    let v2 = synth.make_voice_from("a", &decoded, &label, transcript).expect("voice from memory");
+    assert_eq!(v1.speech_token, v2.speech_token);
+    assert_eq!(v1.prompt_feat, v2.prompt_feat);
+
+    // Raw PCM is checked like a decoded file: each refusal names the upload.
+    for (samples, rate, what) in [
+        (vec![], 24_000, "no samples"),
+        (vec![0.0; 24_000], 24_000, "silent"),
+        (vec![f32::NAN; 100], 24_000, "NaN"),
+        (vec![0.5; 100], 8_000, "below 16000 Hz"),
+    ] {
+        let e = from_pcm(&label, samples, rate).expect_err(what).to_string();
+        assert!(e.contains("upload.wav") && e.contains(what), "{e}");
+    }
+    let e = decode_bytes(&label, b"not audio at all".to_vec()).expect_err("garbage").to_string();
+    assert!(e.contains("upload.wav") && !e.contains('\n'), "{e}");
+}

@@ -120,6 +120,38 @@ pub fn load_audio(path: &Path) -> Result<Audio> {
     Ok(audio)
 }
 
+/// Decodes an audio file held in memory (a server's upload, a base64 data URL), with the same
+/// checks as [`load_audio`]; `label` names it in messages.
+pub fn decode_bytes(label: &Path, bytes: Vec<u8>) -> Result<Audio> {
+    if bytes.is_empty() {
+        return Err(input_err(label, "is empty (0 bytes); record a few seconds of speech"));
+    }
+    if bytes.len() as u64 > MAX_PROMPT_FILE_BYTES {
+        return Err(too_large(label, Some(bytes.len() as u64)));
+    }
+    decode(label, Box::new(std::io::Cursor::new(bytes)))
+}
+
+/// Mono samples already decoded (in [-1, 1]) at `sample_rate`, checked as [`load_audio`] checks a
+/// decoded file: a rate of 16 to 384 kHz, not empty, finite, not silent.
+pub fn from_pcm(label: &Path, samples: Vec<f32>, sample_rate: u32) -> Result<Audio> {
+    check_rate(label, sample_rate)?;
+    if samples.is_empty() {
+        return Err(input_err(label, "contains no samples; record a few seconds of speech"));
+    }
+    if samples.iter().any(|x| !x.is_finite()) {
+        return Err(input_err(label, "contains NaN or infinite samples; re-export it"));
+    }
+    let max_samples = (MAX_PROMPT_FILE_BYTES / 4) as usize;
+    if samples.len() > max_samples {
+        return Err(too_large(label, Some(samples.len() as u64 * 4)));
+    }
+    if samples.iter().fold(0.0f32, |m, &x| m.max(x.abs())) < SILENCE_PEAK {
+        return Err(input_err(label, "is silent; give a recording with audible speech"));
+    }
+    Ok(Audio { samples, sample_rate })
+}
+
 /// Audio already read from a stream path in this process.
 static STREAMS: Mutex<Vec<(PathBuf, Audio)>> = Mutex::new(Vec::new());
 

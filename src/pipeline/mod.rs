@@ -31,7 +31,7 @@ use crate::config::{Config, NormalizerChoice};
 use crate::error::{Error, Result};
 use crate::flow::{build_cond, flow_front_tokens, solve_cfm, speed_interpolate, strip_prompt, CfmRequest, StreamParams, StreamPlanner, FlowChunk};
 use crate::frontend::align::align_prompt;
-use crate::frontend::audio::{load_audio, to_rate};
+use crate::frontend::audio::{load_audio, to_rate, Audio};
 use crate::frontend::features::{kaldi_fbank_cmn, mel_24k, whisper_log_mel};
 use crate::frontend::prompt::{plan, PromptMode};
 use crate::frontend::text::{is_only_punctuation, normalize, IdentityNormalizer, Normalizer};
@@ -128,6 +128,10 @@ pub enum Voice {
     /// A saved voice (`cosy voice add`): zero-shot with its transcript, or instruct with
     /// `instruction`; no prompt audio is read.
     Saved { voice: Arc<SavedVoice>, instruction: Option<String> },
+    /// A prompt recording already in memory (decoded with [`crate::frontend::audio::decode_bytes`]
+    /// or [`crate::frontend::audio::from_pcm`]): zero-shot with a transcript, instruct with an
+    /// instruction, cross-lingual with neither. `label` names it in messages.
+    Recording { audio: Arc<Audio>, label: PathBuf, transcript: Option<String>, instruction: Option<String> },
 }
 
 impl Voice {
@@ -135,7 +139,7 @@ impl Voice {
     fn wav(&self) -> Option<&Path> {
         match self {
             Voice::ZeroShot { wav, .. } | Voice::CrossLingual { wav } | Voice::Instruct { wav, .. } => Some(wav),
-            Voice::Saved { .. } => None,
+            Voice::Saved { .. } | Voice::Recording { .. } => None,
         }
     }
     fn mode(&self) -> PromptMode {
@@ -146,6 +150,9 @@ impl Voice {
                 PromptMode::Instruct { instruction: instruction.clone() }
             }
             Voice::Saved { voice, instruction: None } => PromptMode::ZeroShot { transcript: voice.transcript.clone() },
+            Voice::Recording { transcript: Some(transcript), .. } => PromptMode::ZeroShot { transcript: transcript.clone() },
+            Voice::Recording { instruction: Some(instruction), .. } => PromptMode::Instruct { instruction: instruction.clone() },
+            Voice::Recording { .. } => PromptMode::CrossLingual,
         }
     }
 }
@@ -329,11 +336,21 @@ impl Synthesizer {
     /// Computes a saved voice from a prompt recording and its transcript (all prompt-audio work,
     /// once). Refuses an empty transcript.
     pub fn make_voice(&self, name: &str, wav: &Path, transcript: &str) -> Result<SavedVoice> {
+        self.make_voice_with(name, wav, transcript, || self.profiler.time("frontend.audio_load", || load_audio(wav)))
+    }
+
+    /// [`Self::make_voice`] from a recording already decoded; `label` names it (and is recorded
+    /// as the voice's source).
+    pub fn make_voice_from(&self, name: &str, audio: &Audio, label: &Path, transcript: &str) -> Result<SavedVoice> {
+        self.make_voice_with(name, label, transcript, || Ok(audio.clone()))
+    }
+
+    fn make_voice_with(&self, name: &str, wav: &Path, transcript: &str, audio: impl FnOnce() -> Result<Audio>) -> Result<SavedVoice> {
         crate::voice::check_name(name)?;
         if transcript.trim().is_empty() {
             return Err(Error::Input("the transcript (--text) is empty; give the words spoken in the recording".into()));
         }
-        let prompt = self.prompt_features(wav)?;
+        let prompt = self.prompt_features_of(&audio()?, wav)?;
         Ok(SavedVoice {
             name: name.to_string(),
             transcript: transcript.to_string(),
@@ -368,6 +385,7 @@ impl Synthesizer {
                     feat: voice.prompt_feat.clone(),
                 })
             }
+            Voice::Recording { audio, label, .. } => self.prompt_features_of(audio, label),
             other => {
                 let wav = other.wav().ok_or_else(|| Error::Input("the voice has no prompt recording".into()))?;
                 self.prompt_features(wav)
@@ -393,8 +411,14 @@ impl Synthesizer {
     /// The prompt's features: 16 kHz whisper mel → speech tokens; 16 kHz fbank → campplus
     /// embedding; 24 kHz mel; alignment of tokens and mel.
     pub fn prompt_features(&self, wav: &Path) -> Result<PromptFeatures> {
+        let audio = self.profiler.time("frontend.audio_load", || load_audio(wav))?;
+        self.prompt_features_of(&audio, wav)
+    }
+
+    /// [`Self::prompt_features`] of a recording already decoded; `wav` names it in messages.
+    pub fn prompt_features_of(&self, audio: &Audio, wav: &Path) -> Result<PromptFeatures> {
+        let audio = audio.clone();
         let prof = &self.profiler;
-        let audio = prof.time("frontend.audio_load", || load_audio(wav))?;
         // Length limits (every stage's minimum, the tokenizer's 30 s, the flow noise) up front.
         self.check_prompt_audio(&audio, wav)?;
         let (wav16, wav24) = prof.time("frontend.resample", || -> Result<_> {
