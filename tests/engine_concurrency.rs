@@ -165,14 +165,7 @@ fn file_input_concurrently_writes_the_same_files_as_one_at_a_time() {
     let run = |concurrency: &str, out: &str| {
         let out = work.path().join(out);
         std::fs::create_dir(&out).expect("mkdir");
-        let mut cmd = std::process::Command::new(common::cosy_bin());
-        for (k, _) in std::env::vars() {
-            if k.starts_with("COSY_") {
-                cmd.env_remove(k);
-            }
-        }
-        let st = cmd
-            .env("COSY_GRAPH_CACHE", work.path().join("graphs"))
+        let st = common::cosy_command(&work.path().join("graphs"))
             .arg("--model")
             .arg(fixture_model())
             .args(["--provider", "cpu", "--set", &format!("engine.file_concurrency={concurrency}"), "file", "--input"])

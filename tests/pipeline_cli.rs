@@ -4,6 +4,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+
 use std::sync::OnceLock;
 
 mod common;
@@ -43,15 +44,8 @@ fn prompt() -> (PathBuf, &'static str) {
 }
 
 fn cosy(model: &Path, args: &[&str]) -> Output {
-    let mut cmd = Command::new(cosy_bin());
-    for (k, _) in std::env::vars() {
-        if k.starts_with("COSY_") {
-            cmd.env_remove(k);
-        }
-    }
-    // A private optimised-graph cache, never the repository's engines/.
     let cache = tempfile::tempdir().expect("temp dir");
-    cmd.env("COSY_GRAPH_CACHE", cache.path());
+    let mut cmd = common::cosy_command(cache.path());
     cmd.arg("--model").arg(model).args(["--provider", "cpu"]).args(args).output().expect("run cosy")
 }
 
@@ -211,12 +205,6 @@ fn bad_input_is_one_clear_line_and_no_file() {
     let m = std::fs::read_to_string(v2.join("manifest.json")).unwrap();
     std::fs::write(v2.join("manifest.json"), m.replacen("\"format_version\": 1", "\"format_version\": 2", 1)).unwrap();
     refuses(&synth(&v2, &[], TEXT, &out), "format version", &out);
-}
-
-/// The binary under test: `CARGO_BIN_EXE_cosy`, or `PIPELINE_TEST_BIN` when set (a shared
-/// CARGO_TARGET_DIR can have its `cosy` replaced by another checkout's build mid-run).
-fn cosy_bin() -> PathBuf {
-    std::env::var_os("PIPELINE_TEST_BIN").map(PathBuf::from).unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_cosy")))
 }
 
 /// `text.normalizer`: `auto` runs the exported wetext grammars, `none` reproduces the official

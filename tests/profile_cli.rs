@@ -5,7 +5,9 @@
 //! `--matrix` keeps going past a setting that cannot run. No timing targets: only structure and sums.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
+
+mod common;
 
 use cosy::profile::STAGE_KEYS;
 use serde_json::Value;
@@ -17,15 +19,8 @@ fn fixture() -> (PathBuf, PathBuf) {
 
 fn cosy(args: &[&str]) -> Output {
     let (model, _) = fixture();
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_cosy"));
-    for (k, _) in std::env::vars() {
-        if k.starts_with("COSY_") {
-            cmd.env_remove(k);
-        }
-    }
-    // A private optimised-graph cache, never the repository's engines/.
     let cache = tempfile::tempdir().expect("temp dir");
-    cmd.env("COSY_GRAPH_CACHE", cache.path());
+    let mut cmd = common::cosy_command(cache.path());
     cmd.arg("--model")
         .arg(model)
         .args(["--provider", "cpu"])

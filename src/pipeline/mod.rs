@@ -583,6 +583,7 @@ impl Synthesizer {
             filter: SilentTokenFilter::new(&c.silent_tokens, c.max_silent_run),
             observer,
             profiler,
+            record: trace.is_some(),
         };
         let scheduler = &self.sessions.llm;
         let sampler = &mut state.sampler;
@@ -774,6 +775,9 @@ struct TokenToWav<'a> {
     filter: SilentTokenFilter,
     observer: &'a dyn SynthesisObserver,
     profiler: &'a Profiler,
+    /// Keep the intermediates `--dump` writes (mel, f0, source, waveform); without it only the
+    /// tokens and chunk sizes are kept.
+    record: bool,
 }
 
 impl TokenToWav<'_> {
@@ -834,9 +838,11 @@ impl TokenToWav<'_> {
             return Err(Error::Runtime("the audio consumer stopped".into()));
         }
         trace.speech_token = tokens;
-        trace.flow_mel = Some(hift.mel().to_owned());
-        trace.hift_f0 = Some(hift.f0().to_vec());
-        trace.hift_source = Some(hift.source().to_vec());
+        if self.record {
+            trace.flow_mel = Some(hift.mel().to_owned());
+            trace.hift_f0 = Some(hift.f0().to_vec());
+            trace.hift_source = Some(hift.source().to_vec());
+        }
         Ok(trace)
     }
 
@@ -880,7 +886,7 @@ impl TokenToWav<'_> {
         if chunk.finalize && self.speed != 1.0 && hift.mel().ncols() == 0 {
             new = speed_interpolate(new.view(), self.speed)?;
         }
-        if chunk.finalize {
+        if chunk.finalize && self.record {
             trace.flow_mu = Some(mu);
             trace.flow_cond = Some(cond);
         }
@@ -903,7 +909,9 @@ impl TokenToWav<'_> {
         }
         let out = hift.take_new(&wav, first_frame, spf);
         trace.chunk_samples.push(out.len() as i64);
-        trace.waveform.extend_from_slice(&out);
+        if self.record {
+            trace.waveform.extend_from_slice(&out);
+        }
         Ok(out)
     }
 }

@@ -263,7 +263,22 @@ pub fn manifest(dir: &Path) -> Manifest {
     cosy::model::ModelDir::open(dir).expect("open model").manifest
 }
 
-/// Path of the `cosy` binary built for the integration tests.
+/// The `cosy` binary as a command that does not see the caller's `COSY_*` settings (cosy refuses
+/// unknown ones, and a developer's own must not change what a test checks), with a private
+/// optimised-graph cache in `graph_cache` (never the repository's engines/).
+pub fn cosy_command(graph_cache: &Path) -> std::process::Command {
+    let mut cmd = std::process::Command::new(cosy_bin());
+    for (k, _) in std::env::vars_os() {
+        if k.to_string_lossy().starts_with("COSY_") {
+            cmd.env_remove(k);
+        }
+    }
+    cmd.env("COSY_GRAPH_CACHE", graph_cache);
+    cmd
+}
+
+/// The binary under test: `CARGO_BIN_EXE_cosy`, or `PIPELINE_TEST_BIN` when set (a shared
+/// CARGO_TARGET_DIR can have its `cosy` replaced by another checkout's build mid-run).
 pub fn cosy_bin() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_cosy"))
+    std::env::var_os("PIPELINE_TEST_BIN").map(PathBuf::from).unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_cosy")))
 }
