@@ -1,5 +1,6 @@
 //! Concurrency benchmark of the engine (issue 10): `c` requests submitted at once to one loaded
-//! model, offline or streaming, each forced to decode the same number of speech tokens.
+//! model, offline or streaming, each forced to decode the same number of speech tokens. Mode
+//! `llm` stops every request when its LLM is done (before any flow work), to time the LLM alone.
 //!
 //!     cargo run --release --example concurrency -- --model models/full-export --concurrency 8 \
 //!         --tokens 100 --mode offline [--set KEY=VALUE ...]
@@ -44,6 +45,8 @@ struct Args {
 /// When each request's LLM started emitting and finished.
 #[derive(Default)]
 struct LlmTimes {
+    /// Mode `llm`: cancel the request once its LLM is done.
+    stop_after_llm: bool,
     first_token: Option<Instant>,
     done: Option<Instant>,
     tokens: usize,
@@ -62,6 +65,9 @@ impl SynthesisObserver for Timer {
             t.done = Some(Instant::now());
             t.tokens += tokens;
         }
+    }
+    fn cancelled(&self) -> bool {
+        self.0.lock().map(|t| t.stop_after_llm && t.done.is_some()).unwrap_or(false)
     }
 }
 
@@ -88,10 +94,11 @@ fn main() -> anyhow::Result<()> {
     let load_s = load.elapsed().as_secs_f64();
     let synth = engine.synthesizer().clone();
     let voice = Arc::new(synth.make_voice("bench", &args.prompt_wav, &args.prompt_text)?);
-    let stream = match args.mode.as_str() {
-        "offline" => false,
-        "streaming" => true,
-        other => anyhow::bail!("--mode {other}: use offline or streaming"),
+    let (stream, llm_only) = match args.mode.as_str() {
+        "offline" => (false, false),
+        "streaming" => (true, false),
+        "llm" => (false, true),
+        other => anyhow::bail!("--mode {other}: use offline, streaming or llm"),
     };
     let rate = f64::from(synth.constants.sample_rate);
     let request = |seed: u64| Request {
@@ -104,11 +111,17 @@ fn main() -> anyhow::Result<()> {
         ignore_stop_until: Some(args.tokens),
     };
     // Warm-up: one request alone (first-run allocations, thread pools).
-    engine.submit(request(0))?.wait()?;
+    let warm = Arc::new(Timer(Mutex::new(LlmTimes { stop_after_llm: llm_only, ..Default::default() })));
+    match engine.submit_observed(request(0), warm)?.wait() {
+        Ok(_) | Err(cosy::Error::Cancelled) => {}
+        Err(e) => return Err(e.into()),
+    }
     let before = synth.batch_stats();
 
     let start = Instant::now();
-    let timers: Vec<Arc<Timer>> = (0..args.concurrency).map(|_| Arc::new(Timer(Mutex::new(LlmTimes::default())))).collect();
+    let timers: Vec<Arc<Timer>> = (0..args.concurrency)
+        .map(|_| Arc::new(Timer(Mutex::new(LlmTimes { stop_after_llm: llm_only, ..Default::default() }))))
+        .collect();
     let results: Vec<anyhow::Result<(f64, f64, usize)>> = std::thread::scope(|scope| {
         let runs: Vec<_> = timers
             .iter()
@@ -129,6 +142,7 @@ fn main() -> anyhow::Result<()> {
                                 samples += a.len();
                             }
                             Some(Event::Done(_)) | None => break,
+                            Some(Event::Failed(cosy::Error::Cancelled)) if llm_only => break,
                             Some(Event::Failed(e)) => return Err(e.into()),
                         }
                     }
@@ -172,6 +186,9 @@ fn main() -> anyhow::Result<()> {
         "llm_decode_calls": after.0.decode_calls - before.0.decode_calls,
         "llm_rows_per_call": (after.0.decode_rows - before.0.decode_rows) as f64 / (after.0.decode_calls - before.0.decode_calls).max(1) as f64,
         "llm_max_rows": after.0.max_rows,
+        "llm_decode_s": after.0.decode_seconds - before.0.decode_seconds,
+        "llm_decode_tokens_per_s": (after.0.decode_rows - before.0.decode_rows) as f64 / (after.0.decode_seconds - before.0.decode_seconds),
+        "llm_prefill_s": after.0.prefill_seconds - before.0.prefill_seconds,
         "dit_calls": after.1.calls - before.1.calls,
         "dit_requests_per_call": (after.1.requests - before.1.requests) as f64 / (after.1.calls - before.1.calls).max(1) as f64,
     });

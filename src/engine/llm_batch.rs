@@ -39,7 +39,7 @@ use crate::profile::Profiler;
 use crate::runtime::{StageBinding, StageSession};
 
 /// Counters of the scheduler's work (for benchmarks and tests).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct LlmBatchStats {
     /// Batched decode calls run.
     pub decode_calls: u64,
@@ -49,6 +49,10 @@ pub struct LlmBatchStats {
     pub max_rows: usize,
     /// Prefill calls run.
     pub prefills: u64,
+    /// Seconds spent in decode calls (graph run and cache bookkeeping), and in prefills (incl.
+    /// merging the new row into the shared cache).
+    pub decode_seconds: f64,
+    pub prefill_seconds: f64,
 }
 
 type Reply = Sender<Result<Vec<f32>>>;
@@ -257,18 +261,22 @@ impl Batch {
             }
             if self.rows.len() < max_batch {
                 if let Some(w) = waiting.pop_front() {
+                    let started = std::time::Instant::now();
                     let result = self.prefill(&w);
                     if let Ok(mut s) = stats.lock() {
                         s.prefills += 1;
+                        s.prefill_seconds += started.elapsed().as_secs_f64();
                     }
                     let _ = w.reply.send(result);
                 }
             }
             if !self.rows.is_empty() && self.rows.iter().all(|r| r.pending.is_some()) {
                 let n = self.rows.len();
+                let started = std::time::Instant::now();
                 // A failed step is reported to its rows by decode itself.
                 let _ = self.decode();
                 if let Ok(mut s) = stats.lock() {
+                    s.decode_seconds += started.elapsed().as_secs_f64();
                     s.decode_calls += 1;
                     s.decode_rows += n as u64;
                     s.max_rows = s.max_rows.max(n);
