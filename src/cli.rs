@@ -486,14 +486,10 @@ pub fn render_name(template: &str, index: usize) -> Result<String, Error> {
     Ok(name)
 }
 
-/// `--stream` / `--no-stream`, else the config's `streaming.enabled` (which yields to `--speed`:
-/// the streaming schedule cannot time-stretch, so a sentence with a speed is made whole).
+/// `--stream` / `--no-stream`, else the config's `streaming.enabled` ([`crate::pipeline::choose_streaming`]).
 fn use_streaming(config: &Config, stream: bool, no_stream: bool, speed: f64) -> bool {
-    if stream || no_stream {
-        stream
-    } else {
-        config.streaming.enabled && speed == 1.0
-    }
+    let asked = (stream || no_stream).then_some(stream);
+    crate::pipeline::choose_streaming(asked, config.streaming.enabled, speed)
 }
 
 fn read_stdin() -> Result<String, Error> {
@@ -721,8 +717,8 @@ fn say_command(config: &Config, args: &SayArgs) -> anyhow::Result<()> {
         text_frontend: !args.no_text_frontend,
         speed: args.speed,
         seed: args.seed,
-        // The streaming schedule cannot time-stretch; with --speed each sentence is made whole.
-        stream: args.speed == 1.0,
+        // `say` streams unless a speed asks for whole sentences.
+        stream: crate::pipeline::choose_streaming(None, true, args.speed),
         ignore_stop_until: args.min_tokens,
     };
     let output = crate::say::Output::from_setting(args.device.as_deref(), &config.output.device);

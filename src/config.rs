@@ -119,14 +119,7 @@ impl StageGroup {
     }
     /// The group a manifest graph (stage) name belongs to.
     pub fn of_graph(graph: &str) -> Option<Self> {
-        match graph {
-            "llm" => Some(StageGroup::Llm),
-            "flow_front" => Some(StageGroup::Flow),
-            "dit" => Some(StageGroup::Dit),
-            "hift_decode" => Some(StageGroup::Hift),
-            "campplus" | "speech_tokenizer" => Some(StageGroup::Frontend),
-            _ => None,
-        }
+        crate::model::Stage::parse(graph).map(crate::model::Stage::group)
     }
 }
 

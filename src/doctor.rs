@@ -223,7 +223,7 @@ pub fn run(config: &Config, opts: &DoctorOptions) -> DoctorReport {
             r.line(line);
             continue;
         }
-        match factory.open(stage) {
+        match factory.open_named(stage) {
             Ok(s) => {
                 line.push_str(&format!("  => opened on {} ({})", s.provider_used, s.precision));
                 r.line(line);

@@ -68,7 +68,7 @@ pub fn build(
         st.providers = Some(vec![ProviderKind::TensorRt, ProviderKind::Cuda, ProviderKind::Cpu]);
         st.precision = Some(*precision);
         let factory = SessionFactory::with_runtime(rt, &cfg, model.clone());
-        let session = factory.open(stage)?;
+        let session = factory.open_named(stage)?;
         let dir = session.engine_dir.clone().unwrap_or_default();
         built.push(BuiltEngine { stage: stage.clone(), precision: *precision, bytes: crate::runtime::engine_cache::dir_size(&dir), dir });
     }

@@ -502,7 +502,7 @@ impl VoiceStore {
             return Err(self.unknown(name)?);
         }
         let path = self.default_marker();
-        crate::pipeline::dump::write_atomic(&path, format!("{name}\n").as_bytes())?;
+        crate::output::write_bytes(&path, format!("{name}\n").as_bytes())?;
         Ok(path)
     }
 

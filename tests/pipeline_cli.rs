@@ -131,7 +131,7 @@ fn multi_sentence_text_is_split_and_joined_back_to_back() {
     let wav = wav_samples(&out);
     assert_eq!(wav.len(), joined.len(), "the wav is the sentences back to back");
     for (i, (&w, &f)) in wav.iter().zip(&joined).enumerate() {
-        assert!((w as i32 - cosy::pipeline::wav::to_i16(f) as i32).abs() <= 1, "sample {i}");
+        assert!((w as i32 - cosy::audio::f32_to_i16(f) as i32).abs() <= 1, "sample {i}");
     }
 }
 

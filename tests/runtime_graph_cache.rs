@@ -37,7 +37,7 @@ fn config(model: &Path, cache: &Path, edit: impl FnOnce(&mut Config)) -> Config 
 /// (name, shape, values as f32; int outputs converted).
 fn run_stage(f: &SessionFactory, stage: &str) -> (GraphCacheUse, Outputs) {
     let spec = f.model.graph(stage).unwrap().clone();
-    let mut s = f.open(stage).unwrap_or_else(|e| panic!("{stage}: {e}"));
+    let mut s = f.open_named(stage).unwrap_or_else(|e| panic!("{stage}: {e}"));
     let used = s.graph_cache;
     let outputs = s.session.run(inputs_for(stage, &spec)).unwrap_or_else(|e| panic!("{stage} run: {e}"));
     let mut out = Vec::new();

@@ -27,7 +27,7 @@ fn every_graph_opens_and_runs_on_cpu() {
     assert!(stages.contains(&"campplus".to_string()) && stages.contains(&"speech_tokenizer".to_string()));
     for stage in stages {
         let spec = f.model.graph(&stage).unwrap().clone();
-        let mut s = f.open(&stage).unwrap_or_else(|e| panic!("{stage}: {e}"));
+        let mut s = f.open_named(&stage).unwrap_or_else(|e| panic!("{stage}: {e}"));
         assert_eq!(s.provider_used, ProviderKind::Cpu, "{stage}");
         assert_eq!(s.precision, Precision::Fp32, "{stage}");
         assert!(s.fallbacks.is_empty());
@@ -72,7 +72,7 @@ fn cuda_on_the_cpu_library_is_a_clear_error() {
             eprintln!("SKIP: the loaded library has {kind}");
             return;
         }
-        let err = f.open("campplus").expect_err("asking for a GPU provider on the CPU library must fail");
+        let err = f.open(cosy::model::Stage::Campplus).expect_err("asking for a GPU provider on the CPU library must fail");
         match &err {
             Error::Provider { provider, msg } => {
                 assert_eq!(provider, kind.as_str());
@@ -97,7 +97,7 @@ fn fallback_runs_on_cpu_and_says_so() {
         c.runtime.allow_fallback = true;
         c.runtime.precision = Precision::Fp16;
     });
-    let mut s = f.open("campplus").expect("fallback opens on CPU");
+    let mut s = f.open(cosy::model::Stage::Campplus).expect("fallback opens on CPU");
     assert_eq!(s.provider_used, ProviderKind::Cpu);
     assert_eq!(s.fallbacks.len(), 2, "{:?}", s.fallbacks);
     assert!(s.fallbacks[0].contains("tensorrt") && s.fallbacks[1].contains("cuda"), "{:?}", s.fallbacks);
@@ -118,7 +118,7 @@ fn per_stage_provider_override_applies() {
     let f = factory(model.path(), cache.path(), |c| {
         c.stages.get_mut(&cosy::config::StageGroup::Frontend).unwrap().providers = Some(vec![ProviderKind::Cuda]);
     });
-    assert!(matches!(f.open("campplus"), Err(Error::Provider { .. })));
+    assert!(matches!(f.open(cosy::model::Stage::Campplus), Err(Error::Provider { .. })));
 }
 
 #[test]
@@ -127,7 +127,7 @@ fn io_binding_matches_a_plain_run() {
     let cache = tempfile::tempdir().unwrap();
     let f = factory(model.path(), cache.path(), |_| {});
     let spec = f.model.graph("campplus").unwrap().clone();
-    let mut s = f.open("campplus").unwrap();
+    let mut s = f.open(cosy::model::Stage::Campplus).unwrap();
     let plain: Vec<f32> = {
         let out = s.session.run(inputs_for("campplus", &spec)).unwrap();
         out.get("output").unwrap().try_extract_tensor::<f32>().unwrap().1.to_vec()
@@ -153,7 +153,7 @@ fn wrong_input_name_is_caught_against_the_graph() {
     let cache = tempfile::tempdir().unwrap();
     let f = factory(model.path(), cache.path(), |_| {});
     let mut spec = f.model.graph("speech_tokenizer").unwrap().clone();
-    let s = f.open("speech_tokenizer").unwrap();
+    let s = f.open(cosy::model::Stage::SpeechTokenizer).unwrap();
     spec.inputs[0].name = "speech_feats".into();
     spec.outputs[0].dtype = "int64".into();
     let problems = check_graph_io("speech_tokenizer", &spec, s.session.inputs(), s.session.outputs());
@@ -192,7 +192,7 @@ fn int8_loads_the_int8_variant_on_cpu_and_falls_back_to_fp32_without_one() {
     let with8 = fixture_with_dit_int8(model.path());
     let cache = tempfile::tempdir().unwrap();
     let f = factory(with8.path(), cache.path(), |c| c.runtime.precision = Precision::Int8);
-    let mut s = f.open("dit").expect("int8 dit opens on cpu");
+    let mut s = f.open(cosy::model::Stage::Dit).expect("int8 dit opens on cpu");
     assert_eq!(s.precision, Precision::Int8);
     assert!(s.graph_file.ends_with("dit.int8.onnx"), "{}", s.graph_file.display());
     let spec = f.model.graph("dit").unwrap().clone();
@@ -202,7 +202,7 @@ fn int8_loads_the_int8_variant_on_cpu_and_falls_back_to_fp32_without_one() {
     assert_eq!((plan.requested, plan.precision), (Precision::Int8, Precision::Fp32));
     assert_eq!(plan.variant_file, "llm.fp32.onnx");
     assert!(plan.note.as_deref().is_some_and(|n| n.contains("no int8 graph")), "{:?}", plan.note);
-    let s = f.open("llm").expect("llm opens in fp32");
+    let s = f.open(cosy::model::Stage::Llm).expect("llm opens in fp32");
     assert_eq!(s.precision, Precision::Fp32);
 }
 
@@ -218,7 +218,7 @@ fn tensorrt_refuses_int8_clearly_and_falls_back_when_allowed() {
         c.runtime.providers = vec![ProviderKind::TensorRt, ProviderKind::Cpu];
         c.runtime.precision = Precision::Int8;
     });
-    match f.open("dit") {
+    match f.open(cosy::model::Stage::Dit) {
         Err(Error::Provider { provider, msg }) => {
             assert_eq!(provider, "tensorrt");
             assert!(msg.contains("int8") && msg.contains("calibration") && msg.contains("stages.dit.providers"), "{msg}");
@@ -232,7 +232,7 @@ fn tensorrt_refuses_int8_clearly_and_falls_back_when_allowed() {
         c.runtime.precision = Precision::Int8;
         c.runtime.allow_fallback = true;
     });
-    let s = f.open("dit").expect("falls back to cpu");
+    let s = f.open(cosy::model::Stage::Dit).expect("falls back to cpu");
     assert_eq!(s.provider_used, ProviderKind::Cpu);
     assert_eq!(s.precision, Precision::Int8);
     assert!(s.graph_file.ends_with("dit.int8.onnx"));

@@ -31,14 +31,8 @@ pub struct SegmentTrace {
     pub waveform: Vec<f32>,
 }
 
-/// Writes `bytes` to `path` completely or not at all (temporary sibling and rename; see
-/// [`crate::output`]).
-pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
-    crate::output::write_bytes(path, bytes)
-}
-
 fn npy<T: NpyElem>(dir: &Path, name: &str, shape: &[usize], values: &[T]) -> Result<()> {
-    write_atomic(&dir.join(format!("{name}.npy")), &encode(shape, values))
+    crate::output::write_bytes(&dir.join(format!("{name}.npy")), &encode(shape, values))
 }
 
 fn ids32(v: &[i64]) -> Vec<i32> {
@@ -107,6 +101,6 @@ pub fn write_segment(
         npy(dir, "chunk_samples", &[trace.chunk_samples.len()], &trace.chunk_samples)?;
     }
     npy(dir, "waveform", &[1, trace.waveform.len()], &trace.waveform)?;
-    crate::pipeline::wav::write_wav(&dir.join("waveform.wav"), &trace.waveform, sample_rate, crate::pipeline::wav::WavFormat::Float32)?;
+    crate::audio::write_audio_atomic(&dir.join("waveform.wav"), &trace.waveform, sample_rate, crate::audio::OutputFormat::WavF32)?;
     Ok(())
 }

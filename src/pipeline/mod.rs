@@ -20,7 +20,6 @@ pub mod constants;
 pub mod dump;
 mod limits;
 pub mod stages;
-pub mod wav;
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -39,7 +38,7 @@ use crate::frontend::tn::WetextPair;
 use crate::frontend::tokenizer::TextTokenizer;
 use crate::hift::{F0Predictor, HiftStream, SourceGenerator};
 use crate::llm::{build_llm_input, decode_with, DecodeOptions, Sampler, SamplingParams, SilentTokenFilter, Termination};
-use crate::model::ModelDir;
+use crate::model::{ModelDir, Stage};
 use crate::profile::Profiler;
 use crate::runtime::{SessionFactory, StageSession};
 use crate::side::{SideEmbeddings, SideFile};
@@ -274,11 +273,11 @@ impl Synthesizer {
         let voice_key = crate::voice::model_key(&dir)?;
         let factory = SessionFactory::new(config, dir.clone())?;
         let mut load_times = Vec::new();
-        let mut open = |stage: &str| -> Result<StageSession> {
+        let mut open = |stage: Stage| -> Result<StageSession> {
             let started = std::time::Instant::now();
             let session = factory.open(stage)?;
             load_times.push(StageLoad {
-                stage: stage.to_string(),
+                stage: stage.name().to_string(),
                 seconds: started.elapsed().as_secs_f64(),
                 provider: session.provider_used,
                 precision: session.precision,
@@ -294,12 +293,12 @@ impl Synthesizer {
             Ok(session)
         };
         let sessions = Sessions {
-            llm: LlmScheduler::start(open("llm")?, constants.llm_shape, config.engine.max_batch)?,
-            flow_front: Mutex::new(open("flow_front")?),
-            dit: DitBatcher::start(open("dit")?, config.engine.dit_max_batch)?,
-            hift: Mutex::new(open("hift_decode")?),
-            campplus: Mutex::new(open("campplus")?),
-            speech_tokenizer: Mutex::new(open("speech_tokenizer")?),
+            llm: LlmScheduler::start(open(Stage::Llm)?, constants.llm_shape, config.engine.max_batch)?,
+            flow_front: Mutex::new(open(Stage::FlowFront)?),
+            dit: DitBatcher::start(open(Stage::Dit)?, config.engine.dit_max_batch)?,
+            hift: Mutex::new(open(Stage::HiftDecode)?),
+            campplus: Mutex::new(open(Stage::Campplus)?),
+            speech_tokenizer: Mutex::new(open(Stage::SpeechTokenizer)?),
         };
         let normalizer = load_normalizer(&dir, config.text.normalizer)?;
         Ok(Synthesizer {
@@ -488,10 +487,7 @@ impl Synthesizer {
         observer: &dyn SynthesisObserver,
         mut on_chunk: impl FnMut(&[f32]) -> Result<()>,
     ) -> Result<Summary> {
-        check_speed(req.speed)?;
-        if req.stream && req.speed != 1.0 {
-            return Err(Error::Input("--speed works only without --stream (the official code refuses it too)".into()));
-        }
+        check_options(req.speed, req.stream)?;
         let profiler = self.profiler.clone();
         let frontend_span = profiler.span("frontend");
         let tokenizer_span = profiler.span("frontend.tokenizer");
@@ -687,6 +683,22 @@ struct Segment<'a> {
 /// mel: far outside this range it is no longer speech, and a tiny speed asks for a huge mel
 /// (`--speed 1e-6` would be gigabytes).
 pub const SPEED_RANGE: std::ops::RangeInclusive<f64> = 0.5..=2.0;
+
+/// The speed and streaming rules of a request, in one place: the speed is in [`SPEED_RANGE`],
+/// and streaming cannot time-stretch (the official code refuses a speed when streaming too).
+pub fn check_options(speed: f64, stream: bool) -> Result<()> {
+    check_speed(speed)?;
+    if stream && speed != 1.0 {
+        return Err(Error::Input("--speed works only without --stream (the official code refuses it too)".into()));
+    }
+    Ok(())
+}
+
+/// Whether a request streams: as asked (`Some`), else `default` unless a speed is set (the
+/// streaming schedule cannot time-stretch, so a sentence with a speed is made whole).
+pub fn choose_streaming(asked: Option<bool>, default: bool, speed: f64) -> bool {
+    asked.unwrap_or(default && speed == 1.0)
+}
 
 /// Refuses a speed outside [`SPEED_RANGE`] (and NaN, infinities).
 pub fn check_speed(speed: f64) -> Result<()> {

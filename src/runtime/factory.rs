@@ -244,7 +244,12 @@ impl SessionFactory {
     }
 
     /// Opens a stage: registers the providers, loads the graph, records what it got.
-    pub fn open(&self, stage: &str) -> Result<StageSession> {
+    pub fn open(&self, stage: crate::model::Stage) -> Result<StageSession> {
+        self.open_named(stage.name())
+    }
+
+    /// [`Self::open`] by manifest name (what `cosy doctor` and `cosy engines` iterate).
+    pub fn open_named(&self, stage: &str) -> Result<StageSession> {
         let group = self.group_of(stage)?;
         let spec = self.model.graph(stage)?;
         let requested = self.config.precision_for(group);
