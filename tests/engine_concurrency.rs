@@ -70,7 +70,7 @@ fn concurrent_requests_match_their_solo_runs() {
     let mut foreign = (*saved).clone();
     foreign.model_key = "another-model".into();
     let zero_shot = Voice::ZeroShot { wav: prompt.clone(), transcript: "This recording is the voice prompt.".into() };
-    let requests = vec![
+    let requests = [
         ("zero-shot offline", request("The lighthouse keeper climbed the stairs.", zero_shot.clone(), 1, false, Some(50))),
         ("saved voice streaming", request("Fog rolled over the bay at dawn.", Voice::Saved { voice: saved.clone(), instruction: None }, 2, true, Some(70))),
         ("cross-lingual two sentences", request("First sentence here. And a second one follows.", Voice::CrossLingual { wav: prompt.clone() }, 3, true, Some(30))),

@@ -19,35 +19,39 @@
 pub mod constants;
 pub mod dump;
 mod limits;
+mod prompt;
+mod request;
 pub mod stages;
+mod token2wav;
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use ndarray::{s, Array2, ArrayView2};
+use ndarray::Array2;
 
 use crate::config::{Config, NormalizerChoice};
 use crate::error::{Error, Result};
-use crate::flow::{build_cond, flow_front_tokens, solve_cfm, speed_interpolate, strip_prompt, CfmRequest, StreamParams, StreamPlanner, FlowChunk};
-use crate::frontend::align::align_prompt;
-use crate::frontend::audio::{load_audio, to_rate, Audio};
-use crate::frontend::features::{kaldi_fbank_cmn, mel_24k, whisper_log_mel};
-use crate::frontend::prompt::{plan, PromptMode};
+use crate::flow::StreamParams;
+use crate::frontend::prompt::plan;
 use crate::frontend::text::{is_only_punctuation, normalize, IdentityNormalizer, Normalizer};
 use crate::frontend::tn::WetextPair;
 use crate::frontend::tokenizer::TextTokenizer;
-use crate::hift::{F0Predictor, HiftStream, SourceGenerator};
+use crate::hift::{F0Predictor, SourceGenerator};
 use crate::llm::{build_llm_input, decode_with, DecodeOptions, Sampler, SamplingParams, SilentTokenFilter, Termination};
 use crate::model::{ModelDir, Stage};
 use crate::profile::Profiler;
 use crate::runtime::{SessionFactory, StageSession};
 use crate::side::{SideEmbeddings, SideFile};
-use crate::voice::SavedVoice;
 
 pub use constants::ModelConstants;
 pub use dump::SegmentTrace;
+pub use request::{
+    check_options, check_speakable, check_speed, check_text_length, choose_streaming, shorten, NoObserver, PromptFeatures,
+    Request, Summary, SynthesisObserver, Voice, SPEED_RANGE,
+};
+use request::sentence_label;
+use token2wav::{RequestState, TokenToWav};
 use crate::engine::{DitBatcher, LlmScheduler};
-use stages::{run_campplus, run_flow_front, run_hift_decode, run_speech_tokenizer};
 
 /// Open sessions, one per stage, shared by every request in flight: the LLM and the DiT each
 /// behind a thread that batches the calls of concurrent requests (src/engine), the others
@@ -113,113 +117,6 @@ pub struct StageLoad {
     pub kind: &'static str,
     /// Providers asked for but not used, with the reason.
     pub fallbacks: Vec<String>,
-}
-
-/// How the voice is given.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Voice {
-    /// Zero-shot: a prompt recording and its transcript.
-    ZeroShot { wav: PathBuf, transcript: String },
-    /// Cross-lingual: the recording's voice, no transcript.
-    CrossLingual { wav: PathBuf },
-    /// Instruct: the recording's voice plus a style instruction.
-    Instruct { wav: PathBuf, instruction: String },
-    /// A saved voice (`cosy voice add`): zero-shot with its transcript, or instruct with
-    /// `instruction`; no prompt audio is read.
-    Saved { voice: Arc<SavedVoice>, instruction: Option<String> },
-    /// A prompt recording already in memory (decoded with [`crate::frontend::audio::decode_bytes`]
-    /// or [`crate::frontend::audio::from_pcm`]): zero-shot with a transcript, instruct with an
-    /// instruction, cross-lingual with neither. `label` names it in messages.
-    Recording { audio: Arc<Audio>, label: PathBuf, transcript: Option<String>, instruction: Option<String> },
-}
-
-impl Voice {
-    /// The prompt recording, if this voice is given by one.
-    fn wav(&self) -> Option<&Path> {
-        match self {
-            Voice::ZeroShot { wav, .. } | Voice::CrossLingual { wav } | Voice::Instruct { wav, .. } => Some(wav),
-            Voice::Saved { .. } | Voice::Recording { .. } => None,
-        }
-    }
-    fn mode(&self) -> PromptMode {
-        match self {
-            Voice::ZeroShot { transcript, .. } => PromptMode::ZeroShot { transcript: transcript.clone() },
-            Voice::CrossLingual { .. } => PromptMode::CrossLingual,
-            Voice::Instruct { instruction, .. } | Voice::Saved { instruction: Some(instruction), .. } => {
-                PromptMode::Instruct { instruction: instruction.clone() }
-            }
-            Voice::Saved { voice, instruction: None } => PromptMode::ZeroShot { transcript: voice.transcript.clone() },
-            Voice::Recording { transcript: Some(transcript), .. } => PromptMode::ZeroShot { transcript: transcript.clone() },
-            Voice::Recording { instruction: Some(instruction), .. } => PromptMode::Instruct { instruction: instruction.clone() },
-            Voice::Recording { .. } => PromptMode::CrossLingual,
-        }
-    }
-}
-
-/// Hooks into a running synthesis, for event logs and cancellation. The LLM calls run on the
-/// LLM thread and the rest on the token-to-wav thread, hence `Sync`.
-pub trait SynthesisObserver: Sync {
-    /// The LLM emitted token number `index` (from 0) of sentence `sentence`.
-    fn llm_token(&self, _sentence: usize, _index: usize, _token: i64) {}
-    /// The LLM finished sentence `sentence` after `tokens` tokens.
-    fn llm_done(&self, _sentence: usize, _tokens: usize, _termination: Termination) {}
-    /// Polled after every token and before every flow call; `true` stops the LLM and the
-    /// token-to-wav worker, and the synthesis returns [`Error::Cancelled`].
-    fn cancelled(&self) -> bool {
-        false
-    }
-}
-
-/// An observer that observes nothing.
-pub struct NoObserver;
-impl SynthesisObserver for NoObserver {}
-
-/// One synthesis request.
-#[derive(Debug, Clone)]
-pub struct Request {
-    pub text: String,
-    pub voice: Voice,
-    /// Run the text frontend (normalisation + sentence splitting), the official default.
-    pub text_frontend: bool,
-    /// Mel time-stretch (offline only); 1.0 = unchanged.
-    pub speed: f64,
-    /// Sampling seed; `None` = the configured `sampling.seed`.
-    pub seed: Option<u64>,
-    /// Use the streaming chunk schedule.
-    pub stream: bool,
-    /// Benchmark/test knob, not the official behaviour: decode exactly this many speech tokens
-    /// per sentence, stop ids masked (see [`DecodeOptions::ignore_stop_until`]). `None` = official.
-    pub ignore_stop_until: Option<usize>,
-}
-
-/// The prompt's features (the frontend part of a request; shared by its sentences). For a saved
-/// voice only `speech_token`, `embedding` and `feat` are known; `whisper_mel`, `speech_token_raw`,
-/// `fbank` and `feat_raw` are then empty (and not dumped).
-#[derive(Debug, Clone)]
-pub struct PromptFeatures {
-    /// `[128, T16]`
-    pub whisper_mel: Array2<f32>,
-    pub speech_token_raw: Vec<i64>,
-    /// Aligned: used by the LLM (zero-shot) and the flow.
-    pub speech_token: Vec<i64>,
-    /// `[Tf, 80]`
-    pub fbank: Array2<f32>,
-    /// `[192]`
-    pub embedding: Vec<f32>,
-    /// `[F, 80]`
-    pub feat_raw: Array2<f32>,
-    /// `[2·Ns, 80]`
-    pub feat: Array2<f32>,
-}
-
-/// What a request produced.
-#[derive(Debug, Clone, Default)]
-pub struct Summary {
-    pub samples: usize,
-    pub sentences: usize,
-    pub chunks: usize,
-    /// Speech tokens the LLM emitted (before silent-token pruning), all sentences.
-    pub speech_tokens: usize,
 }
 
 fn model_err(dir: &ModelDir, msg: impl Into<String>) -> Error {
@@ -332,66 +229,6 @@ impl Synthesizer {
         &self.voice_key
     }
 
-    /// Computes a saved voice from a prompt recording and its transcript (all prompt-audio work,
-    /// once). Refuses an empty transcript.
-    pub fn make_voice(&self, name: &str, wav: &Path, transcript: &str) -> Result<SavedVoice> {
-        self.make_voice_with(name, wav, transcript, || self.profiler.time("frontend.audio_load", || load_audio(wav)))
-    }
-
-    /// [`Self::make_voice`] from a recording already decoded; `label` names it (and is recorded
-    /// as the voice's source).
-    pub fn make_voice_from(&self, name: &str, audio: &Audio, label: &Path, transcript: &str) -> Result<SavedVoice> {
-        self.make_voice_with(name, label, transcript, || Ok(audio.clone()))
-    }
-
-    fn make_voice_with(&self, name: &str, wav: &Path, transcript: &str, audio: impl FnOnce() -> Result<Audio>) -> Result<SavedVoice> {
-        crate::voice::check_name(name)?;
-        if transcript.trim().is_empty() {
-            return Err(Error::Input("the transcript (--text) is empty; give the words spoken in the recording".into()));
-        }
-        let prompt = self.prompt_features_of(&audio()?, wav)?;
-        Ok(SavedVoice {
-            name: name.to_string(),
-            transcript: transcript.to_string(),
-            speech_token: prompt.speech_token,
-            prompt_feat: prompt.feat,
-            embedding: prompt.embedding,
-            model_key: self.voice_key.clone(),
-            model: self.model.root.display().to_string(),
-            frontend_precision: self.frontend_precision.to_string(),
-            source_wav: wav.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default(),
-            created: crate::voice::utc_now_rfc3339(),
-            cosy_version: env!("CARGO_PKG_VERSION").to_string(),
-        })
-    }
-
-    /// The prompt features of a voice: from the recording, or straight from a saved voice (after
-    /// checking that it was made for this model).
-    pub fn prompt_for(&self, voice: &Voice) -> Result<PromptFeatures> {
-        match voice {
-            Voice::Saved { voice, .. } => {
-                voice.check_model(&self.voice_key, &self.model.root)?;
-                if voice.prompt_feat.ncols() != self.constants.mel_dim || voice.speech_token.is_empty() {
-                    return Err(Error::Input(format!("voice {:?}: stored features do not fit this model", voice.name)));
-                }
-                Ok(PromptFeatures {
-                    whisper_mel: Array2::zeros((0, 0)),
-                    speech_token_raw: Vec::new(),
-                    speech_token: voice.speech_token.clone(),
-                    fbank: Array2::zeros((0, 0)),
-                    embedding: voice.embedding.clone(),
-                    feat_raw: Array2::zeros((0, 0)),
-                    feat: voice.prompt_feat.clone(),
-                })
-            }
-            Voice::Recording { audio, label, .. } => self.prompt_features_of(audio, label),
-            other => {
-                let wav = other.wav().ok_or_else(|| Error::Input("the voice has no prompt recording".into()))?;
-                self.prompt_features(wav)
-            }
-        }
-    }
-
     /// Records spans of every later request into `profiler` (see [`crate::profile::STAGE_KEYS`]).
     pub fn set_profiler(&mut self, profiler: Profiler) {
         self.profiler = profiler;
@@ -405,38 +242,6 @@ impl Synthesizer {
     /// The text tokenizer of the model.
     pub fn tokenizer(&self) -> &TextTokenizer {
         &self.tokenizer
-    }
-
-    /// The prompt's features: 16 kHz whisper mel → speech tokens; 16 kHz fbank → campplus
-    /// embedding; 24 kHz mel; alignment of tokens and mel.
-    pub fn prompt_features(&self, wav: &Path) -> Result<PromptFeatures> {
-        let audio = self.profiler.time("frontend.audio_load", || load_audio(wav))?;
-        self.prompt_features_of(&audio, wav)
-    }
-
-    /// [`Self::prompt_features`] of a recording already decoded; `wav` names it in messages.
-    pub fn prompt_features_of(&self, audio: &Audio, wav: &Path) -> Result<PromptFeatures> {
-        let audio = audio.clone();
-        let prof = &self.profiler;
-        // Length limits (every stage's minimum, the tokenizer's 30 s, the flow noise) up front.
-        self.check_prompt_audio(&audio, wav)?;
-        let (wav16, wav24) = prof.time("frontend.resample", || -> Result<_> {
-            Ok((to_rate(&audio, 16_000, None, wav)?, to_rate(&audio, self.constants.sample_rate, None, wav)?))
-        })?;
-        let whisper_mel = prof.time("frontend.whisper_mel", || whisper_log_mel(&wav16));
-        let speech_token_raw = prof.time("frontend.speech_tokenizer", || {
-            run_speech_tokenizer(&mut lock(&self.sessions.speech_tokenizer), whisper_mel.view())
-        })?;
-        let fbank = prof.time("frontend.fbank", || kaldi_fbank_cmn(&wav16));
-        let embedding = prof.time("frontend.campplus", || run_campplus(&mut lock(&self.sessions.campplus), fbank.view()))?;
-        let feat_raw = prof.time("frontend.mel_24k", || mel_24k(&wav24));
-        limits::check_finite(wav, "speaker embedding", &embedding)?;
-        limits::check_finite(wav, "prompt mel", feat_raw.iter())?;
-        let (speech_token, feat) = align_prompt(&speech_token_raw, &feat_raw);
-        if speech_token.is_empty() {
-            return Err(Error::Input(format!("prompt audio {}: too short to give any speech token", wav.display())));
-        }
-        Ok(PromptFeatures { whisper_mel, speech_token_raw, speech_token, fbank, embedding, feat_raw, feat })
     }
 
     /// The sentences a request's text becomes, and the prompt text (both after the frontend).
@@ -676,256 +481,6 @@ struct Segment<'a> {
     text_token: &'a [i64],
     /// Prompt speech tokens for the LLM (empty in cross-lingual and instruct modes).
     llm_prompt_speech: &'a [i64],
-}
-
-/// The speeds `--speed` takes: the range of the official web UI's speed control (0.5 to 2.0).
-/// The official code itself does not bound it, but the change is a linear time-stretch of the
-/// mel: far outside this range it is no longer speech, and a tiny speed asks for a huge mel
-/// (`--speed 1e-6` would be gigabytes).
-pub const SPEED_RANGE: std::ops::RangeInclusive<f64> = 0.5..=2.0;
-
-/// The speed and streaming rules of a request, in one place: the speed is in [`SPEED_RANGE`],
-/// and streaming cannot time-stretch (the official code refuses a speed when streaming too).
-pub fn check_options(speed: f64, stream: bool) -> Result<()> {
-    check_speed(speed)?;
-    if stream && speed != 1.0 {
-        return Err(Error::Input("--speed works only without --stream (the official code refuses it too)".into()));
-    }
-    Ok(())
-}
-
-/// Whether a request streams: as asked (`Some`), else `default` unless a speed is set (the
-/// streaming schedule cannot time-stretch, so a sentence with a speed is made whole).
-pub fn choose_streaming(asked: Option<bool>, default: bool, speed: f64) -> bool {
-    asked.unwrap_or(default && speed == 1.0)
-}
-
-/// Refuses a speed outside [`SPEED_RANGE`] (and NaN, infinities).
-pub fn check_speed(speed: f64) -> Result<()> {
-    if speed.is_finite() && SPEED_RANGE.contains(&speed) {
-        return Ok(());
-    }
-    Err(Error::Input(format!(
-        "--speed {speed}: use a number from {:.1} to {:.1} (1 = normal, 2 = twice as fast)",
-        SPEED_RANGE.start(),
-        SPEED_RANGE.end()
-    )))
-}
-
-/// `text` cut to at most `max` characters, with `…` when it was cut (for messages).
-pub fn shorten(text: &str, max: usize) -> String {
-    match text.char_indices().nth(max) {
-        Some((i, _)) => format!("{}…", &text[..i]),
-        None => text.to_string(),
-    }
-}
-
-/// Refuses a text with nothing to say: empty, only blanks and invisible characters (zero-width
-/// spaces and joiners, word joiner, byte-order mark, other format characters), or only
-/// punctuation, symbols and emoji.
-pub fn check_speakable(text: &str) -> Result<()> {
-    let visible = crate::frontend::text::strip_invisible(text);
-    if visible.is_empty() {
-        return Err(Error::Input(if text.trim().is_empty() {
-            "the text is empty; give something to say".into()
-        } else {
-            "the text is empty (only invisible characters such as zero-width spaces); give something to say".into()
-        }));
-    }
-    if is_only_punctuation(&visible) {
-        return Err(Error::Input(format!(
-            "the text {:?} has nothing speakable (only punctuation, symbols or emoji); give some words",
-            shorten(text.trim(), 40)
-        )));
-    }
-    Ok(())
-}
-
-/// `sentence N of M ("its text…")` for messages: 1-based, the text cut to 40 characters and
-/// without the system prompt that cross-lingual mode puts in front of it.
-fn sentence_label(index: usize, count: usize, text: &str) -> String {
-    let marker = crate::frontend::tokenizer::ENDOFPROMPT;
-    let said = text.rsplit(marker).next().filter(|t| !t.trim().is_empty()).unwrap_or(text);
-    format!("sentence {} of {count} ({:?})", index + 1, shorten(said.trim(), 40))
-}
-
-/// Refuses a text longer than `limit` characters (`limits.max_text_chars`).
-pub fn check_text_length(text: &str, limit: usize) -> Result<()> {
-    let n = text.chars().count();
-    if n > limit {
-        return Err(Error::Input(format!(
-            "the text has {n} characters, more than the limit of {limit} (limits.max_text_chars); split it, or raise the limit"
-        )));
-    }
-    Ok(())
-}
-
-/// The token-to-wav worker of one sentence.
-/// What the sentences of one request share and hand on: the sampling RNG and the streaming hop.
-struct RequestState {
-    sampler: Sampler,
-    stream_hop: usize,
-}
-
-struct TokenToWav<'a> {
-    flow_front: &'a Mutex<StageSession>,
-    dit: &'a DitBatcher,
-    hift: &'a Mutex<StageSession>,
-    prompt: &'a PromptFeatures,
-    noise: ArrayView2<'a, f32>,
-    f0: &'a F0Predictor,
-    source: SourceGenerator,
-    constants: &'a ModelConstants,
-    stream_params: StreamParams,
-    /// The streaming hop this sentence starts with; updated to the hop it ends with (official
-    /// `self.token_hop_len`, carried across the sentences of one request).
-    stream_hop: &'a mut usize,
-    stream: bool,
-    speed: f64,
-    /// `sentence N of M ("text…")`, for messages.
-    sentence: String,
-    filter: SilentTokenFilter,
-    observer: &'a dyn SynthesisObserver,
-    profiler: &'a Profiler,
-    /// Keep the intermediates `--dump` writes (mel, f0, source, waveform); without it only the
-    /// tokens and chunk sizes are kept.
-    record: bool,
-}
-
-impl TokenToWav<'_> {
-    /// Consumes tokens until the LLM thread hangs up; sends each chunk's new audio.
-    fn run(
-        mut self,
-        tokens_in: crossbeam_channel::Receiver<i64>,
-        chunks_out: crossbeam_channel::Sender<Vec<f32>>,
-    ) -> Result<SegmentTrace> {
-        let mut trace = SegmentTrace::default();
-        let mut tokens: Vec<i64> = Vec::new();
-        let mut planner = StreamPlanner::starting_at(self.stream_params, self.prompt.speech_token.len(), *self.stream_hop);
-        let mut hift = HiftStream::new(
-            self.constants.mel_dim,
-            self.constants.source.nb_harmonics + 1,
-            self.constants.hift_decode_left_context,
-        );
-        for t in tokens_in.iter() {
-            if self.observer.cancelled() {
-                return Err(Error::Cancelled);
-            }
-            if self.filter.accept(t) {
-                tokens.push(t);
-            }
-            if self.stream {
-                while let Some(chunk) = planner.next_chunk(tokens.len()) {
-                    let audio = self.run_chunk(&chunk, &tokens, &mut hift, &mut trace)?;
-                    if chunks_out.send(audio).is_err() {
-                        return Err(Error::Runtime("the audio consumer stopped".into()));
-                    }
-                }
-            }
-        }
-        // The LLM is done (or failed; its error is reported by the caller).
-        if self.observer.cancelled() {
-            return Err(Error::Cancelled);
-        }
-        if tokens.is_empty() {
-            return Err(Error::Input(format!(
-                "{}: the LLM produced no speech tokens (it stopped at once); try other text",
-                self.sentence
-            )));
-        }
-        if self.stream {
-            while let Some(chunk) = planner.next_chunk(tokens.len()) {
-                let audio = self.run_chunk(&chunk, &tokens, &mut hift, &mut trace)?;
-                if chunks_out.send(audio).is_err() {
-                    return Err(Error::Runtime("the audio consumer stopped".into()));
-                }
-            }
-        }
-        if self.stream {
-            *self.stream_hop = planner.hop();
-        }
-        let last = planner.final_chunk(tokens.len())?;
-        let audio = self.run_chunk(&last, &tokens, &mut hift, &mut trace)?;
-        if chunks_out.send(audio).is_err() {
-            return Err(Error::Runtime("the audio consumer stopped".into()));
-        }
-        trace.speech_token = tokens;
-        if self.record {
-            trace.flow_mel = Some(hift.mel().to_owned());
-            trace.hift_f0 = Some(hift.f0().to_vec());
-            trace.hift_source = Some(hift.source().to_vec());
-        }
-        Ok(trace)
-    }
-
-    /// One flow call plus one HiFT call over the accumulated mel; returns the new samples.
-    fn run_chunk(
-        &mut self,
-        chunk: &FlowChunk,
-        tokens: &[i64],
-        hift: &mut HiftStream,
-        trace: &mut SegmentTrace,
-    ) -> Result<Vec<f32>> {
-        let c = self.constants;
-        let prof = self.profiler;
-        let flow_span = prof.span("flow");
-        let prompt_tokens = &self.prompt.speech_token;
-        let ratio = self.stream_params.token_mel_ratio;
-        let prompt_frames = ratio * prompt_tokens.len();
-        let ft = flow_front_tokens(prompt_tokens, &tokens[..chunk.n_tokens], chunk.finalize, self.stream_params.pre_lookahead_len);
-        let (mu, spks) = prof.time("flow.front", || run_flow_front(&mut lock(self.flow_front), &ft, &self.prompt.embedding))?;
-        let total = mu.ncols();
-        if total != prompt_frames + chunk.mel_frames {
-            return Err(Error::Runtime(format!(
-                "flow_front gave {total} frames, expected {} (prompt) + {}",
-                prompt_frames, chunk.mel_frames
-            )));
-        }
-        if self.noise.ncols() < total {
-            return Err(Error::Input(format!(
-                "{total} mel frames exceed the model's {}-frame flow noise; use shorter sentences",
-                self.noise.ncols()
-            )));
-        }
-        let cond = build_cond(self.prompt.feat.view(), total)?;
-        let spks = ndarray::Array1::from_vec(spks);
-        let request = CfmRequest { mu: mu.view(), spks: spks.view(), cond: cond.view(), noise: self.noise };
-        let mut estimator = self.dit.client(prof)?;
-        let mut solved = solve_cfm(&mut estimator, &[request], &c.cfm, chunk.block_frames as i64)?;
-        let mel_all = solved.pop().ok_or_else(|| Error::Runtime("flow solver returned nothing".into()))?;
-        let mel = strip_prompt(mel_all.view(), prompt_frames)?;
-        let mut new = mel.slice(s![.., chunk.first_new_frame..]).to_owned();
-        if chunk.finalize && self.speed != 1.0 && hift.mel().ncols() == 0 {
-            new = speed_interpolate(new.view(), self.speed)?;
-        }
-        if chunk.finalize && self.record {
-            trace.flow_mu = Some(mu);
-            trace.flow_cond = Some(cond);
-        }
-        flow_span.end();
-        let _hift_span = prof.span("hift");
-        hift.push_mel(new.view())?;
-        let inputs = hift.prepare(self.f0, &mut self.source, chunk.finalize, c.conv_pre_look_right, prof)?;
-        let plan = inputs.plan;
-        let first_frame = inputs.first_frame;
-        let spf = c.source.samples_per_frame;
-        let mut wav = prof.time("hift.decode", || run_hift_decode(&mut lock(self.hift), inputs.mel, inputs.source))?;
-        let keep = wav.len().saturating_sub(plan.drop_tail_samples);
-        wav.truncate(keep);
-        if wav.len() + spf * first_frame != plan.total_samples {
-            return Err(Error::Runtime(format!(
-                "hift_decode gave {} samples from frame {first_frame}, expected {} in all",
-                wav.len(),
-                plan.total_samples
-            )));
-        }
-        let out = hift.take_new(&wav, first_frame, spf);
-        trace.chunk_samples.push(out.len() as i64);
-        if self.record {
-            trace.waveform.extend_from_slice(&out);
-        }
-        Ok(out)
-    }
 }
 
 /// The text normaliser `text.normalizer` asks for: wetext from the model folder's grammars (its

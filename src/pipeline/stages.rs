@@ -1,21 +1,18 @@
 //! Session-backed stage runners: each wraps one open [`StageSession`] and speaks the graph
 //! contract of docs/model-format.md (names, dtypes, layouts).
 //!
-//! * [`OnnxLlm`] implements [`LlmStep`]; the KV cache lives in ORT values bound through an
-//!   IoBinding, so with CUDA it stays on the GPU between steps (only the logits come to the host).
+//! * The `llm` graph is run by the engine's scheduler (`crate::engine::llm_batch`), which keeps
+//!   the batched KV cache in ORT values bound through an IoBinding (on the GPU with CUDA).
 //! * [`OnnxEstimator`] implements [`Estimator`] for the `dit` graph.
 //! * [`run_flow_front`], [`run_hift_decode`], [`run_campplus`], [`run_speech_tokenizer`]: one call each.
 
 use ndarray::{Array2, Array3, ArrayView1, ArrayView2, ArrayView3};
-use ort::memory::{AllocationDevice, AllocatorType, MemoryInfo, MemoryType};
 use ort::value::{DynValue, Tensor, TensorElementType};
 
-use crate::config::ProviderKind;
 use crate::error::{Error, Result};
 use crate::flow::Estimator;
-use crate::llm::LlmStep;
 use crate::profile::Profiler;
-use crate::runtime::{StageBinding, StageSession};
+use crate::runtime::StageSession;
 
 /// An owned ORT tensor from a shape and row-major data.
 fn tensor<T>(shape: &[usize], data: Vec<T>) -> Result<DynValue>
@@ -45,112 +42,6 @@ fn first_output(session: &StageSession) -> Result<String> {
         .into_iter()
         .next()
         .ok_or_else(|| Error::Runtime(format!("{}: graph has no outputs", session.stage)))
-}
-
-/// The LLM graph as an [`LlmStep`]: prefill from an empty cache, then one embedding per step.
-pub struct OnnxLlm<'s> {
-    session: &'s mut StageSession,
-    binding: StageBinding,
-    /// Host memory for the logits (the only output read every step).
-    host: MemoryInfo<'static>,
-    hidden: usize,
-    kv_heads: usize,
-    head_dim: usize,
-    past_names: Vec<String>,
-    present_names: Vec<String>,
-    /// `present.*` of the previous run, in `past_names` order; empty before the prefill.
-    cache: Vec<DynValue>,
-    profiler: Profiler,
-}
-
-impl<'s> OnnxLlm<'s> {
-    pub fn new(session: &'s mut StageSession, layers: usize, hidden: usize, kv_heads: usize, head_dim: usize) -> Result<Self> {
-        let binding = session.binding()?;
-        let host = match session.provider_used {
-            ProviderKind::Cpu => session.device_memory()?,
-            _ => MemoryInfo::new(AllocationDevice::CPU, 0, AllocatorType::Device, MemoryType::Default)?,
-        };
-        let mut past_names = Vec::with_capacity(2 * layers);
-        let mut present_names = Vec::with_capacity(2 * layers);
-        for i in 0..layers {
-            for kind in ["key", "value"] {
-                past_names.push(format!("past_key_values.{i}.{kind}"));
-                present_names.push(format!("present.{i}.{kind}"));
-            }
-        }
-        Ok(OnnxLlm {
-            session,
-            binding,
-            host,
-            hidden,
-            kv_heads,
-            head_dim,
-            past_names,
-            present_names,
-            cache: Vec::new(),
-            profiler: Profiler::disabled(),
-        })
-    }
-
-    /// Records `llm.{prefill,decode}.copy_in` (host embeddings bound as the input) and
-    /// `llm.{prefill,decode}.copy_out` (logits read back to the host) in each step.
-    pub fn with_profiler(mut self, profiler: &Profiler) -> Self {
-        self.profiler = profiler.clone();
-        self
-    }
-
-    fn run(&mut self, embeds: &[f32], seq: usize) -> Result<Vec<f32>> {
-        if embeds.len() != seq * self.hidden {
-            return Err(Error::Input(format!("llm: {} embedding values for {seq}×{}", embeds.len(), self.hidden)));
-        }
-        self.binding.clear_inputs();
-        let prefill = self.cache.is_empty();
-        let copy_in = self.profiler.span(if prefill { "llm.prefill.copy_in" } else { "llm.decode.copy_in" });
-        let x = tensor(&[1, seq, self.hidden], embeds.to_vec())?;
-        self.binding.bind_input("inputs_embeds", &x)?;
-        copy_in.end();
-        if self.cache.is_empty() {
-            let empty = tensor::<f32>(&[1, self.kv_heads, 0, self.head_dim], Vec::new())?;
-            for name in &self.past_names {
-                self.binding.bind_input(name, &empty)?;
-            }
-        } else {
-            for (name, v) in self.past_names.iter().zip(&self.cache) {
-                self.binding.bind_input(name, v)?;
-            }
-        }
-        for name in &self.present_names {
-            self.binding.bind_output_on_device(name)?;
-        }
-        self.binding.inner_mut().bind_output_to_device("logits", &self.host)?;
-        let mut outputs = self.binding.run(self.session)?;
-        let copy_out = self.profiler.span(if prefill { "llm.prefill.copy_out" } else { "llm.decode.copy_out" });
-        let (_, logits) = out_f32(&outputs, "llm", "logits")?;
-        copy_out.end();
-        let mut cache = Vec::with_capacity(self.present_names.len());
-        for name in &self.present_names {
-            cache.push(
-                outputs.remove(name.as_str()).ok_or_else(|| Error::Runtime(format!("llm: no output {name}")))?,
-            );
-        }
-        drop(outputs);
-        self.cache = cache;
-        Ok(logits)
-    }
-}
-
-impl LlmStep for OnnxLlm<'_> {
-    fn prefill(&mut self, embeds: &[f32], seq: usize) -> Result<Vec<f32>> {
-        self.cache.clear();
-        self.run(embeds, seq)
-    }
-
-    fn step(&mut self, embed: &[f32]) -> Result<Vec<f32>> {
-        if self.cache.is_empty() {
-            return Err(Error::Runtime("llm: step before prefill".into()));
-        }
-        self.run(embed, 1)
-    }
 }
 
 /// The `dit` graph as the CFM [`Estimator`].

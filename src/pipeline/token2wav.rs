@@ -1,0 +1,186 @@
+//! The token-to-wav worker of one sentence: silent-token pruning, the streaming schedule, the flow
+//! (flow_front + the CFM solve through the engine's DiT batcher) and HiFT per chunk.
+
+use std::sync::Mutex;
+
+use ndarray::{s, ArrayView2};
+
+use super::{lock, PromptFeatures, SegmentTrace, SynthesisObserver};
+use crate::engine::DitBatcher;
+use crate::error::{Error, Result};
+use crate::flow::{build_cond, flow_front_tokens, solve_cfm, speed_interpolate, strip_prompt, CfmRequest, FlowChunk, StreamParams, StreamPlanner};
+use crate::hift::{F0Predictor, HiftStream, SourceGenerator};
+use crate::llm::{Sampler, SilentTokenFilter};
+use crate::pipeline::constants::ModelConstants;
+use crate::pipeline::stages::{run_flow_front, run_hift_decode};
+use crate::profile::Profiler;
+use crate::runtime::StageSession;
+
+/// What the sentences of one request share and hand on: the sampling RNG and the streaming hop.
+pub(super) struct RequestState {
+    pub(super) sampler: Sampler,
+    pub(super) stream_hop: usize,
+}
+
+/// The token-to-wav worker of one sentence.
+pub(super) struct TokenToWav<'a> {
+    pub(super) flow_front: &'a Mutex<StageSession>,
+    pub(super) dit: &'a DitBatcher,
+    pub(super) hift: &'a Mutex<StageSession>,
+    pub(super) prompt: &'a PromptFeatures,
+    pub(super) noise: ArrayView2<'a, f32>,
+    pub(super) f0: &'a F0Predictor,
+    pub(super) source: SourceGenerator,
+    pub(super) constants: &'a ModelConstants,
+    pub(super) stream_params: StreamParams,
+    /// The streaming hop this sentence starts with; updated to the hop it ends with (official
+    /// `self.token_hop_len`, carried across the sentences of one request).
+    pub(super) stream_hop: &'a mut usize,
+    pub(super) stream: bool,
+    pub(super) speed: f64,
+    /// `sentence N of M ("text…")`, for messages.
+    pub(super) sentence: String,
+    pub(super) filter: SilentTokenFilter,
+    pub(super) observer: &'a dyn SynthesisObserver,
+    pub(super) profiler: &'a Profiler,
+    /// Keep the intermediates `--dump` writes (mel, f0, source, waveform); without it only the
+    /// tokens and chunk sizes are kept.
+    pub(super) record: bool,
+}
+
+impl TokenToWav<'_> {
+    /// Consumes tokens until the LLM thread hangs up; sends each chunk's new audio.
+    pub(super) fn run(
+        mut self,
+        tokens_in: crossbeam_channel::Receiver<i64>,
+        chunks_out: crossbeam_channel::Sender<Vec<f32>>,
+    ) -> Result<SegmentTrace> {
+        let mut trace = SegmentTrace::default();
+        let mut tokens: Vec<i64> = Vec::new();
+        let mut planner = StreamPlanner::starting_at(self.stream_params, self.prompt.speech_token.len(), *self.stream_hop);
+        let mut hift = HiftStream::new(
+            self.constants.mel_dim,
+            self.constants.source.nb_harmonics + 1,
+            self.constants.hift_decode_left_context,
+        );
+        for t in tokens_in.iter() {
+            if self.observer.cancelled() {
+                return Err(Error::Cancelled);
+            }
+            if self.filter.accept(t) {
+                tokens.push(t);
+            }
+            if self.stream {
+                while let Some(chunk) = planner.next_chunk(tokens.len()) {
+                    let audio = self.run_chunk(&chunk, &tokens, &mut hift, &mut trace)?;
+                    if chunks_out.send(audio).is_err() {
+                        return Err(Error::Runtime("the audio consumer stopped".into()));
+                    }
+                }
+            }
+        }
+        // The LLM is done (or failed; its error is reported by the caller).
+        if self.observer.cancelled() {
+            return Err(Error::Cancelled);
+        }
+        if tokens.is_empty() {
+            return Err(Error::Input(format!(
+                "{}: the LLM produced no speech tokens (it stopped at once); try other text",
+                self.sentence
+            )));
+        }
+        if self.stream {
+            while let Some(chunk) = planner.next_chunk(tokens.len()) {
+                let audio = self.run_chunk(&chunk, &tokens, &mut hift, &mut trace)?;
+                if chunks_out.send(audio).is_err() {
+                    return Err(Error::Runtime("the audio consumer stopped".into()));
+                }
+            }
+        }
+        if self.stream {
+            *self.stream_hop = planner.hop();
+        }
+        let last = planner.final_chunk(tokens.len())?;
+        let audio = self.run_chunk(&last, &tokens, &mut hift, &mut trace)?;
+        if chunks_out.send(audio).is_err() {
+            return Err(Error::Runtime("the audio consumer stopped".into()));
+        }
+        trace.speech_token = tokens;
+        if self.record {
+            trace.flow_mel = Some(hift.mel().to_owned());
+            trace.hift_f0 = Some(hift.f0().to_vec());
+            trace.hift_source = Some(hift.source().to_vec());
+        }
+        Ok(trace)
+    }
+
+    /// One flow call plus one HiFT call over the accumulated mel; returns the new samples.
+    fn run_chunk(
+        &mut self,
+        chunk: &FlowChunk,
+        tokens: &[i64],
+        hift: &mut HiftStream,
+        trace: &mut SegmentTrace,
+    ) -> Result<Vec<f32>> {
+        let c = self.constants;
+        let prof = self.profiler;
+        let flow_span = prof.span("flow");
+        let prompt_tokens = &self.prompt.speech_token;
+        let ratio = self.stream_params.token_mel_ratio;
+        let prompt_frames = ratio * prompt_tokens.len();
+        let ft = flow_front_tokens(prompt_tokens, &tokens[..chunk.n_tokens], chunk.finalize, self.stream_params.pre_lookahead_len);
+        let (mu, spks) = prof.time("flow.front", || run_flow_front(&mut lock(self.flow_front), &ft, &self.prompt.embedding))?;
+        let total = mu.ncols();
+        if total != prompt_frames + chunk.mel_frames {
+            return Err(Error::Runtime(format!(
+                "flow_front gave {total} frames, expected {} (prompt) + {}",
+                prompt_frames, chunk.mel_frames
+            )));
+        }
+        if self.noise.ncols() < total {
+            return Err(Error::Input(format!(
+                "{total} mel frames exceed the model's {}-frame flow noise; use shorter sentences",
+                self.noise.ncols()
+            )));
+        }
+        let cond = build_cond(self.prompt.feat.view(), total)?;
+        let spks = ndarray::Array1::from_vec(spks);
+        let request = CfmRequest { mu: mu.view(), spks: spks.view(), cond: cond.view(), noise: self.noise };
+        let mut estimator = self.dit.client(prof)?;
+        let mut solved = solve_cfm(&mut estimator, &[request], &c.cfm, chunk.block_frames as i64)?;
+        let mel_all = solved.pop().ok_or_else(|| Error::Runtime("flow solver returned nothing".into()))?;
+        let mel = strip_prompt(mel_all.view(), prompt_frames)?;
+        let mut new = mel.slice(s![.., chunk.first_new_frame..]).to_owned();
+        if chunk.finalize && self.speed != 1.0 && hift.mel().ncols() == 0 {
+            new = speed_interpolate(new.view(), self.speed)?;
+        }
+        if chunk.finalize && self.record {
+            trace.flow_mu = Some(mu);
+            trace.flow_cond = Some(cond);
+        }
+        flow_span.end();
+        let _hift_span = prof.span("hift");
+        hift.push_mel(new.view())?;
+        let inputs = hift.prepare(self.f0, &mut self.source, chunk.finalize, c.conv_pre_look_right, prof)?;
+        let plan = inputs.plan;
+        let first_frame = inputs.first_frame;
+        let spf = c.source.samples_per_frame;
+        let mut wav = prof.time("hift.decode", || run_hift_decode(&mut lock(self.hift), inputs.mel, inputs.source))?;
+        let keep = wav.len().saturating_sub(plan.drop_tail_samples);
+        wav.truncate(keep);
+        if wav.len() + spf * first_frame != plan.total_samples {
+            return Err(Error::Runtime(format!(
+                "hift_decode gave {} samples from frame {first_frame}, expected {} in all",
+                wav.len(),
+                plan.total_samples
+            )));
+        }
+        let out = hift.take_new(&wav, first_frame, spf);
+        trace.chunk_samples.push(out.len() as i64);
+        if self.record {
+            trace.waveform.extend_from_slice(&out);
+        }
+        Ok(out)
+    }
+}
+
