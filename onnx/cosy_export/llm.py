@@ -72,14 +72,18 @@ class QwenAttention(nn.Module):
         k = k * cos + _rotate_half(k) * sin
         k_all = torch.cat([past_k, k], dim=2)
         v_all = torch.cat([past_v, v], dim=2)
-        # GQA: query head h reads kv head h // groups (HF repeat_kv = repeat_interleave on heads)
+        # GQA: query head h reads kv head h // groups (HF repeat_kv). The `groups` query heads of
+        # one kv head are stacked along the sequence axis instead of copying K and V per query
+        # head: the same dot products, without two [batch, heads, past+seq, head_dim] copies per
+        # layer and step (the bulk of a batched decode step's memory traffic after the weights).
         groups = self.num_heads // self.num_kv_heads
-        k_rep = k_all.repeat_interleave(groups, dim=1)
-        v_rep = v_all.repeat_interleave(groups, dim=1)
-        scores = torch.matmul(q, k_rep.transpose(2, 3)) * (self.head_dim**-0.5)
-        scores = scores.masked_fill(~allowed, float("-inf"))
-        probs = torch.softmax(scores.float(), dim=-1).to(q.dtype)
-        out = torch.matmul(probs, v_rep).transpose(1, 2).reshape(b, s, self.num_heads * self.head_dim)
+        total = k_all.shape[2]
+        qg = q.reshape(b, self.num_kv_heads, groups * s, self.head_dim)
+        scores = torch.matmul(qg, k_all.transpose(2, 3)) * (self.head_dim**-0.5)  # [b, kv, groups·s, total]
+        scores = scores.view(b, self.num_kv_heads, groups, s, total).masked_fill(~allowed.unsqueeze(2), float("-inf"))
+        probs = torch.softmax(scores.float(), dim=-1).to(q.dtype).view(b, self.num_kv_heads, groups * s, total)
+        out = torch.matmul(probs, v_all).view(b, self.num_heads, s, self.head_dim)
+        out = out.transpose(1, 2).reshape(b, s, self.num_heads * self.head_dim)
         return self.o_proj(out), k_all, v_all
 
 
