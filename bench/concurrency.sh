@@ -27,10 +27,12 @@ rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 print("| mode | c | LLM decode tok/s | ×c=1 | LLM phase tok/s | ×c=1 | audio-s/s | ×c=1 | TTFB p50 s | TTFB p95 s | peak RSS MiB | LLM rows/call | DiT req/call |")
 print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 base = {}
+def f(v, fmt):
+    return "–" if v is None or v != v else format(v, fmt)
 for r in rows:
     b = base.setdefault(r["mode"], r)
     print(f"| {r['mode']} | {r['concurrency']} | {r['llm_decode_tokens_per_s']:.1f} | {r['llm_decode_tokens_per_s'] / b['llm_decode_tokens_per_s']:.2f} "
           f"| {r['llm_tokens_per_s']:.1f} | {r['llm_tokens_per_s'] / b['llm_tokens_per_s']:.2f} "
-          f"| {r['audio_s_per_s']:.3f} | {r['audio_s_per_s'] / max(b['audio_s_per_s'], 1e-12):.2f} | {r['ttfb_p50_s']:.2f} | {r['ttfb_p95_s']:.2f} "
+          f"| {r['audio_s_per_s']:.3f} | {r['audio_s_per_s'] / max(b['audio_s_per_s'], 1e-12):.2f} | {f(r['ttfb_p50_s'], '.2f')} | {f(r['ttfb_p95_s'], '.2f')} "
           f"| {r['peak_rss_mib']:.0f} | {r['llm_rows_per_call']:.2f} | {r['dit_requests_per_call']:.2f} |")
 PY

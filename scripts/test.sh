@@ -9,6 +9,9 @@ cd "$root"
 scripts/setup.sh --python --no-build
 export COSY_VENV="${COSY_VENV:-$HOME/.cache/cosy/venv}"
 
+# The library without the command-line front end (no clap, cpal, indicatif, ctrlc) must build:
+# that is what a server or another program embeds.
+cargo check --quiet --lib --no-default-features
 cargo test --all-targets "$@"
 
 cd onnx

@@ -6,16 +6,20 @@
 //! (wav, playback). The binary in `main.rs` is a thin CLI.
 
 pub mod audio;
+#[cfg(feature = "cli")]
 pub mod cli;
 pub mod config;
+#[cfg(feature = "cli")]
 pub mod doctor;
 pub mod engine;
+#[cfg(feature = "cli")]
 pub mod engines;
 pub mod error;
 pub mod flow;
 pub mod frontend;
 pub mod hift;
 pub mod interp;
+#[cfg(feature = "cli")]
 pub mod interrupt;
 pub mod llm;
 pub mod model;
@@ -26,6 +30,7 @@ pub mod profile;
 pub mod rng;
 pub mod side;
 pub mod runtime;
+#[cfg(feature = "cli")]
 pub mod say;
 pub mod voice;
 

@@ -25,10 +25,12 @@
 //! folder whose `.asoundrc` says `pcm.!default { type null }`. The null device is not paced: it pulls
 //! samples as fast as the CPU allows.
 
+#[cfg(feature = "cli")]
 pub mod play;
 pub mod resample;
 pub mod wav;
 
+#[cfg(feature = "cli")]
 pub use play::{
     cancel_on_ctrl_c, list_devices, CancelHandle, DeviceInfo, Flow, OutputConfig, PlaybackEvents, Player,
     PlayerOptions, MODEL_SAMPLE_RATE,
