@@ -27,7 +27,7 @@ use std::sync::{Arc, Mutex};
 use crate::audio::{cancel_on_ctrl_c, CancelHandle, Flow, PlaybackEvents, Player, MODEL_SAMPLE_RATE};
 use crate::error::{Error, Result};
 use crate::llm::Termination;
-use crate::pipeline::{Request, SynthesisObserver, Synthesizer};
+use crate::pipeline::{Request, SynthesisObserver};
 
 /// What `cosy say` plays to.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -89,19 +89,19 @@ impl EventLog {
 }
 
 /// Observer of a `say` synthesis: cancellation from the player, events into the log.
-struct SayObserver<'a> {
+struct SayObserver {
     cancel: Option<CancelHandle>,
-    log: Option<&'a EventLog>,
+    log: Option<Arc<EventLog>>,
 }
 
-impl SynthesisObserver for SayObserver<'_> {
+impl SynthesisObserver for SayObserver {
     fn llm_token(&self, sentence: usize, index: usize, token: i64) {
-        if let Some(log) = self.log {
+        if let Some(log) = &self.log {
             log.log(&format!("llm_token {sentence} {index} {token}"));
         }
     }
     fn llm_done(&self, sentence: usize, tokens: usize, termination: Termination) {
-        if let Some(log) = self.log {
+        if let Some(log) = &self.log {
             let why = match termination {
                 Termination::StopToken(_) => "stop_token",
                 Termination::MaxLen => "max_len",
@@ -155,14 +155,15 @@ fn say_until_stopped(
         }
         None => None,
     };
-    let log = event_log.map(|p| EventLog::create(p, events.clone())).transpose()?;
+    let log = event_log.map(|p| EventLog::create(p, events.clone())).transpose()?.map(Arc::new);
     if let Some(p) = &player {
         let c = p.config();
         tracing::info!("playing on {} ({} Hz, {} ch, {})", c.device, c.device_rate, c.channels, c.sample_format);
     }
 
-    let synth = Synthesizer::load(config)?;
-    let rate = synth.constants.sample_rate;
+    // One request through the engine: its chunks arrive here as they are made.
+    let engine = crate::engine::Engine::load(config)?;
+    let rate = engine.synthesizer().constants.sample_rate;
     if rate != MODEL_SAMPLE_RATE {
         if let Some(p) = &player {
             let device = p.config().device.clone();
@@ -171,9 +172,10 @@ fn say_until_stopped(
             player = Some(reopened);
         }
     }
-    let observer = SayObserver { cancel: cancel.clone(), log: log.as_ref() };
+    let observer = Arc::new(SayObserver { cancel: cancel.clone(), log: log.clone() });
     let chunks = AtomicU64::new(0);
-    let result = synth.synthesize_observed(req, None, &observer, |chunk| {
+    let mut handle = engine.submit_observed(req.clone(), observer.clone())?;
+    let mut play = |chunk: &[f32]| -> Result<()> {
         let n = chunks.fetch_add(1, Ordering::SeqCst) + 1;
         if let Some(log) = &log {
             log.log(&format!("chunk_ready {n} {}", chunk.len()));
@@ -187,7 +189,21 @@ fn say_until_stopped(
             log.log(&format!("chunk_pushed {n} {}", chunk.len()));
         }
         Ok(())
-    });
+    };
+    let result = loop {
+        match handle.next_event() {
+            Some(crate::engine::Event::Audio(chunk)) => {
+                if let Err(e) = play(&chunk) {
+                    handle.cancel();
+                    break Err(e);
+                }
+            }
+            Some(crate::engine::Event::Done(summary)) => break Ok(summary),
+            Some(crate::engine::Event::Failed(e)) => break Err(e),
+            None => break Err(Error::Runtime("the request ended without a result".into())),
+        }
+    };
+    drop(handle);
     let cancelled = observer.cancelled();
     if cancelled || matches!(result, Err(Error::Cancelled)) {
         if let Some(log) = &log {

@@ -230,6 +230,8 @@ pub fn profile(config: &Config, plan: &ProfilePlan, setting_label: &str) -> Resu
     let rate = f64::from(synth.constants.sample_rate);
     let profiler = Profiler::enabled();
     synth.set_profiler(profiler.clone());
+    // The run goes through the engine, as every request does (one at a time here).
+    let engine = crate::engine::Engine::from_synthesizer(synth, 1);
 
     let mut runs = Vec::with_capacity(plan.runs);
     let mut events = Vec::new();
@@ -237,10 +239,17 @@ pub fn profile(config: &Config, plan: &ProfilePlan, setting_label: &str) -> Resu
         profiler.take_events();
         let t0 = Instant::now();
         let mut first_chunk: Option<f64> = None;
-        let summary = synth.synthesize(&plan.request, None, |_chunk| {
-            first_chunk.get_or_insert_with(|| ms(t0.elapsed()));
-            Ok(())
-        })?;
+        let mut handle = engine.submit(plan.request.clone())?;
+        let summary = loop {
+            match handle.next_event() {
+                Some(crate::engine::Event::Audio(_)) => {
+                    first_chunk.get_or_insert_with(|| ms(t0.elapsed()));
+                }
+                Some(crate::engine::Event::Done(summary)) => break summary,
+                Some(crate::engine::Event::Failed(e)) => return Err(e),
+                None => return Err(Error::Runtime("the request ended without a result".into())),
+            }
+        };
         let total_ms = ms(t0.elapsed());
         let run_events = profiler.take_events();
         if i < plan.warmup {
