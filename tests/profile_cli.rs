@@ -234,9 +234,13 @@ fn offline_report_has_every_stage_and_adds_up() {
         .filter(|e| e["ph"] == "X" && e["name"] == "flow.dit")
         .count();
     assert_eq!(dit, 30);
-    assert!(events
-        .iter()
-        .any(|e| e["ph"] == "M" && e["args"]["name"] == "llm"));
+    // Threads are named: the request's token-to-wav worker and the engine's batching threads.
+    for thread in ["token2wav", "llm-scheduler", "dit-batcher"] {
+        assert!(
+            events.iter().any(|e| e["ph"] == "M" && e["args"]["name"] == thread),
+            "no thread named {thread} in the trace"
+        );
+    }
 }
 
 #[test]

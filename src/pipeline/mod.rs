@@ -279,7 +279,7 @@ impl Synthesizer {
         &self,
         req: &Request,
         dump: Option<&Path>,
-        on_chunk: impl FnMut(&[f32]) -> Result<()>,
+        on_chunk: impl FnMut(&[f32]) -> Result<()> + Send,
     ) -> Result<Summary> {
         self.synthesize_observed(req, dump, &NoObserver, on_chunk)
     }
@@ -290,7 +290,7 @@ impl Synthesizer {
         req: &Request,
         dump: Option<&Path>,
         observer: &dyn SynthesisObserver,
-        mut on_chunk: impl FnMut(&[f32]) -> Result<()>,
+        mut on_chunk: impl FnMut(&[f32]) -> Result<()> + Send,
     ) -> Result<Summary> {
         check_options(req.speed, req.stream)?;
         let profiler = self.profiler.clone();
@@ -344,7 +344,9 @@ impl Synthesizer {
         Ok(self.tokenizer.encode(text)?.into_iter().map(i64::from).collect())
     }
 
-    /// One sentence: LLM thread → tokens → token2wav thread → chunks → `on_chunk` (this thread).
+    /// One sentence: the LLM decodes on this thread (its steps batched by the engine's scheduler)
+    /// and hands each token to the sentence's token-to-wav thread, which calls `on_chunk` with
+    /// each chunk's audio as soon as it is made: one extra thread per sentence.
     fn run_segment(
         &self,
         seg: &Segment<'_>,
@@ -352,7 +354,7 @@ impl Synthesizer {
         state: &mut RequestState,
         observer: &dyn SynthesisObserver,
         trace: Option<&mut SegmentTrace>,
-        on_chunk: &mut dyn FnMut(&[f32]) -> Result<()>,
+        on_chunk: &mut (dyn FnMut(&[f32]) -> Result<()> + Send),
     ) -> Result<usize> {
         let c = &self.constants;
         let prompt = seg.prompt;
@@ -367,6 +369,7 @@ impl Synthesizer {
         let profiler = &self.profiler;
         let embeddings = &self.embeddings;
         let llm_constants = &c.llm;
+        let llm_failed = std::sync::atomic::AtomicBool::new(false);
         let t2w = TokenToWav {
             flow_front: &self.sessions.flow_front,
             dit: &self.sessions.dit,
@@ -385,46 +388,41 @@ impl Synthesizer {
             observer,
             profiler,
             record: trace.is_some(),
+            llm_failed: &llm_failed,
         };
         let scheduler = &self.sessions.llm;
         let sampler = &mut state.sampler;
         let (tok_tx, tok_rx) = crossbeam_channel::unbounded::<i64>();
-        let (chunk_tx, chunk_rx) = crossbeam_channel::bounded::<Vec<f32>>(4);
         std::thread::scope(|scope| -> Result<usize> {
-            let llm = std::thread::Builder::new()
-                .name("llm".into())
-                .spawn_scoped(scope, move || -> Result<crate::llm::DecodeOutcome> {
-                    let _span = profiler.span("llm");
-                    let mut step = scheduler.client(profiler)?;
-                    let mut emitted = 0usize;
-                    let outcome = decode_with(&mut step, &input, embeddings, sampler, llm_constants, &options, profiler, |t| {
-                        observer.llm_token(sentence, emitted, t);
-                        emitted += 1;
-                        tok_tx.send(t).is_ok() && !observer.cancelled()
-                    })?;
-                    observer.llm_done(sentence, outcome.tokens.len(), outcome.termination);
-                    Ok(outcome)
-                })
-                .map_err(|e| Error::Runtime(format!("cannot start the LLM thread: {e}")))?;
             let worker = std::thread::Builder::new()
                 .name("token2wav".into())
-                .spawn_scoped(scope, move || t2w.run(tok_rx, chunk_tx))
+                .spawn_scoped(scope, move || t2w.run(tok_rx, on_chunk))
                 .map_err(|e| Error::Runtime(format!("cannot start the token-to-wav thread: {e}")))?;
-            let mut consumer_err = None;
-            for chunk in chunk_rx.iter() {
-                if let Err(e) = on_chunk(&chunk) {
-                    consumer_err = Some(e);
-                    break;
-                }
+            let outcome = (|| -> Result<crate::llm::DecodeOutcome> {
+                let _span = profiler.span("llm");
+                let mut step = scheduler.client(profiler)?;
+                let mut emitted = 0usize;
+                let outcome = decode_with(&mut step, &input, embeddings, sampler, llm_constants, &options, profiler, |t| {
+                    observer.llm_token(sentence, emitted, t);
+                    emitted += 1;
+                    tok_tx.send(t).is_ok() && !observer.cancelled()
+                })?;
+                observer.llm_done(sentence, outcome.tokens.len(), outcome.termination);
+                Ok(outcome)
+            })();
+            // The worker finishes the sentence once the token channel closes, unless the LLM failed.
+            if outcome.is_err() {
+                llm_failed.store(true, std::sync::atomic::Ordering::SeqCst);
             }
-            drop(chunk_rx);
-            let outcome = llm.join().map_err(|_| Error::Runtime("the LLM thread panicked".into()))?;
+            drop(tok_tx);
             let t2w_result = worker.join().map_err(|_| Error::Runtime("the token-to-wav thread panicked".into()))?;
-            if let Some(e) = consumer_err {
-                return Err(e);
-            }
-            let outcome = outcome?;
-            let mut done = t2w_result?;
+            // A worker that stopped early (its consumer went away, a stage failed) made the LLM
+            // stop too: the worker's error is the cause.
+            let (mut done, outcome) = match (t2w_result, outcome) {
+                (_, Err(e)) => return Err(e),
+                (Err(e), Ok(_)) => return Err(e),
+                (Ok(done), Ok(outcome)) => (done, outcome),
+            };
             if outcome.termination == Termination::Cancelled {
                 return Err(if observer.cancelled() {
                     Error::Cancelled

@@ -46,6 +46,8 @@ pub(super) struct TokenToWav<'a> {
     /// Keep the intermediates `--dump` writes (mel, f0, source, waveform); without it only the
     /// tokens and chunk sizes are kept.
     pub(super) record: bool,
+    /// Set when the LLM failed: the closed token channel then means "stop", not "finish".
+    pub(super) llm_failed: &'a std::sync::atomic::AtomicBool,
 }
 
 impl TokenToWav<'_> {
@@ -53,7 +55,7 @@ impl TokenToWav<'_> {
     pub(super) fn run(
         mut self,
         tokens_in: crossbeam_channel::Receiver<i64>,
-        chunks_out: crossbeam_channel::Sender<Vec<f32>>,
+        on_chunk: &mut (dyn FnMut(&[f32]) -> Result<()> + Send),
     ) -> Result<SegmentTrace> {
         let mut trace = SegmentTrace::default();
         let mut tokens: Vec<i64> = Vec::new();
@@ -73,14 +75,12 @@ impl TokenToWav<'_> {
             if self.stream {
                 while let Some(chunk) = planner.next_chunk(tokens.len()) {
                     let audio = self.run_chunk(&chunk, &tokens, &mut hift, &mut trace)?;
-                    if chunks_out.send(audio).is_err() {
-                        return Err(Error::Runtime("the audio consumer stopped".into()));
-                    }
+                    on_chunk(&audio)?;
                 }
             }
         }
-        // The LLM is done (or failed; its error is reported by the caller).
-        if self.observer.cancelled() {
+        // The LLM is done (or failed: then its error is what the caller reports).
+        if self.observer.cancelled() || self.llm_failed.load(std::sync::atomic::Ordering::SeqCst) {
             return Err(Error::Cancelled);
         }
         if tokens.is_empty() {
@@ -92,9 +92,7 @@ impl TokenToWav<'_> {
         if self.stream {
             while let Some(chunk) = planner.next_chunk(tokens.len()) {
                 let audio = self.run_chunk(&chunk, &tokens, &mut hift, &mut trace)?;
-                if chunks_out.send(audio).is_err() {
-                    return Err(Error::Runtime("the audio consumer stopped".into()));
-                }
+                on_chunk(&audio)?;
             }
         }
         if self.stream {
@@ -102,9 +100,7 @@ impl TokenToWav<'_> {
         }
         let last = planner.final_chunk(tokens.len())?;
         let audio = self.run_chunk(&last, &tokens, &mut hift, &mut trace)?;
-        if chunks_out.send(audio).is_err() {
-            return Err(Error::Runtime("the audio consumer stopped".into()));
-        }
+        on_chunk(&audio)?;
         trace.speech_token = tokens;
         if self.record {
             trace.flow_mel = Some(hift.mel().to_owned());
