@@ -585,6 +585,15 @@ fn file_command(config: &Config, args: &FileArgs) -> anyhow::Result<()> {
     // Lines run through the engine `engine.file_concurrency` at a time (their LLM steps and DiT
     // calls batched); files are written in line order, each the same as when run alone.
     let window = if several { config.engine.file_concurrency.max(1) } else { 1 };
+    // One tick per file written (drawn on stderr only when it is a terminal).
+    let progress = several.then(|| {
+        let bar = indicatif::ProgressBar::new(jobs.len() as u64);
+        bar.set_style(
+            indicatif::ProgressStyle::with_template("{bar:30} {pos}/{len} lines ({elapsed}, {eta} left)")
+                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+        );
+        bar
+    });
     let mut pending = jobs.into_iter();
     let mut running: std::collections::VecDeque<(Option<PathBuf>, crate::engine::RequestHandle)> = Default::default();
     loop {
@@ -606,6 +615,12 @@ fn file_command(config: &Config, args: &FileArgs) -> anyhow::Result<()> {
             write_audio_atomic(&path, &samples, rate, format)?;
             tracing::info!("wrote {} ({:.2} s)", path.display(), samples.len() as f64 / f64::from(rate));
         }
+        if let Some(bar) = &progress {
+            bar.inc(1);
+        }
+    }
+    if let Some(bar) = progress {
+        bar.finish_and_clear();
     }
     Ok(())
 }
