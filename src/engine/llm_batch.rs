@@ -29,12 +29,13 @@ use std::sync::{Arc, Mutex};
 
 use crossbeam_channel::{Receiver, Sender};
 use ort::memory::{AllocationDevice, AllocatorType, MemoryInfo, MemoryType};
-use ort::value::{DynValue, Tensor, TensorValueType};
+use ort::value::{DynValue, TensorValueType};
 
 use crate::config::ProviderKind;
 use crate::error::{Error, Result};
 use crate::llm::LlmStep;
 use crate::pipeline::constants::LlmShape;
+use crate::pipeline::stages::tensor;
 use crate::profile::Profiler;
 use crate::runtime::{StageBinding, StageSession};
 
@@ -205,15 +206,6 @@ struct Batch {
     width: usize,
     /// `present.*` of the last call, `[rows, kv_heads, width, head_dim]`, in `past_names` order.
     cache: Vec<DynValue>,
-}
-
-/// An owned ORT tensor from a shape and row-major data.
-fn tensor<T>(shape: &[usize], data: Vec<T>) -> Result<DynValue>
-where
-    T: ort::value::PrimitiveTensorElementType + std::fmt::Debug + Clone + 'static,
-{
-    let shape: Vec<i64> = shape.iter().map(|&d| d as i64).collect();
-    Ok(Tensor::from_array((shape, data.into_boxed_slice()))?.into_dyn())
 }
 
 /// A cache tensor's values on the host (copied from the device when it lives there).

@@ -15,7 +15,7 @@ use crate::profile::Profiler;
 use crate::runtime::StageSession;
 
 /// An owned ORT tensor from a shape and row-major data.
-fn tensor<T>(shape: &[usize], data: Vec<T>) -> Result<DynValue>
+pub(crate) fn tensor<T>(shape: &[usize], data: Vec<T>) -> Result<DynValue>
 where
     T: ort::value::PrimitiveTensorElementType + std::fmt::Debug + Clone + 'static,
 {
