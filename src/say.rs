@@ -21,7 +21,7 @@
 
 use std::io::Write;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crate::audio::{cancel_on_ctrl_c, CancelHandle, Flow, PlaybackEvents, Player, MODEL_SAMPLE_RATE};
@@ -173,10 +173,11 @@ fn say_until_stopped(
         }
     }
     let observer = Arc::new(SayObserver { cancel: cancel.clone(), log: log.clone() });
-    let chunks = AtomicU64::new(0);
+    let mut chunks = 0u64;
     let mut handle = engine.submit_observed(req.clone(), observer.clone())?;
     let mut play = |chunk: &[f32]| -> Result<()> {
-        let n = chunks.fetch_add(1, Ordering::SeqCst) + 1;
+        chunks += 1;
+        let n = chunks;
         if let Some(log) = &log {
             log.log(&format!("chunk_ready {n} {}", chunk.len()));
         }

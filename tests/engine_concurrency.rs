@@ -125,6 +125,8 @@ fn concurrent_requests_match_their_solo_runs() {
     assert!(after.0.decode_rows - before.0.decode_rows > after.0.decode_calls - before.0.decode_calls);
 
     // Every slot is free again (the cancelled request's too).
+    // A hang guard, not a speed target: a slot is released when its request's thread ends, a
+    // moment after its last event; 20 s only turns "never" into a failure.
     let deadline = Instant::now() + Duration::from_secs(20);
     while engine.in_flight() > 0 {
         assert!(Instant::now() < deadline, "{} requests still hold a slot", engine.in_flight());
@@ -142,6 +144,7 @@ fn in_flight_bound_refuses_with_busy_and_frees_on_drop() {
     assert!(matches!(refused, Error::Busy(_)), "{refused}");
     assert!(refused.to_string().contains("engine.max_in_flight"), "{refused}");
     drop(first); // cancels it
+    // Hang guard, as above: the cancelled request stops at its next token or chunk.
     let deadline = Instant::now() + Duration::from_secs(20);
     while engine.in_flight() > 0 {
         assert!(Instant::now() < deadline, "the dropped request never freed its slot");
@@ -210,6 +213,9 @@ fn prompts_from_memory_equal_prompts_from_files() {
     let a = run_alone(&engine, &from_file).expect("file prompt");
     let b = run_alone(&engine, &from_memory).expect("memory prompt");
     assert_eq!(a.tokens, b.tokens);
+    // Exact on purpose: both runs are in this process, on this CPU, alone, with bit-identical
+    // decoded prompts (asserted above), so every stage sees identical inputs and runs the same
+    // kernels; nothing here compares numbers across machines.
     assert_eq!(a.audio, b.audio, "the same decoded prompt and seed on the same engine, alone: the same floats");
 
     // A voice saved from memory equals one saved from the file.

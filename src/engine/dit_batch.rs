@@ -18,8 +18,9 @@
 
 use crossbeam_channel::{Receiver, Sender};
 use ndarray::{s, Array1, Array2, Array3, ArrayView1, ArrayView2, ArrayView3};
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 
+use super::worker::Worker;
 use crate::error::{Error, Result};
 use crate::flow::Estimator;
 use crate::pipeline::stages::OnnxEstimator;
@@ -63,42 +64,26 @@ impl Call {
 
 /// The batcher thread and the way to reach it.
 pub struct DitBatcher {
-    tx: Option<Sender<Call>>,
-    thread: Option<std::thread::JoinHandle<()>>,
-    stats: Arc<Mutex<DitBatchStats>>,
+    worker: Worker<Call, DitBatchStats>,
 }
 
 impl DitBatcher {
     /// Starts the batcher over `session` (the `dit` stage); `max_batch` calls at most per run.
     pub fn start(session: StageSession, max_batch: usize) -> Result<DitBatcher> {
-        let (tx, rx) = crossbeam_channel::unbounded();
-        let stats = Arc::new(Mutex::new(DitBatchStats::default()));
-        let thread_stats = stats.clone();
-        let thread = std::thread::Builder::new()
-            .name("dit-batcher".into())
-            .spawn(move || serve(session, rx, max_batch.max(1), &thread_stats))
-            .map_err(|e| Error::Runtime(format!("cannot start the DiT batcher thread: {e}")))?;
-        Ok(DitBatcher { tx: Some(tx), thread: Some(thread), stats })
+        let worker = Worker::spawn("dit-batcher", move |rx, stats| serve(session, rx, max_batch.max(1), stats))?;
+        Ok(DitBatcher { worker })
     }
 
     /// An estimator for one request's solve.
     pub fn client(&self, profiler: &Profiler) -> Result<RemoteEstimator> {
-        let tx = self.tx.clone().ok_or_else(|| Error::Runtime("the DiT batcher has stopped".into()))?;
+        let tx = self.worker.sender()?;
         let (reply_tx, reply_rx) = crossbeam_channel::bounded(1);
         Ok(RemoteEstimator { tx, reply_tx, reply_rx, profiler: profiler.clone() })
     }
 
+    /// A copy of the counters so far.
     pub fn stats(&self) -> DitBatchStats {
-        self.stats.lock().map(|s| s.clone()).unwrap_or_default()
-    }
-}
-
-impl Drop for DitBatcher {
-    fn drop(&mut self) {
-        self.tx.take();
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
+        self.worker.stats()
     }
 }
 

@@ -25,13 +25,14 @@
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 
 use crossbeam_channel::{Receiver, Sender};
 use ort::memory::{AllocationDevice, AllocatorType, MemoryInfo, MemoryType};
 use ort::value::{DynValue, TensorValueType};
 
 use crate::config::ProviderKind;
+use super::worker::Worker;
 use crate::error::{Error, Result};
 use crate::llm::LlmStep;
 use crate::pipeline::constants::LlmShape;
@@ -67,10 +68,8 @@ enum Msg {
 /// The scheduler thread and the way to reach it. Dropping it stops the thread once every
 /// [`RemoteLlm`] is gone.
 pub struct LlmScheduler {
-    tx: Option<Sender<Msg>>,
-    thread: Option<std::thread::JoinHandle<()>>,
+    worker: Worker<Msg, LlmBatchStats>,
     next_id: AtomicU64,
-    stats: Arc<Mutex<LlmBatchStats>>,
     /// Rows one call may hold (1 for graphs without batching).
     pub max_batch: usize,
     /// Whether the graph takes `attention_mask`/`position_ids` (can batch).
@@ -86,20 +85,14 @@ impl LlmScheduler {
         if !batched_graph {
             tracing::info!("llm graph has no attention_mask/position_ids (exported before batching): one sentence at a time; re-export to batch");
         }
-        let stats = Arc::new(Mutex::new(LlmBatchStats::default()));
-        let (tx, rx) = crossbeam_channel::unbounded();
         let mut state = Batch::new(session, shape, batched_graph)?;
-        let thread_stats = stats.clone();
-        let thread = std::thread::Builder::new()
-            .name("llm-scheduler".into())
-            .spawn(move || state.serve(rx, max_batch, &thread_stats))
-            .map_err(|e| Error::Runtime(format!("cannot start the LLM scheduler thread: {e}")))?;
-        Ok(LlmScheduler { tx: Some(tx), thread: Some(thread), next_id: AtomicU64::new(1), stats, max_batch, batched_graph })
+        let worker = Worker::spawn("llm-scheduler", move |rx, stats| state.serve(rx, max_batch, stats))?;
+        Ok(LlmScheduler { worker, next_id: AtomicU64::new(1), max_batch, batched_graph })
     }
 
     /// A handle for one sentence's decode (prefill, then steps).
     pub fn client(&self, profiler: &Profiler) -> Result<RemoteLlm> {
-        let tx = self.tx.clone().ok_or_else(|| Error::Runtime("the LLM scheduler has stopped".into()))?;
+        let tx = self.worker.sender()?;
         let (reply_tx, reply_rx) = crossbeam_channel::bounded(1);
         Ok(RemoteLlm {
             id: self.next_id.fetch_add(1, Ordering::Relaxed),
@@ -113,16 +106,7 @@ impl LlmScheduler {
 
     /// A copy of the counters so far.
     pub fn stats(&self) -> LlmBatchStats {
-        self.stats.lock().map(|s| s.clone()).unwrap_or_default()
-    }
-}
-
-impl Drop for LlmScheduler {
-    fn drop(&mut self) {
-        self.tx.take();
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
+        self.worker.stats()
     }
 }
 

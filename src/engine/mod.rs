@@ -24,6 +24,7 @@
 
 pub mod dit_batch;
 pub mod llm_batch;
+mod worker;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};

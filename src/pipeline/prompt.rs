@@ -17,21 +17,20 @@ impl Synthesizer {
     /// Computes a saved voice from a prompt recording and its transcript (all prompt-audio work,
     /// once). Refuses an empty transcript.
     pub fn make_voice(&self, name: &str, wav: &Path, transcript: &str) -> Result<SavedVoice> {
-        self.make_voice_with(name, wav, transcript, || self.profiler.time("frontend.audio_load", || load_audio(wav)))
+        check_voice_args(name, transcript)?;
+        let audio = self.profiler.time("frontend.audio_load", || load_audio(wav))?;
+        self.voice_of(name, &audio, wav, transcript)
     }
 
     /// [`Self::make_voice`] from a recording already decoded; `label` names it (and is recorded
     /// as the voice's source).
     pub fn make_voice_from(&self, name: &str, audio: &Audio, label: &Path, transcript: &str) -> Result<SavedVoice> {
-        self.make_voice_with(name, label, transcript, || Ok(audio.clone()))
+        check_voice_args(name, transcript)?;
+        self.voice_of(name, audio, label, transcript)
     }
 
-    fn make_voice_with(&self, name: &str, wav: &Path, transcript: &str, audio: impl FnOnce() -> Result<Audio>) -> Result<SavedVoice> {
-        crate::voice::check_name(name)?;
-        if transcript.trim().is_empty() {
-            return Err(Error::Input("the transcript (--text) is empty; give the words spoken in the recording".into()));
-        }
-        let prompt = self.prompt_features_of(&audio()?, wav)?;
+    fn voice_of(&self, name: &str, audio: &Audio, wav: &Path, transcript: &str) -> Result<SavedVoice> {
+        let prompt = self.prompt_features_of(audio, wav)?;
         Ok(SavedVoice {
             name: name.to_string(),
             transcript: transcript.to_string(),
@@ -83,12 +82,11 @@ impl Synthesizer {
 
     /// [`Self::prompt_features`] of a recording already decoded; `wav` names it in messages.
     pub fn prompt_features_of(&self, audio: &Audio, wav: &Path) -> Result<PromptFeatures> {
-        let audio = audio.clone();
         let prof = &self.profiler;
         // Length limits (every stage's minimum, the tokenizer's 30 s, the flow noise) up front.
-        self.check_prompt_audio(&audio, wav)?;
+        self.check_prompt_audio(audio, wav)?;
         let (wav16, wav24) = prof.time("frontend.resample", || -> Result<_> {
-            Ok((to_rate(&audio, 16_000, None, wav)?, to_rate(&audio, self.constants.sample_rate, None, wav)?))
+            Ok((to_rate(audio, 16_000, None, wav)?, to_rate(audio, self.constants.sample_rate, None, wav)?))
         })?;
         let whisper_mel = prof.time("frontend.whisper_mel", || whisper_log_mel(&wav16));
         let speech_token_raw = prof.time("frontend.speech_tokenizer", || {
@@ -105,5 +103,13 @@ impl Synthesizer {
         }
         Ok(PromptFeatures { whisper_mel, speech_token_raw, speech_token, fbank, embedding, feat_raw, feat })
     }
+}
 
+/// A voice needs a valid name and a transcript; checked before any audio is read.
+fn check_voice_args(name: &str, transcript: &str) -> Result<()> {
+    crate::voice::check_name(name)?;
+    if transcript.trim().is_empty() {
+        return Err(Error::Input("the transcript (--text) is empty; give the words spoken in the recording".into()));
+    }
+    Ok(())
 }
