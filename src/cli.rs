@@ -57,6 +57,9 @@ pub enum Command {
         #[command(subcommand)]
         action: VoiceAction,
     },
+    /// Serve the OpenAI-compatible speech API over HTTP (docs/server.md): one loaded model for
+    /// all clients, until SIGTERM or Ctrl-C.
+    Serve(ServeArgs),
     /// Check the library, providers, GPUs, model folder and engine cache.
     Doctor {
         /// Skip hashing files and opening graphs.
@@ -216,6 +219,15 @@ pub struct ProfileArgs {
     pub settings: Vec<String>,
 }
 
+/// Arguments of `cosy serve` (every other setting is in `[server]` of the config, or `--set`).
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// Address to listen on, e.g. 127.0.0.1:8080, or 0.0.0.0:8080 in a container (server.bind).
+    /// Port 0 picks a free port; the address is printed as `cosy serve: listening on http://...`.
+    #[arg(long, value_name = "ADDR")]
+    pub bind: Option<String>,
+}
+
 /// The text `cosy profile` speaks when given none.
 pub const PROFILE_TEXT: &str = "The quick brown fox jumps over the lazy dog, and then it runs back home across the wide green field.";
 
@@ -299,9 +311,11 @@ impl Cli {
         Config::load(&opts)
     }
 
-    /// The log filter from -v/-q (`COSY_LOG` overrides it).
+    /// The log filter from -v/-q (`COSY_LOG` overrides it). A server logs its requests (info)
+    /// by default; the other commands only warnings.
     pub fn log_filter(&self) -> &'static str {
-        match (self.global.verbose as i32) - (self.global.quiet as i32) {
+        let base = i32::from(matches!(self.command, Command::Serve(_)));
+        match base + (self.global.verbose as i32) - (self.global.quiet as i32) {
             i32::MIN..=-2 => "off",
             -1 => "error",
             0 => "warn",
@@ -338,6 +352,8 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Engines { action } => engines(&config, action),
         Command::Completions { .. } => Ok(()),
+        // The server lives in the binary (src/serve): the library knows nothing of HTTP.
+        Command::Serve(_) => Err(anyhow::anyhow!("`cosy serve` is run by the cosy binary, not by cosy::cli::run")),
     }
 }
 

@@ -250,6 +250,47 @@ pub struct EngineSettings {
     pub file_concurrency: usize,
 }
 
+/// `[server]`: `cosy serve` (the HTTP API). The library only carries these values; the server
+/// in the binary uses them.
+#[derive(Clone, PartialEq)]
+pub struct ServerSettings {
+    /// Address and port to listen on (`127.0.0.1:8080`; `0.0.0.0:8080` in a container).
+    pub bind: String,
+    /// Bearer token clients must send (`Authorization: Bearer KEY`); `None` = no authentication.
+    pub api_key: Option<String>,
+    /// Requests synthesising at once (at most `engine.max_in_flight`).
+    pub max_concurrent: usize,
+    /// Requests waiting for a free slot; more are answered 429 with Retry-After.
+    pub max_queue: usize,
+    /// The Retry-After of a 429, in seconds.
+    pub retry_after_s: u64,
+    /// Largest request body (JSON with a base64 prompt, or a multipart upload), in bytes.
+    pub max_body_bytes: usize,
+    /// Longest a request may take, waiting included, in seconds.
+    pub request_timeout_s: u64,
+    /// After SIGTERM/SIGINT: how long in-flight requests may run before the server exits anyway.
+    pub shutdown_grace_s: u64,
+    /// Run one short synthesis before `/ready` says yes (with the default voice, if there is one).
+    pub warmup: bool,
+}
+
+impl fmt::Debug for ServerSettings {
+    // By hand, so that a logged configuration never shows the API key.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ServerSettings")
+            .field("bind", &self.bind)
+            .field("api_key", &self.api_key.as_ref().map(|_| "<set>"))
+            .field("max_concurrent", &self.max_concurrent)
+            .field("max_queue", &self.max_queue)
+            .field("retry_after_s", &self.retry_after_s)
+            .field("max_body_bytes", &self.max_body_bytes)
+            .field("request_timeout_s", &self.request_timeout_s)
+            .field("shutdown_grace_s", &self.shutdown_grace_s)
+            .field("warmup", &self.warmup)
+            .finish()
+    }
+}
+
 /// The whole configuration after all sources were applied.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Config {
@@ -264,6 +305,7 @@ pub struct Config {
     pub limits: LimitSettings,
     pub engine: EngineSettings,
     pub text: TextSettings,
+    pub server: ServerSettings,
     /// The config file that was read, if any.
     pub source_file: Option<PathBuf>,
 }
@@ -298,6 +340,17 @@ impl Default for Config {
             limits: LimitSettings { max_text_chars: 5000 },
             engine: EngineSettings { max_batch: 16, max_in_flight: 64, dit_max_batch: 8, file_concurrency: 4 },
             text: TextSettings { normalizer: NormalizerChoice::Auto },
+            server: ServerSettings {
+                bind: "127.0.0.1:8080".into(),
+                api_key: None,
+                max_concurrent: 16,
+                max_queue: 64,
+                retry_after_s: 1,
+                max_body_bytes: 16 << 20,
+                request_timeout_s: 300,
+                shutdown_grace_s: 30,
+                warmup: true,
+            },
             source_file: None,
         }
     }
@@ -337,6 +390,15 @@ pub const KEYS: &[&str] = &[
     "engine.dit_max_batch",
     "engine.file_concurrency",
     "text.normalizer",
+    "server.bind",
+    "server.api_key",
+    "server.max_concurrent",
+    "server.max_queue",
+    "server.retry_after_s",
+    "server.max_body_bytes",
+    "server.request_timeout_s",
+    "server.shutdown_grace_s",
+    "server.warmup",
 ];
 
 /// Environment variables and the key each one sets.
@@ -355,6 +417,8 @@ pub const ENV_VARS: &[(&str, &str)] = &[
     ("COSY_OUTPUT_DEVICE", "output.device"),
     ("COSY_VOICES", "voices.dir"),
     ("COSY_VOICE", "voices.default"),
+    ("COSY_BIND", "server.bind"),
+    ("COSY_API_KEY", "server.api_key"),
 ];
 
 /// The environment variable naming the config file when `--config` is not given.
@@ -592,6 +656,55 @@ impl Config {
             "engine.file_concurrency" => {
                 self.engine.file_concurrency = positive(value).filter(|&n| n <= 256).ok_or_else(|| bad("an integer from 1 to 256"))?
             }
+            "server.bind" => {
+                let s = text_of(value).ok_or_else(|| bad("HOST:PORT, e.g. \"127.0.0.1:8080\" or \"0.0.0.0:8080\""))?;
+                if !valid_bind(&s) {
+                    return Err(bad("HOST:PORT, e.g. \"127.0.0.1:8080\" or \"0.0.0.0:8080\" (port 0 = any free port)"));
+                }
+                self.server.bind = s;
+            }
+            "server.api_key" => {
+                // Not echoed in the message: it is a secret.
+                let s = text_of(value).ok_or_else(|| {
+                    Error::Config(format!("{origin}: {key}: invalid value; allowed: a string (\"\" = no key)"))
+                })?;
+                if s.chars().any(|c| c.is_control() || c == ' ') {
+                    return Err(Error::Config(format!(
+                        "{origin}: {key}: the key has spaces or control characters; use printable characters only"
+                    )));
+                }
+                self.server.api_key = (!s.is_empty()).then_some(s);
+            }
+            "server.max_concurrent" => {
+                self.server.max_concurrent =
+                    positive(value).filter(|&n| n <= 65_536).ok_or_else(|| bad("an integer from 1 to 65536"))?
+            }
+            "server.max_queue" => {
+                self.server.max_queue = int_of(value)
+                    .and_then(|v| usize::try_from(v).ok())
+                    .filter(|&n| n <= 1 << 20)
+                    .ok_or_else(|| bad("an integer from 0 to 1048576"))?
+            }
+            "server.retry_after_s" => {
+                self.server.retry_after_s =
+                    positive(value).filter(|&n| n <= 3600).ok_or_else(|| bad("an integer from 1 to 3600"))? as u64
+            }
+            "server.max_body_bytes" => {
+                self.server.max_body_bytes = positive(value)
+                    .filter(|&n| (1024..=1 << 30).contains(&n))
+                    .ok_or_else(|| bad("an integer from 1024 to 1073741824"))?
+            }
+            "server.request_timeout_s" => {
+                self.server.request_timeout_s =
+                    positive(value).filter(|&n| n <= 86_400).ok_or_else(|| bad("an integer from 1 to 86400"))? as u64
+            }
+            "server.shutdown_grace_s" => {
+                self.server.shutdown_grace_s = int_of(value)
+                    .and_then(|v| u64::try_from(v).ok())
+                    .filter(|&n| n <= 3600)
+                    .ok_or_else(|| bad("an integer from 0 to 3600"))?
+            }
+            "server.warmup" => self.server.warmup = bool_of(value).ok_or_else(|| bad("true, false"))?,
             "text.normalizer" => {
                 self.text.normalizer = text_of(value)
                     .and_then(|s| NormalizerChoice::parse(&s))
@@ -752,6 +865,17 @@ fn model_backed<T>(v: &RawValue, parse: impl Fn(&RawValue) -> Option<T>) -> Opti
         return Some(None);
     }
     parse(v).map(Some)
+}
+
+/// `HOST:PORT` with a numeric port: an IP address, `[v6]`, or a host name such as `localhost`.
+fn valid_bind(s: &str) -> bool {
+    if s.parse::<std::net::SocketAddr>().is_ok() {
+        return true;
+    }
+    let Some((host, port)) = s.rsplit_once(':') else { return false };
+    port.parse::<u16>().is_ok()
+        && !host.is_empty()
+        && host.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-'))
 }
 
 fn positive(v: &RawValue) -> Option<usize> {

@@ -1,7 +1,9 @@
 //! `cosy`: the command-line front end. Parsing and error reporting only; the work is in the library.
 
+mod serve;
+
 use clap::Parser;
-use cosy::cli::{exit_code, one_line, run, Cli};
+use cosy::cli::{exit_code, one_line, run, Cli, Command};
 use tracing_subscriber::EnvFilter;
 
 fn main() {
@@ -21,10 +23,16 @@ fn main() {
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        // Colours only for a person at a terminal, never in a server's log file or a pipe.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .without_time()
         .with_target(false)
         .init();
-    if let Err(err) = run(cli) {
+    let result = match &cli.command {
+        Command::Serve(args) => cli.load_config().map_err(anyhow::Error::from).and_then(|config| serve::run(config, args.bind.clone())),
+        _ => run(cli),
+    };
+    if let Err(err) = result {
         // Once: a second Ctrl-C that ends the process meanwhile prints the same line itself.
         cosy::interrupt::print_final_line(&format!("cosy: {}", one_line(&err)));
         std::process::exit(exit_code(&err));

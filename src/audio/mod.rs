@@ -37,5 +37,5 @@ pub use play::{
 };
 pub use resample::Resampler;
 pub use wav::{
-    f32_to_i16, write_audio_atomic, write_audio_atomic_with, write_pcm16_stream, OutputFormat, WavStreamWriter,
+    encode_audio, f32_to_i16, pcm16_bytes, wav16_stream_header, write_audio_atomic, write_audio_atomic_with, write_pcm16_stream, OutputFormat, WavStreamWriter,
 };

@@ -189,6 +189,44 @@ impl<W: Write + Seek> Encoder<W> {
     }
 }
 
+/// The bytes [`write_audio_atomic`] would write for `samples` (same encoder, same header), in
+/// memory: a server's response body is then the very file `cosy file` writes.
+pub fn encode_audio(samples: &[f32], sample_rate: u32, format: OutputFormat) -> Result<Vec<u8>> {
+    let mut cursor = io::Cursor::new(Vec::with_capacity(44 + samples.len() * 2));
+    let mut encoder = Encoder::new(&mut cursor, sample_rate, format).map_err(|e| Error::io("<memory>", e))?;
+    encoder.append(samples).map_err(|e| Error::io("<memory>", e))?;
+    encoder.finish().map_err(|e| Error::io("<memory>", e))?;
+    Ok(cursor.into_inner())
+}
+
+/// Samples as little-endian int16 bytes (raw pcm), cosy's one conversion ([`f32_to_i16`]).
+pub fn pcm16_bytes(samples: &[f32]) -> Vec<u8> {
+    let mut bytes = Vec::new();
+    extend_pcm16_bytes(&mut bytes, samples);
+    bytes
+}
+
+/// The 44-byte header of a 16-bit mono WAV whose length is not known yet (a stream): the RIFF
+/// and data sizes are 0xFFFFFFFF, the convention players and decoders read as "until the end".
+pub fn wav16_stream_header(sample_rate: u32) -> [u8; 44] {
+    let mut h = [0u8; 44];
+    let mut put = |at: usize, bytes: &[u8]| h[at..at + bytes.len()].copy_from_slice(bytes);
+    put(0, b"RIFF");
+    put(4, &u32::MAX.to_le_bytes());
+    put(8, b"WAVE");
+    put(12, b"fmt ");
+    put(16, &16u32.to_le_bytes());
+    put(20, &1u16.to_le_bytes()); // PCM
+    put(22, &1u16.to_le_bytes()); // mono
+    put(24, &sample_rate.to_le_bytes());
+    put(28, &(sample_rate * 2).to_le_bytes()); // bytes per second
+    put(32, &2u16.to_le_bytes()); // block align
+    put(34, &16u16.to_le_bytes()); // bits per sample
+    put(36, b"data");
+    put(40, &u32::MAX.to_le_bytes());
+    h
+}
+
 /// Writes mono `samples` at `sample_rate` to `path` in `format`, atomically: the data goes to a
 /// temporary file in the same folder which is fsynced and renamed into place. On any error the
 /// temporary file is removed and `path` is untouched (an older file there stays as it was).
@@ -292,5 +330,33 @@ impl<W: Write + Seek> WavStreamWriter<W> {
         // `self` is partially moved from here on: commit the guard by value.
         let WavStreamWriter { file, .. } = self;
         file.commit()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn encoded_bytes_are_the_written_file() {
+        let samples: Vec<f32> = (0..5000).map(|i| ((i as f32) * 0.01).sin() * 0.8).collect();
+        let dir = tempfile::tempdir().expect("temp dir");
+        for format in [OutputFormat::Wav16, OutputFormat::WavF32, OutputFormat::Pcm16] {
+            let path = dir.path().join(format!("a.{}", format.extension()));
+            write_audio_atomic(&path, &samples, 24_000, format).expect("write");
+            let file = std::fs::read(&path).expect("read");
+            assert_eq!(encode_audio(&samples, 24_000, format).expect("encode"), file, "{format}");
+        }
+        assert_eq!(pcm16_bytes(&samples), encode_audio(&samples, 24_000, OutputFormat::Pcm16).expect("pcm"));
+    }
+
+    #[test]
+    fn stream_header_is_a_wav16_header_of_unknown_length() {
+        let file = encode_audio(&[0.5, -0.5], 24_000, OutputFormat::Wav16).expect("encode");
+        let header = wav16_stream_header(24_000);
+        // Identical to a finished file's header but for the two sizes.
+        assert_eq!(&header[8..40], &file[8..40]);
+        assert_eq!(&header[4..8], &[0xFF; 4]);
+        assert_eq!(&header[40..44], &[0xFF; 4]);
     }
 }

@@ -223,6 +223,28 @@ impl RequestHandle {
     pub fn cancel(&self) {
         self.cancel.store(true, Ordering::Relaxed);
     }
+
+    /// A token that cancels this request from elsewhere (another thread or task, while this
+    /// handle waits in [`RequestHandle::next_event`]).
+    pub fn cancel_token(&self) -> CancelToken {
+        CancelToken(self.cancel.clone())
+    }
+}
+
+/// Cancels one request ([`RequestHandle::cancel_token`]); cloneable, `Send + Sync`.
+#[derive(Debug, Clone)]
+pub struct CancelToken(Arc<AtomicBool>);
+
+impl CancelToken {
+    /// Stops the request at its next token or chunk.
+    pub fn cancel(&self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether the request was cancelled.
+    pub fn is_cancelled(&self) -> bool {
+        self.0.load(Ordering::Relaxed)
+    }
 }
 
 impl Drop for RequestHandle {

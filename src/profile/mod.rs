@@ -68,6 +68,10 @@ pub struct SpanEvent {
 #[derive(Debug)]
 struct Recorder {
     origin: Instant,
+    /// `false`: a long-running process (a server) keeps only [`Recorder::totals`], in bounded memory.
+    keep_events: bool,
+    /// Calls and nanoseconds per span name (only when `keep_events` is false).
+    totals: Mutex<BTreeMap<Cow<'static, str>, (u64, u64)>>,
     events: Mutex<Vec<SpanEvent>>,
     thread_names: Mutex<BTreeMap<u64, String>>,
 }
@@ -117,6 +121,14 @@ impl Drop for SpanGuard<'_> {
 
 impl Recorder {
     fn record(&self, name: Cow<'static, str>, start: Instant, end: Instant) {
+        if !self.keep_events {
+            let dur_ns = end.saturating_duration_since(start).as_nanos() as u64;
+            let mut totals = self.totals.lock().unwrap_or_else(|p| p.into_inner());
+            let entry = totals.entry(name).or_insert((0, 0));
+            entry.0 += 1;
+            entry.1 = entry.1.saturating_add(dur_ns);
+            return;
+        }
         let (thread, first) = thread_number();
         if first {
             let label = std::thread::current()
@@ -152,10 +164,35 @@ impl Profiler {
         Profiler {
             recorder: Some(Arc::new(Recorder {
                 origin: Instant::now(),
+                keep_events: true,
+                totals: Mutex::new(BTreeMap::new()),
                 events: Mutex::new(Vec::new()),
                 thread_names: Mutex::new(BTreeMap::new()),
             })),
         }
+    }
+
+    /// A profiler that keeps only running totals per span name (calls, seconds): bounded memory
+    /// for a process that runs for days (the server's per-stage metrics). See [`Profiler::totals`].
+    pub fn totals_only() -> Self {
+        Profiler {
+            recorder: Some(Arc::new(Recorder {
+                origin: Instant::now(),
+                keep_events: false,
+                totals: Mutex::new(BTreeMap::new()),
+                events: Mutex::new(Vec::new()),
+                thread_names: Mutex::new(BTreeMap::new()),
+            })),
+        }
+    }
+
+    /// Calls and total seconds per span name so far ([`Profiler::totals_only`]; empty otherwise).
+    pub fn totals(&self) -> Vec<(String, u64, f64)> {
+        let Some(r) = &self.recorder else {
+            return Vec::new();
+        };
+        let totals = r.totals.lock().unwrap_or_else(|p| p.into_inner());
+        totals.iter().map(|(name, &(calls, ns))| (name.to_string(), calls, ns as f64 * 1e-9)).collect()
     }
 
     pub fn is_enabled(&self) -> bool {
@@ -318,6 +355,23 @@ pub fn peak_rss_bytes() -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn totals_only_keeps_sums_not_events() {
+        let p = Profiler::totals_only();
+        for _ in 0..3 {
+            let _g = p.span("llm.decode");
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        p.time("hift", || ());
+        assert!(p.take_events().is_empty(), "no per-span events are kept");
+        let totals = p.totals();
+        let decode = totals.iter().find(|(n, _, _)| n == "llm.decode").expect("llm.decode total");
+        assert_eq!(decode.1, 3);
+        assert!(decode.2 >= 0.003, "three spans of at least 1 ms: {}", decode.2);
+        assert!(totals.iter().any(|(n, c, _)| n == "hift" && *c == 1));
+        assert!(Profiler::enabled().totals().is_empty());
+    }
 
     #[test]
     fn disabled_records_nothing() {

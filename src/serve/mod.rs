@@ -1,0 +1,510 @@
+//! `cosy serve`: one loaded model behind an OpenAI-compatible HTTP API (docs/server.md).
+//!
+//! This module belongs to the binary: the library (`cosy::engine`) knows nothing of HTTP. The
+//! server listens at once (`/health` answers while the model loads), loads the engine on a
+//! blocking thread, warms it up, and only then says yes on `/ready`. Every synthesis passes
+//! [`Admission`]: at most `server.max_concurrent` run, at most `server.max_queue` wait, the rest
+//! get 429 with Retry-After. Audio leaves as it is made; a client that goes away cancels its
+//! request (the engine stops at the next token). SIGTERM or Ctrl-C: stop accepting, let the work
+//! in flight finish within `server.shutdown_grace_s`, exit.
+
+mod encode;
+mod error;
+mod metrics;
+mod speech;
+mod voices;
+mod ws;
+
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::middleware::{from_fn_with_state, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{delete, get, post};
+use axum::Router;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tracing::Instrument;
+
+use cosy::config::Config;
+use cosy::engine::Engine;
+use cosy::profile::Profiler;
+use cosy::voice::VoiceStore;
+
+use error::ApiError;
+use metrics::Metrics;
+
+/// The model's output rate (pcm and wav responses are 24 kHz mono).
+pub const SAMPLE_RATE: u32 = 24_000;
+
+/// The id `GET /v1/models` lists. Requests may name any model: one server serves one model.
+pub const MODEL_ID: &str = "cosyvoice3";
+
+/// Shared by every handler.
+pub struct AppState {
+    pub config: Config,
+    engine: OnceLock<Arc<Engine>>,
+    profiler: Profiler,
+    ready: AtomicBool,
+    draining: AtomicBool,
+    pub admission: Admission,
+    pub metrics: Metrics,
+    pub store: VoiceStore,
+    next_id: AtomicU64,
+    /// Syntheses and WebSocket sessions not yet finished (what a shutdown waits for).
+    active: AtomicUsize,
+}
+
+/// The id of one HTTP exchange: the client's `x-request-id` when it is sane, else our own.
+#[derive(Debug, Clone)]
+pub struct RequestId(pub String);
+
+impl AppState {
+    fn new(config: Config) -> AppState {
+        let max_concurrent = config.server.max_concurrent.min(config.engine.max_in_flight).max(1);
+        if max_concurrent < config.server.max_concurrent {
+            tracing::warn!(
+                "server.max_concurrent = {} is more than engine.max_in_flight = {}; using {max_concurrent}",
+                config.server.max_concurrent,
+                config.engine.max_in_flight
+            );
+        }
+        AppState {
+            store: VoiceStore::new(&config.voices.dir),
+            admission: Admission {
+                slots: Arc::new(Semaphore::new(max_concurrent)),
+                max_concurrent,
+                waiting: AtomicUsize::new(0),
+                max_queue: config.server.max_queue,
+                retry_after: config.server.retry_after_s,
+            },
+            config,
+            engine: OnceLock::new(),
+            profiler: Profiler::totals_only(),
+            ready: AtomicBool::new(false),
+            draining: AtomicBool::new(false),
+            metrics: Metrics::new(),
+            next_id: AtomicU64::new(1),
+            active: AtomicUsize::new(0),
+        }
+    }
+
+    /// The engine, or 503 while it loads and while the server drains.
+    pub fn engine(&self) -> Result<Arc<Engine>, ApiError> {
+        if self.draining.load(Ordering::Relaxed) {
+            return Err(ApiError::unavailable("shutting_down", "the server is shutting down; retry on another replica")
+                .retry_after(self.config.server.retry_after_s));
+        }
+        match (self.engine.get(), self.ready.load(Ordering::Relaxed)) {
+            (Some(engine), true) => Ok(engine.clone()),
+            _ => Err(ApiError::unavailable("loading", "the model is still loading; retry when /ready answers 200")
+                .retry_after(self.config.server.retry_after_s.max(1))),
+        }
+    }
+
+    /// Marks one unit of work as running until the guard drops.
+    pub fn track(self: &Arc<Self>) -> ActiveGuard {
+        self.active.fetch_add(1, Ordering::SeqCst);
+        ActiveGuard(self.clone())
+    }
+
+    pub fn request_deadline(&self, started: Instant) -> tokio::time::Instant {
+        tokio::time::Instant::from_std(started + Duration::from_secs(self.config.server.request_timeout_s))
+    }
+
+    fn new_request_id(&self) -> String {
+        let n = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.subsec_nanos()).unwrap_or(0);
+        format!("req-{n:x}-{:08x}", nanos ^ std::process::id().rotate_left(16))
+    }
+
+    /// Loads the model, then warms it up (one short synthesis with the default voice).
+    fn load(&self) -> cosy::Result<()> {
+        let started = Instant::now();
+        let mut synth = cosy::pipeline::Synthesizer::load(&self.config)?;
+        synth.set_profiler(self.profiler.clone());
+        let engine = Arc::new(Engine::from_synthesizer(synth, self.config.engine.max_in_flight));
+        tracing::info!("model {} loaded in {:.1} s", self.config.model_dir.display(), started.elapsed().as_secs_f64());
+        if self.config.server.warmup {
+            self.warm_up(&engine);
+        }
+        let _ = self.engine.set(engine);
+        self.ready.store(true, Ordering::SeqCst);
+        tracing::info!("ready");
+        Ok(())
+    }
+
+    fn warm_up(&self, engine: &Engine) {
+        let started = Instant::now();
+        let voice = match self.store.default_name(self.config.voices.default.as_deref()) {
+            Ok(Some((name, _))) => match self.store.load(&name) {
+                Ok(v) => v,
+                Err(e) => {
+                    tracing::warn!("warm-up skipped: default voice {name:?}: {e}");
+                    return;
+                }
+            },
+            _ => {
+                tracing::info!("warm-up skipped: no default voice (server.warmup needs one)");
+                return;
+            }
+        };
+        let request = cosy::pipeline::Request {
+            text: "Hello.".into(),
+            voice: cosy::pipeline::Voice::Saved { voice: Arc::new(voice), instruction: None },
+            text_frontend: true,
+            speed: 1.0,
+            seed: None,
+            stream: true,
+            ignore_stop_until: None,
+        };
+        match engine.submit(request).and_then(|h| h.wait()) {
+            Ok(_) => tracing::info!("warmed up in {:.2} s", started.elapsed().as_secs_f64()),
+            Err(e) => tracing::warn!("warm-up failed (the server still starts): {e}"),
+        }
+    }
+
+    fn gauges(&self) -> metrics::Gauges {
+        let (llm, dit) = match self.engine.get() {
+            Some(e) => {
+                let (l, d) = e.synthesizer().batch_stats();
+                (Some(l), Some(d))
+            }
+            None => (None, None),
+        };
+        metrics::Gauges {
+            ready: self.ready.load(Ordering::Relaxed) && !self.draining.load(Ordering::Relaxed),
+            draining: self.draining.load(Ordering::Relaxed),
+            in_flight: self.admission.max_concurrent - self.admission.slots.available_permits().min(self.admission.max_concurrent),
+            queued: self.admission.waiting.load(Ordering::Relaxed),
+            max_concurrent: self.admission.max_concurrent,
+            max_queue: self.admission.max_queue,
+            stages: self.profiler.totals(),
+            llm,
+            dit,
+        }
+    }
+}
+
+/// Work in progress, counted for the shutdown.
+pub struct ActiveGuard(Arc<AppState>);
+
+impl Drop for ActiveGuard {
+    fn drop(&mut self) {
+        self.0.active.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// The synthesis slots and the queue in front of them.
+pub struct Admission {
+    slots: Arc<Semaphore>,
+    max_concurrent: usize,
+    waiting: AtomicUsize,
+    max_queue: usize,
+    retry_after: u64,
+}
+
+/// A synthesis slot; released when the engine's work for it has ended.
+pub struct Slot {
+    _permit: OwnedSemaphorePermit,
+    _active: ActiveGuard,
+}
+
+struct Waiting<'a>(&'a AtomicUsize);
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+impl AppState {
+    /// A free slot now, or a place in the queue until one frees (or the deadline passes); 429
+    /// with Retry-After when the slots and the queue are full.
+    pub async fn admit(self: &Arc<Self>, deadline: tokio::time::Instant) -> Result<Slot, ApiError> {
+        let a = &self.admission;
+        if let Ok(permit) = a.slots.clone().try_acquire_owned() {
+            return Ok(Slot { _permit: permit, _active: self.track() });
+        }
+        if a.waiting.fetch_add(1, Ordering::SeqCst) >= a.max_queue {
+            a.waiting.fetch_sub(1, Ordering::SeqCst);
+            self.metrics.rejected.fetch_add(1, Ordering::Relaxed);
+            return Err(ApiError::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                "server_busy",
+                format!(
+                    "the server is busy: {} requests are synthesising and {} waiting (server.max_concurrent, server.max_queue); retry after {} s",
+                    a.max_concurrent, a.max_queue, a.retry_after
+                ),
+            )
+            .retry_after(a.retry_after));
+        }
+        let _waiting = Waiting(&a.waiting);
+        match tokio::time::timeout_at(deadline, a.slots.clone().acquire_owned()).await {
+            Ok(Ok(permit)) => Ok(Slot { _permit: permit, _active: self.track() }),
+            Ok(Err(_)) => Err(ApiError::unavailable("shutting_down", "the server is shutting down")),
+            Err(_) => {
+                self.metrics.timeouts.fetch_add(1, Ordering::Relaxed);
+                Err(ApiError::timeout(self.config.server.request_timeout_s))
+            }
+        }
+    }
+}
+
+/// `cosy serve`: runs until SIGTERM or Ctrl-C and the drain that follows.
+pub fn run(mut config: Config, bind: Option<String>) -> anyhow::Result<()> {
+    if let Some(b) = bind {
+        config.set("server.bind", &cosy::config::RawValue::Text(b), &cosy::config::Origin::Flag("--bind".into()), None)?;
+    }
+    VoiceStore::new(&config.voices.dir).check_dir()?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("serve")
+        .build()
+        .map_err(|e| anyhow::anyhow!("cannot start the server's runtime: {e}"))?;
+    let result = runtime.block_on(serve(config));
+    // Requests still running after the grace period are abandoned with the process.
+    runtime.shutdown_timeout(Duration::from_millis(200));
+    result
+}
+
+async fn serve(config: Config) -> anyhow::Result<()> {
+    let bind = config.server.bind.clone();
+    let listener = tokio::net::TcpListener::bind(&bind).await.map_err(|e| {
+        cosy::Error::Config(format!("server.bind {bind}: cannot listen there ({e}); pick a free port or another address"))
+    })?;
+    let addr = listener.local_addr()?;
+    let state = Arc::new(AppState::new(config));
+    if state.config.server.api_key.is_none() && !addr.ip().is_loopback() {
+        tracing::warn!("listening on {addr} without server.api_key: anyone who reaches this port can use the API");
+    }
+    // One line on stderr whatever the log level: scripts and tests read the port from it.
+    eprintln!("cosy serve: listening on http://{addr}");
+
+    let (loaded_tx, loaded_rx) = tokio::sync::oneshot::channel();
+    let loader = state.clone();
+    tokio::task::spawn_blocking(move || {
+        let _ = loaded_tx.send(loader.load());
+    });
+
+    let app = router(state.clone());
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let drain_state = state.clone();
+    let server = axum::serve(listener, app).with_graceful_shutdown(async move {
+        let mut rx = stop_rx;
+        let _ = rx.wait_for(|stop| *stop).await;
+        drain_state.draining.store(true, Ordering::SeqCst);
+    });
+    let server = tokio::spawn(async move { server.await });
+
+    let mut loaded_rx = loaded_rx;
+    let load_failed = tokio::select! {
+        _ = shutdown_signal() => None,
+        loaded = &mut loaded_rx => match loaded {
+            Ok(Err(e)) => Some(e),
+            _ => { shutdown_signal().await; None }
+        },
+    };
+    if let Some(e) = load_failed {
+        return Err(e.into());
+    }
+    tracing::info!("shutting down: no new connections; waiting for the work in flight (at most {} s)", state.config.server.shutdown_grace_s);
+    state.draining.store(true, Ordering::SeqCst);
+    let _ = stop_tx.send(true);
+    let deadline = Instant::now() + Duration::from_secs(state.config.server.shutdown_grace_s);
+    // HTTP connections end first (axum waits for them), then WebSocket sessions and the engine
+    // work they started.
+    let _ = tokio::time::timeout_at(tokio::time::Instant::from_std(deadline), server).await;
+    while state.active.load(Ordering::SeqCst) > 0 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let left = state.active.load(Ordering::SeqCst);
+    if left > 0 {
+        anyhow::bail!(
+            "shutdown: {left} request(s) still running after server.shutdown_grace_s = {} s; stopped them",
+            state.config.server.shutdown_grace_s
+        );
+    }
+    tracing::info!("stopped");
+    Ok(())
+}
+
+/// SIGTERM (what Kubernetes sends) or SIGINT (Ctrl-C).
+async fn shutdown_signal() {
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term => {}
+    }
+}
+
+fn router(state: Arc<AppState>) -> Router {
+    let api = Router::new()
+        .route("/v1/audio/speech", post(speech::handle))
+        .route("/v1/audio/speech/stream", get(ws::handle))
+        .route("/v1/audio/voices", get(voices::list).post(voices::create))
+        .route("/v1/audio/voices/{name}", delete(voices::remove))
+        .route("/v1/models", get(models))
+        .route_layer(from_fn_with_state(state.clone(), authorize));
+    Router::new()
+        .route("/health", get(health))
+        .route("/ready", get(ready))
+        .route("/metrics", get(metrics_page))
+        .merge(api)
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        // Bodies are read with server.max_body_bytes by the handlers themselves (a clear 413).
+        .layer(DefaultBodyLimit::max(state.config.server.max_body_bytes))
+        .layer(from_fn_with_state(state.clone(), request_context))
+        .with_state(state)
+}
+
+/// The route a path belongs to, for metrics (bounded label values).
+fn route_label(path: &str) -> &'static str {
+    match path {
+        "/health" => "/health",
+        "/ready" => "/ready",
+        "/metrics" => "/metrics",
+        "/v1/audio/speech" => "/v1/audio/speech",
+        "/v1/audio/speech/stream" => "/v1/audio/speech/stream",
+        "/v1/audio/voices" => "/v1/audio/voices",
+        "/v1/models" => "/v1/models",
+        p if p.starts_with("/v1/audio/voices/") => "/v1/audio/voices/{name}",
+        _ => "other",
+    }
+}
+
+/// Request id, access log and the per-route counters, around every exchange.
+async fn request_context(State(state): State<Arc<AppState>>, mut req: Request, next: Next) -> Response {
+    let id = req
+        .headers()
+        .get("x-request-id")
+        .and_then(|v| v.to_str().ok())
+        .filter(|v| !v.is_empty() && v.len() <= 64 && v.chars().all(|c| c.is_ascii_alphanumeric() || "-_.:".contains(c)))
+        .map(str::to_string)
+        .unwrap_or_else(|| state.new_request_id());
+    req.extensions_mut().insert(RequestId(id.clone()));
+    let route = route_label(req.uri().path());
+    let method = req.method().clone();
+    let started = Instant::now();
+    let span = tracing::info_span!("request", id = %id);
+    let mut response = next.run(req).instrument(span.clone()).await;
+    let status = response.status().as_u16();
+    state.metrics.count_request(route, status);
+    if let Ok(v) = HeaderValue::from_str(&id) {
+        response.headers_mut().insert("x-request-id", v);
+    }
+    if route != "/health" && route != "/ready" && route != "/metrics" {
+        span.in_scope(|| {
+            tracing::info!("{method} {route} {status} in {:.1} ms (headers)", started.elapsed().as_secs_f64() * 1e3)
+        });
+    }
+    response
+}
+
+/// `Authorization: Bearer KEY` when `server.api_key` is set, compared in constant time.
+async fn authorize(State(state): State<Arc<AppState>>, req: Request, next: Next) -> Response {
+    let Some(key) = &state.config.server.api_key else {
+        return next.run(req).await;
+    };
+    let given = req.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).map(str::trim);
+    let token = given.and_then(|v| {
+        let (scheme, token) = v.split_once(' ')?;
+        scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
+    });
+    match token {
+        None => ApiError::new(
+            StatusCode::UNAUTHORIZED,
+            "missing_api_key",
+            "this server needs an API key: send the header `Authorization: Bearer KEY` (server.api_key)",
+        )
+        .into_response(),
+        Some(t) if !same_secret(t.as_bytes(), key.as_bytes()) => {
+            ApiError::new(StatusCode::UNAUTHORIZED, "invalid_api_key", "the API key is not valid for this server").into_response()
+        }
+        Some(_) => next.run(req).await,
+    }
+}
+
+/// Compares two secrets without leaking where they differ or how long the right one is: both
+/// are hashed (fixed length), then every byte of the digests is compared.
+fn same_secret(given: &[u8], expected: &[u8]) -> bool {
+    use sha2::{Digest, Sha256};
+    let a = Sha256::digest(given);
+    let b = Sha256::digest(expected);
+    let diff = a.iter().zip(b.iter()).fold(0u8, |acc, (x, y)| acc | (x ^ y));
+    std::hint::black_box(diff) == 0
+}
+
+async fn health() -> Response {
+    axum::Json(serde_json::json!({ "status": "ok" })).into_response()
+}
+
+async fn ready(State(state): State<Arc<AppState>>) -> Response {
+    match state.engine() {
+        Ok(_) => axum::Json(serde_json::json!({ "status": "ready" })).into_response(),
+        Err(e) => e.into_response(),
+    }
+}
+
+async fn metrics_page(State(state): State<Arc<AppState>>) -> Response {
+    let body = state.metrics.render(&state.gauges());
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], body).into_response()
+}
+
+async fn models() -> Response {
+    axum::Json(serde_json::json!({
+        "object": "list",
+        "data": [{ "id": MODEL_ID, "object": "model", "owned_by": "cosy" }],
+    }))
+    .into_response()
+}
+
+async fn not_found(req: Request) -> Response {
+    ApiError::not_found(
+        "unknown_route",
+        format!(
+            "no such endpoint: {} {}; the API is POST /v1/audio/speech, GET /v1/audio/speech/stream (WebSocket), \
+             GET|POST /v1/audio/voices, DELETE /v1/audio/voices/NAME, GET /v1/models, /health, /ready, /metrics",
+            req.method(),
+            req.uri().path()
+        ),
+    )
+    .into_response()
+}
+
+async fn method_not_allowed(req: Request) -> Response {
+    ApiError::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "method_not_allowed",
+        format!("{} is not allowed on {}", req.method(), req.uri().path()),
+    )
+    .into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn secrets_compare_by_content() {
+        assert!(same_secret(b"abc", b"abc"));
+        assert!(!same_secret(b"abc", b"abd"));
+        assert!(!same_secret(b"ab", b"abc"));
+        assert!(!same_secret(b"", b"abc"));
+    }
+
+    #[test]
+    fn routes_are_bounded_labels() {
+        assert_eq!(route_label("/v1/audio/voices/x"), "/v1/audio/voices/{name}");
+        assert_eq!(route_label("/etc/passwd"), "other");
+    }
+}

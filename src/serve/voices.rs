@@ -1,0 +1,204 @@
+//! Saved voices over HTTP: the same files as `cosy voice add|list|rm` (the voices folder, which
+//! replicas may share on one volume).
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::extract::{FromRequest, Multipart, Path, Request, State};
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+
+use super::error::ApiError;
+use super::speech::{check_declared_length, decode_data_url, parse_json, read_body, too_large};
+use super::AppState;
+
+/// `GET /v1/audio/voices`
+pub async fn list(State(state): State<Arc<AppState>>) -> Response {
+    let st = state.clone();
+    let listed = tokio::task::spawn_blocking(move || -> Result<serde_json::Value, ApiError> {
+        let store = &st.store;
+        let names = store.names().map_err(|e| ApiError::internal(e.to_string()))?;
+        let default = store.default_name(st.config.voices.default.as_deref()).ok().flatten().map(|(n, _)| n);
+        let key = st.engine.get().map(|e| e.synthesizer().voice_key().to_string());
+        let data: Vec<serde_json::Value> = names
+            .iter()
+            .map(|name| match store.load(name) {
+                Ok(v) => serde_json::json!({
+                    "name": name,
+                    "transcript": v.transcript,
+                    "seconds": v.speech_token.len() as f64 / 25.0,
+                    "created": v.created,
+                    "default": default.as_deref() == Some(name.as_str()),
+                    "usable": key.as_deref().map(|k| k == v.model_key),
+                }),
+                Err(e) => serde_json::json!({ "name": name, "usable": false, "error": e.to_string() }),
+            })
+            .collect();
+        Ok(serde_json::json!({ "object": "list", "voices": names, "default": default, "data": data }))
+    })
+    .await;
+    match listed {
+        Ok(Ok(v)) => axum::Json(v).into_response(),
+        Ok(Err(e)) => e.into_response(),
+        Err(e) => ApiError::internal(e.to_string()).into_response(),
+    }
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct VoiceForm {
+    name: Option<String>,
+    /// What the recording says (vLLM-Omni's name; `transcript` and `text` are accepted too).
+    #[serde(alias = "transcript", alias = "text")]
+    ref_text: Option<String>,
+    /// JSON only: the recording as a base64 data URL.
+    #[serde(alias = "audio_sample")]
+    ref_audio: Option<String>,
+    /// Make it the voices folder's default voice.
+    default: Option<bool>,
+    /// Replace a voice of the same name.
+    overwrite: Option<bool>,
+}
+
+/// `POST /v1/audio/voices`: multipart (`audio_sample` file, `name`, `ref_text`) or JSON with
+/// `ref_audio` as a data URL. 201 with the voice; 409 when the name is taken (unless overwrite).
+pub async fn create(State(state): State<Arc<AppState>>, req: Request) -> Response {
+    match create_voice(&state, req).await {
+        Ok(r) => r,
+        Err(e) => e.into_response(),
+    }
+}
+
+async fn create_voice(state: &Arc<AppState>, req: Request) -> Result<Response, ApiError> {
+    let engine = state.engine()?;
+    let limit = state.config.server.max_body_bytes;
+    check_declared_length(req.headers(), limit)?;
+    let content_type = req.headers().get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("").to_ascii_lowercase();
+    let (form, upload) = if content_type.starts_with("multipart/form-data") {
+        let mut multipart = Multipart::from_request(req, state)
+            .await
+            .map_err(|e| ApiError::bad_request("invalid_multipart", format!("multipart body: {}", e.body_text())))?;
+        let mut fields = serde_json::Map::new();
+        let mut upload = None;
+        while let Some(field) = multipart.next_field().await.map_err(|e| multipart_error(e, limit))? {
+            let name = field.name().unwrap_or("").to_string();
+            let is_file = field.file_name().is_some();
+            let bytes = field.bytes().await.map_err(|e| multipart_error(e, limit))?;
+            if is_file || matches!(name.as_str(), "audio_sample" | "audio" | "file") {
+                upload = Some(bytes.to_vec());
+                continue;
+            }
+            let text = String::from_utf8(bytes.to_vec())
+                .map_err(|_| ApiError::bad_request("invalid_multipart", format!("field {name:?} is not UTF-8 text")))?;
+            let value = match name.as_str() {
+                "default" | "overwrite" => serde_json::Value::from(matches!(text.trim().to_ascii_lowercase().as_str(), "true" | "1" | "yes")),
+                _ => serde_json::Value::from(text),
+            };
+            fields.insert(name, value);
+        }
+        let form: VoiceForm = serde_json::from_value(serde_json::Value::Object(fields))
+            .map_err(|e| ApiError::bad_request("invalid_multipart", format!("the voice form is not valid: {e}")))?;
+        (form, upload)
+    } else if content_type.is_empty() || content_type.starts_with("application/json") {
+        let bytes = read_body(req.into_body(), limit).await?;
+        let form: VoiceForm = parse_json(&bytes)?;
+        let upload = form.ref_audio.as_deref().map(decode_data_url).transpose()?;
+        (form, upload)
+    } else {
+        return Err(ApiError::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "unsupported_media_type",
+            format!("Content-Type {content_type:?}: send multipart/form-data (audio_sample, name, ref_text) or application/json"),
+        ));
+    };
+    let Some(name) = form.name.filter(|n| !n.is_empty()) else {
+        return Err(ApiError::bad_request("missing_name", "the voice's `name` is missing").param("name"));
+    };
+    cosy::voice::check_name(&name).map_err(|e| ApiError::bad_request("invalid_voice_name", e.to_string()).param("name"))?;
+    if name == "default" {
+        return Err(ApiError::bad_request(
+            "invalid_voice_name",
+            "\"default\" names the default voice in requests; pick another name and pass default=true",
+        )
+        .param("name"));
+    }
+    let Some(transcript) = form.ref_text.filter(|t| !t.trim().is_empty()) else {
+        return Err(ApiError::bad_request("missing_ref_text", "`ref_text` (what the recording says) is missing or empty").param("ref_text"));
+    };
+    if transcript.chars().count() > state.config.limits.max_text_chars {
+        return Err(ApiError::bad_request("text_too_long", "ref_text is longer than limits.max_text_chars").param("ref_text"));
+    }
+    let Some(bytes) = upload else {
+        return Err(ApiError::bad_request("missing_audio", "the recording is missing: send it as the multipart file `audio_sample`")
+            .param("audio_sample"));
+    };
+    let overwrite = form.overwrite.unwrap_or(false);
+    let make_default = form.default.unwrap_or(false);
+    if state.store.path_of(&name).exists() && !overwrite {
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "voice_exists",
+            format!("voice {name:?} already exists; DELETE /v1/audio/voices/{name} first, or send overwrite=true"),
+        )
+        .param("name"));
+    }
+    let deadline = state.request_deadline(Instant::now());
+    let slot = state.admit(deadline).await?;
+    let st = state.clone();
+    let made = tokio::task::spawn_blocking(move || -> Result<serde_json::Value, ApiError> {
+        let _slot = slot;
+        let label = PathBuf::from("audio_sample");
+        let audio = cosy::frontend::audio::decode_bytes(&label, bytes)
+            .map_err(|e| ApiError::bad_request("invalid_audio", e.to_string()).param("audio_sample"))?;
+        cosy::frontend::audio::check_length(&audio, &label, cosy::frontend::audio::MAX_TOKENIZER_SECONDS)
+            .map_err(|e| ApiError::bad_request("invalid_audio", e.to_string()).param("audio_sample"))?;
+        let voice = engine.synthesizer().make_voice_from(&name, &audio, &label, &transcript).map_err(ApiError::from_engine)?;
+        st.store.save(&voice, overwrite).map_err(|e| match e {
+            cosy::Error::Input(m) if m.contains("already exists") => ApiError::new(StatusCode::CONFLICT, "voice_exists", m).param("name"),
+            other => ApiError::internal(other.to_string()),
+        })?;
+        if make_default {
+            st.store.set_default(&name).map_err(|e| ApiError::internal(e.to_string()))?;
+        }
+        tracing::info!("saved voice {name} ({} prompt tokens)", voice.speech_token.len());
+        Ok(serde_json::json!({
+            "name": name,
+            "transcript": voice.transcript,
+            "seconds": voice.speech_token.len() as f64 / 25.0,
+            "created": voice.created,
+            "default": make_default,
+        }))
+    })
+    .await
+    .map_err(|e| ApiError::internal(e.to_string()))??;
+    Ok((StatusCode::CREATED, axum::Json(made)).into_response())
+}
+
+fn multipart_error(e: axum::extract::multipart::MultipartError, limit: usize) -> ApiError {
+    if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
+        return too_large(limit);
+    }
+    ApiError::bad_request("invalid_multipart", format!("multipart body: {}", e.body_text()))
+}
+
+/// `DELETE /v1/audio/voices/{name}`
+pub async fn remove(State(state): State<Arc<AppState>>, Path(name): Path<String>) -> Response {
+    let removed = (|| -> Result<serde_json::Value, ApiError> {
+        cosy::voice::check_name(&name).map_err(|e| ApiError::bad_request("invalid_voice_name", e.to_string()))?;
+        if !state.store.path_of(&name).is_file() {
+            return Err(ApiError::not_found("voice_not_found", format!("voice {name:?} not found")));
+        }
+        state.store.remove(&name).map_err(|e| ApiError::internal(e.to_string()))?;
+        if state.store.folder_default().ok().flatten().as_deref() == Some(name.as_str()) {
+            state.store.clear_default().map_err(|e| ApiError::internal(e.to_string()))?;
+        }
+        tracing::info!("removed voice {name}");
+        Ok(serde_json::json!({ "name": name, "deleted": true }))
+    })();
+    match removed {
+        Ok(v) => axum::Json(v).into_response(),
+        Err(e) => e.into_response(),
+    }
+}

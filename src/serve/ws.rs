@@ -1,0 +1,322 @@
+//! `GET /v1/audio/speech/stream`: a WebSocket session (vLLM-Omni's message names).
+//!
+//! Client → server (text frames, JSON): `{"type": "session.config", ...}` first (the speech
+//! request's fields but `input`: `voice`, `ref_audio`, `ref_text`, `instructions`, `seed`,
+//! `response_format` = "pcm"), then `{"type": "input.text", "text": "..."}` pieces, then
+//! `{"type": "input.done"}`; `{"type": "session.close"}` ends the session at once.
+//!
+//! Server → client: `session.created`; for each text segment `audio.start`, binary frames of
+//! s16le 24 kHz mono PCM as they are made, `audio.done`; after `input.done` and the last segment
+//! `session.done`, then the socket closes. Errors: `{"type": "error", "error": {...}}`, then close.
+//!
+//! Text is spoken segment by segment: a segment ends at settled sentence punctuation (`.`, `!`,
+//! `?`, `;` followed by a space or line break; `。！？；` and line breaks at once), or at
+//! `input.done`. Segments run one after another, each a streaming engine request.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade};
+use axum::extract::State;
+use axum::response::Response;
+use axum::Extension;
+use futures_util::{SinkExt, StreamExt};
+use serde::Deserialize;
+use tokio::sync::mpsc;
+
+use super::error::ApiError;
+use super::speech::{check_text, decode_data_url, resolve_voice, voice_name, Finish, Running, VoiceSpec};
+use super::{AppState, RequestId, SAMPLE_RATE};
+
+pub async fn handle(
+    State(state): State<Arc<AppState>>,
+    Extension(id): Extension<RequestId>,
+    upgrade: WebSocketUpgrade,
+) -> Response {
+    if let Err(e) = state.engine() {
+        return axum::response::IntoResponse::into_response(e);
+    }
+    let limit = state.config.server.max_body_bytes;
+    upgrade
+        .max_message_size(limit)
+        .max_frame_size(limit)
+        .on_upgrade(move |socket| async move {
+            let _active = state.track();
+            session(socket, state, id.0).await;
+        })
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(tag = "type")]
+enum ClientMessage {
+    #[serde(rename = "session.config")]
+    Config(SessionConfig),
+    #[serde(rename = "input.text")]
+    Text { text: String },
+    #[serde(rename = "input.done")]
+    Done,
+    #[serde(rename = "session.close")]
+    Close,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SessionConfig {
+    model: Option<String>,
+    voice: Option<serde_json::Value>,
+    response_format: Option<String>,
+    ref_audio: Option<String>,
+    ref_text: Option<String>,
+    instructions: Option<String>,
+    seed: Option<u64>,
+}
+
+fn event(value: serde_json::Value) -> Message {
+    Message::Text(value.to_string().into())
+}
+
+fn error_event(e: &ApiError) -> Message {
+    let mut body = e.body();
+    body["type"] = serde_json::Value::from("error");
+    event(body)
+}
+
+/// Where the last settled sentence end in `text` is (byte index just past it), if any.
+pub fn settled_end(text: &str) -> Option<usize> {
+    let mut end = None;
+    let mut chars = text.char_indices().peekable();
+    while let Some((i, c)) = chars.next() {
+        let after = i + c.len_utf8();
+        match c {
+            '。' | '！' | '？' | '；' | '\n' => end = Some(after),
+            '.' | '!' | '?' | ';' => {
+                if chars.peek().is_some_and(|(_, n)| n.is_whitespace()) {
+                    end = Some(after);
+                }
+            }
+            _ => {}
+        }
+    }
+    end
+}
+
+async fn session(socket: WebSocket, state: Arc<AppState>, id: String) {
+    let (mut sink, mut source) = socket.split();
+    // Client messages arrive on their own task, so audio can flow while text comes in.
+    let (client_tx, mut client_rx) = mpsc::channel::<Result<ClientMessage, ApiError>>(64);
+    let reader = tokio::spawn(async move {
+        while let Some(message) = source.next().await {
+            let parsed = match message {
+                Ok(Message::Text(text)) => serde_json::from_str::<ClientMessage>(text.as_str()).map_err(|e| {
+                    ApiError::bad_request(
+                        "invalid_message",
+                        format!("message is not a valid session message ({e}); send session.config, input.text, input.done or session.close"),
+                    )
+                }),
+                Ok(Message::Binary(_)) => Err(ApiError::bad_request("invalid_message", "binary messages are not accepted; send JSON text messages")),
+                Ok(Message::Close(_)) | Err(_) => break,
+                Ok(_) => continue,
+            };
+            let fatal = parsed.is_err();
+            if client_tx.send(parsed).await.is_err() || fatal {
+                break;
+            }
+        }
+    });
+    let result = run_session(&mut sink, &mut client_rx, &state, &id).await;
+    if let Err(e) = &result {
+        tracing::info!(request = %id, "session ended: {} {}", e.status.as_u16(), e.message);
+        let _ = sink.send(error_event(e)).await;
+    }
+    let code = match &result {
+        Ok(()) => 1000,
+        Err(e) if e.status.is_client_error() => 1008,
+        Err(_) => 1011,
+    };
+    let _ = sink.send(Message::Close(Some(CloseFrame { code, reason: "".into() }))).await;
+    reader.abort();
+}
+
+type Sink = futures_util::stream::SplitSink<WebSocket, Message>;
+
+async fn send(sink: &mut Sink, message: Message) -> Result<(), ApiError> {
+    sink.send(message).await.map_err(|_| ApiError::bad_request("client_gone", "the client closed the connection"))
+}
+
+async fn run_session(
+    sink: &mut Sink,
+    client: &mut mpsc::Receiver<Result<ClientMessage, ApiError>>,
+    state: &Arc<AppState>,
+    id: &str,
+) -> Result<(), ApiError> {
+    let idle = Duration::from_secs(state.config.server.request_timeout_s);
+    let max_chars = state.config.limits.max_text_chars;
+    // 1. The configuration.
+    let config = match tokio::time::timeout(idle, client.recv()).await {
+        Ok(Some(Ok(ClientMessage::Config(c)))) => c,
+        Ok(Some(Ok(_))) => {
+            return Err(ApiError::bad_request("missing_config", "send {\"type\": \"session.config\", ...} first"));
+        }
+        Ok(Some(Err(e))) => return Err(e),
+        Ok(None) => return Ok(()),
+        Err(_) => return Err(ApiError::timeout(state.config.server.request_timeout_s)),
+    };
+    let _ = config.model;
+    match config.response_format.as_deref().map(str::trim) {
+        None | Some("pcm") => {}
+        Some(other) => {
+            return Err(ApiError::bad_request(
+                "unsupported_response_format",
+                format!("response_format {other:?}: the WebSocket sends pcm (s16le mono 24 kHz) only"),
+            )
+            .param("response_format"))
+        }
+    }
+    if config.ref_text.is_some() && config.instructions.is_some() {
+        return Err(ApiError::bad_request("conflicting_fields", "give ref_text or instructions, not both"));
+    }
+    let spec = match &config.ref_audio {
+        Some(data) => VoiceSpec::Recording {
+            bytes: decode_data_url(data)?,
+            ref_text: config.ref_text.clone(),
+            instructions: config.instructions.clone(),
+        },
+        None if config.ref_text.is_some() => {
+            return Err(ApiError::bad_request("missing_ref_audio", "ref_text describes ref_audio, which is missing"))
+        }
+        None => VoiceSpec::Saved { name: voice_name(config.voice.clone())?, instructions: config.instructions.clone() },
+    };
+    let voice = resolve_voice(state, &spec).await?;
+    send(sink, event(serde_json::json!({ "type": "session.created", "request_id": id, "sample_rate": SAMPLE_RATE, "format": "pcm" }))).await?;
+
+    // 2. Text in, audio out.
+    let mut buffer = String::new();
+    let mut received_chars = 0usize;
+    let mut segments: VecDeque<String> = VecDeque::new();
+    let mut input_done = false;
+    let mut current: Option<(Running, usize, usize, Finish)> = None; // (request, segment, samples, bookkeeping)
+    let mut segment_count = 0usize;
+    let mut total_samples = 0usize;
+    let mut last_message = Instant::now();
+    loop {
+        if current.is_none() {
+            if let Some(text) = segments.pop_front() {
+                let engine = state.engine()?;
+                let started = Instant::now();
+                let deadline = state.request_deadline(started);
+                let slot = state.admit(deadline).await?;
+                let request = cosy::pipeline::Request {
+                    text: text.clone(),
+                    voice: voice.clone(),
+                    text_frontend: true,
+                    speed: 1.0,
+                    seed: config.seed,
+                    stream: true,
+                    ignore_stop_until: None,
+                };
+                let running = super::speech::start(state, &engine, request, slot)?;
+                send(sink, event(serde_json::json!({ "type": "audio.start", "segment": segment_count, "text": text }))).await?;
+                let finish = Finish { state: state.clone(), started, ttfb: 0.0, id: id.to_string() };
+                current = Some((running, segment_count, 0, finish));
+                segment_count += 1;
+            } else if input_done {
+                send(
+                    sink,
+                    event(serde_json::json!({
+                        "type": "session.done",
+                        "segments": segment_count,
+                        "audio_seconds": total_samples as f64 / f64::from(SAMPLE_RATE),
+                    })),
+                )
+                .await?;
+                return Ok(());
+            }
+        }
+        let deadline = tokio::time::Instant::from_std(last_message + idle);
+        tokio::select! {
+            message = client.recv(), if !input_done => {
+                last_message = Instant::now();
+                match message {
+                    None | Some(Ok(ClientMessage::Close)) => return Ok(()),
+                    Some(Err(e)) => return Err(e),
+                    Some(Ok(ClientMessage::Config(_))) => {
+                        return Err(ApiError::bad_request("invalid_message", "session.config may be sent once, first"));
+                    }
+                    Some(Ok(ClientMessage::Text { text })) => {
+                        received_chars += text.chars().count();
+                        if received_chars > max_chars {
+                            return Err(ApiError::bad_request(
+                                "text_too_long",
+                                format!("the session's text is longer than limits.max_text_chars = {max_chars}; open a new session"),
+                            ));
+                        }
+                        buffer.push_str(&text);
+                        if let Some(end) = settled_end(&buffer) {
+                            let settled: String = buffer.drain(..end).collect();
+                            // Text with nothing to say (only punctuation) joins the next segment.
+                            if cosy::pipeline::check_speakable(&settled).is_ok() {
+                                segments.push_back(settled);
+                            } else {
+                                buffer.insert_str(0, &settled);
+                            }
+                        }
+                    }
+                    Some(Ok(ClientMessage::Done)) => {
+                        input_done = true;
+                        let rest = std::mem::take(&mut buffer);
+                        if cosy::pipeline::check_speakable(&rest).is_ok() {
+                            segments.push_back(rest);
+                        } else if segment_count == 0 && segments.is_empty() {
+                            check_text(&rest, max_chars)?;
+                        }
+                    }
+                }
+            }
+            chunk = async {
+                match current.as_mut() {
+                    Some((running, ..)) => running.next_or_done(state.request_deadline(Instant::now())).await,
+                    None => std::future::pending().await,
+                }
+            } => {
+                match chunk? {
+                    Some(samples) => {
+                        if let Some((_, _, count, finish)) = current.as_mut() {
+                            if *count == 0 {
+                                finish.ttfb = finish.started.elapsed().as_secs_f64();
+                                state.metrics.ttfb.observe(finish.ttfb);
+                            }
+                            *count += samples.len();
+                        }
+                        total_samples += samples.len();
+                        send(sink, Message::Binary(cosy::audio::pcm16_bytes(&samples).into())).await?;
+                    }
+                    None => {
+                        if let Some((_, segment, samples, finish)) = current.take() {
+                            finish.done(samples);
+                            send(sink, event(serde_json::json!({ "type": "audio.done", "segment": segment, "samples": samples }))).await?;
+                        }
+                    }
+                }
+            }
+            _ = tokio::time::sleep_until(deadline), if current.is_none() && !input_done => {
+                return Err(ApiError::timeout(state.config.server.request_timeout_s));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::settled_end;
+
+    #[test]
+    fn sentences_settle_at_punctuation_and_space() {
+        assert_eq!(settled_end("Hello world"), None);
+        assert_eq!(settled_end("Hello world."), None, "a final '.' may still be a decimal point");
+        assert_eq!(settled_end("Hello. Wor"), Some(6));
+        assert_eq!(settled_end("It costs 3.5 dollars! And"), Some(21));
+        assert_eq!(settled_end("你好。世界"), Some("你好。".len()));
+        assert_eq!(settled_end("line one\nline"), Some(9));
+    }
+}
