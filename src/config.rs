@@ -514,7 +514,10 @@ impl Config {
         let known_env: Vec<&str> = ENV_VARS.iter().map(|(v, _)| *v).chain([CONFIG_ENV]).collect();
         for (name, value) in &opts.env {
             // A misspelt variable would otherwise be ignored without a word.
-            if name.starts_with("COSY_") && !known_env.contains(&name.as_str()) && !IGNORED_ENV.contains(&name.as_str())
+            if name.starts_with("COSY_")
+                && !known_env.contains(&name.as_str())
+                && !IGNORED_ENV.contains(&name.as_str())
+                && !is_service_link(name)
             {
                 return Err(Error::Config(format!(
                     "environment {name}={value:?}: unknown variable; known: {}",
@@ -867,6 +870,14 @@ fn model_backed<T>(v: &RawValue, parse: impl Fn(&RawValue) -> Option<T>) -> Opti
     parse(v).map(Some)
 }
 
+/// Variables a platform sets for a service named `cosy` (Kubernetes service links, Docker
+/// links): `COSY_SERVICE_HOST`, `COSY_SERVICE_PORT_HTTP`, `COSY_PORT`, `COSY_PORT_80_TCP_ADDR`, …
+/// They are not ours and must not stop a server from starting.
+fn is_service_link(name: &str) -> bool {
+    let rest = &name["COSY_".len()..];
+    rest.starts_with("SERVICE_HOST") || rest.starts_with("SERVICE_PORT") || rest == "PORT" || rest.starts_with("PORT_")
+}
+
 /// `HOST:PORT` with a numeric port: an IP address, `[v6]`, or a host name such as `localhost`.
 fn valid_bind(s: &str) -> bool {
     if s.parse::<std::net::SocketAddr>().is_ok() {
@@ -914,6 +925,21 @@ fn providers_of(v: &RawValue) -> Option<Vec<ProviderKind>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn service_link_variables_are_not_config() {
+        for v in ["COSY_SERVICE_HOST", "COSY_SERVICE_PORT", "COSY_SERVICE_PORT_HTTP", "COSY_PORT", "COSY_PORT_80_TCP_ADDR"] {
+            assert!(is_service_link(v), "{v}");
+        }
+        for v in ["COSY_PORTS", "COSY_MODEL", "COSY_SERVICE"] {
+            assert!(!is_service_link(v), "{v}");
+        }
+        let mut opts = LoadOptions::default();
+        opts.env = vec![("COSY_SERVICE_HOST".into(), "10.0.0.1".into()), ("COSY_PORT".into(), "tcp://10.0.0.1:80".into())];
+        assert!(Config::load(&opts).is_ok());
+        opts.env = vec![("COSY_MODLE".into(), "x".into())];
+        assert!(Config::load(&opts).is_err(), "a misspelt variable is still refused");
+    }
 
     #[test]
     fn providers_parse_lists_and_refuse_repeats() {

@@ -380,7 +380,12 @@ impl VoiceStore {
         self.create_dir()?;
         static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         let seq = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let tmp = self.dir.join(format!(".{}.{VOICE_EXTENSION}.tmp{}.{seq}", voice.name, std::process::id()));
+        // Unique across processes that share the folder: in containers every replica's process
+        // id is 1, so the time and the host name are part of it too.
+        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+        let host: String = host.trim().chars().filter(|c| c.is_ascii_alphanumeric() || *c == '-').take(32).collect();
+        let tmp = self.dir.join(format!(".{}.{VOICE_EXTENSION}.tmp{}.{host}.{nanos:x}.{seq}", voice.name, std::process::id()));
         let result = (|| {
             use std::io::Write;
             let mut f = std::fs::OpenOptions::new()

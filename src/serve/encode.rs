@@ -73,7 +73,15 @@ fn encode_flac(samples: &[f32], rate: u32) -> Result<Vec<u8>, ApiError> {
         .map_err(|e| ApiError::internal(format!("flac encoding failed: {e:?}")))?;
     let mut sink = flacenc::bitsink::ByteSink::new();
     stream.write(&mut sink).map_err(|e| ApiError::internal(format!("flac encoding failed: {e:?}")))?;
-    Ok(sink.as_slice().to_vec())
+    let mut bytes = sink.as_slice().to_vec();
+    // STREAMINFO's minimum block size must exclude the last block (FLAC format, 8.2): flacenc
+    // counts the short last block, which makes a fixed-block-size stream look variable, and
+    // decoders (symphonia) then misread its frames. Every block but the last has the maximum size.
+    if bytes.len() >= 12 && &bytes[..4] == b"fLaC" {
+        let max_block = [bytes[10], bytes[11]];
+        bytes[8..10].copy_from_slice(&max_block);
+    }
+    Ok(bytes)
 }
 
 #[cfg(test)]
@@ -97,6 +105,21 @@ mod tests {
             let want = f32::from(cosy::audio::f32_to_i16(*b)) / 32768.0;
             assert!((a - want).abs() < 1e-6, "{a} vs {want}");
         }
+    }
+
+    #[test]
+    fn flac_of_noise_round_trips() {
+        // Random-weight models make noise: the encoder's worst case (verbatim or high-order blocks).
+        let mut state = 12345u64;
+        let samples: Vec<f32> = (0..60_000)
+            .map(|_| {
+                state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                ((state >> 33) as f32 / (1u64 << 31) as f32) * 2.0 - 1.0
+            })
+            .collect();
+        let flac = AudioFormat::Flac.encode_whole(&samples, 24_000).expect("flac");
+        let audio = decode(flac);
+        assert_eq!(audio.samples.len(), samples.len());
     }
 
     #[test]

@@ -178,7 +178,21 @@ pub fn parse_json<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, Api
     }
     let text = std::str::from_utf8(bytes)
         .map_err(|e| ApiError::bad_request("invalid_json", format!("the request body is not UTF-8 text ({e})")))?;
-    serde_json::from_str(text).map_err(|e| ApiError::bad_request("invalid_json", format!("the request body is not a valid request: {e}")))
+    let mut de = serde_json::Deserializer::from_str(text);
+    let value: T = serde_path_to_error::deserialize(&mut de).map_err(|e| field_error("the request body", e))?;
+    de.end().map_err(|e| ApiError::bad_request("invalid_json", format!("the request body is not a valid request: {e}")))?;
+    Ok(value)
+}
+
+/// A deserialisation error naming the field at fault (`field seed: invalid value ...`).
+pub fn field_error(what: &str, e: serde_path_to_error::Error<serde_json::Error>) -> ApiError {
+    let path = e.path().to_string();
+    let inner = e.into_inner();
+    if path == "." || path.is_empty() {
+        ApiError::bad_request("invalid_json", format!("{what} is not a valid request: {inner}"))
+    } else {
+        ApiError::bad_request("invalid_json", format!("{what} is not a valid request: field `{path}`: {inner}"))
+    }
 }
 
 /// Multipart fields become the JSON fields; a file part named `ref_audio` (or `file`, `audio`)
@@ -212,8 +226,8 @@ async fn read_multipart(mut multipart: Multipart, limit: usize) -> Result<(Speec
         };
         fields.insert(name, value);
     }
-    let params: SpeechParams = serde_json::from_value(serde_json::Value::Object(fields))
-        .map_err(|e| ApiError::bad_request("invalid_multipart", format!("the multipart request is not a valid request: {e}")))?;
+    let params: SpeechParams = serde_path_to_error::deserialize(serde_json::Value::Object(fields))
+        .map_err(|e| field_error("the multipart request", e))?;
     Ok((params, upload))
 }
 

@@ -1,0 +1,340 @@
+"""Acceptance tests of `cosy serve` through the official `openai` Python client: the bundled tiny
+model behind the server, a saved voice `me`, and every answer checked against what the command
+line writes for the same text, voice and seed (random weights: the audio is noise, but the same
+noise for the same seed, so equal bytes prove the server runs the same synthesis)."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import io
+import json
+import os
+import re
+import signal
+import subprocess
+import time
+import urllib.error
+import urllib.request
+import wave
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conftest import REPO, skip_or_fail
+
+try:
+    import openai
+except ImportError:  # the pinned requirements install it; a test without it skips (fails under CI)
+    openai = None  # type: ignore[assignment]
+
+FIXTURE = REPO / "tests/fixtures/tiny"
+PROMPT_WAV = REPO / "tests/fixtures/prompt_24k.wav"
+VOICE_TEXT = "Hello there, this is a test."
+REF_TEXT = "This recording is the voice prompt."
+INSTRUCTIONS = "Speak slowly and calmly."
+# Three sentences; with the tiny model and SEED, 1.7 s of audio in two streaming chunks (other texts
+# may stop after a token or two: the weights are random).
+TEXT = "The quick brown fox jumps over the lazy dog. She sells sea shells by the sea shore. How much wood would a woodchuck chuck?"
+SHORT = "Hello."
+# (With ref_audio and instructions, "Hello." gives no speech token at SEED: a 400 that names it.)
+INSTRUCT_TEXT = "Good morning."
+SEED = 3
+API_KEY = "sk-cosy-test-key"
+SAMPLE_RATE = 24_000
+STARTUP_S = 120.0
+
+
+def _cosy_bin() -> Path:
+    for p in (REPO / "target/debug/cosy", REPO / "target/release/cosy"):
+        if p.is_file():
+            return p
+    skip_or_fail("no built cosy binary (run cargo build first; scripts/test.sh does)")
+    raise AssertionError
+
+
+@dataclass(frozen=True)
+class Work:
+    """The folder every process runs in: its HOME, graph cache, voice store and outputs."""
+
+    root: Path
+
+    @property
+    def voices(self) -> Path:
+        return self.root / "voices"
+
+    def env(self) -> dict[str, str]:
+        """The caller's environment without any COSY_* setting (and no config.toml in cwd)."""
+        env = {k: v for k, v in os.environ.items() if not k.startswith("COSY_")}
+        env.update(HOME=str(self.root), COSY_GRAPH_CACHE=str(self.root / "gc"))
+        return env
+
+    def command(self, *args: str) -> list[str]:
+        return [str(_cosy_bin()), "--model", str(FIXTURE), "--provider", "cpu", "--set", f"voices.dir={self.voices}", *args]
+
+    def cosy(self, *args: str) -> None:
+        st = subprocess.run(self.command(*args), cwd=self.root, env=self.env(), capture_output=True, text=True, timeout=300)
+        assert st.returncode == 0, f"cosy {' '.join(args)} failed:\n{st.stderr}"
+
+    def cli_audio(self, name: str, *args: str) -> bytes:
+        """`cosy file TEXT ARGS -o NAME`, the bytes it wrote."""
+        out = self.root / name
+        self.cosy("file", *args, "-o", str(out))
+        return out.read_bytes()
+
+
+@dataclass(frozen=True)
+class Server:
+    proc: subprocess.Popen[bytes]
+    port: int
+    log: Path
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def client(self, api_key: str = "unused") -> openai.OpenAI:
+        # No retries (an error must surface as it is) and no proxy from the environment.
+        return openai.OpenAI(base_url=self.base_url, api_key=api_key, max_retries=0, timeout=120.0,
+                             http_client=openai.DefaultHttpxClient(trust_env=False))
+
+
+def _log_text(log: Path) -> str:
+    return log.read_text(errors="replace") if log.is_file() else ""
+
+
+def _wait_listening(proc: subprocess.Popen[bytes], log: Path) -> int:
+    """The port from the `cosy serve: listening on http://127.0.0.1:PORT` line on stderr."""
+    deadline = time.monotonic() + STARTUP_S
+    while time.monotonic() < deadline:
+        m = re.search(r"cosy serve: listening on http://127\.0\.0\.1:(\d+)", _log_text(log))
+        if m:
+            return int(m.group(1))
+        assert proc.poll() is None, f"cosy serve exited with {proc.returncode}:\n{_log_text(log)}"
+        time.sleep(0.05)
+    raise AssertionError(f"cosy serve printed no listening line in {STARTUP_S} s:\n{_log_text(log)}")
+
+
+def _wait_ready(proc: subprocess.Popen[bytes], port: int, log: Path) -> None:
+    """Polls GET /ready until it answers 200 (503 while the model loads)."""
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    deadline = time.monotonic() + STARTUP_S
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, f"cosy serve exited with {proc.returncode}:\n{_log_text(log)}"
+        try:
+            with opener.open(f"http://127.0.0.1:{port}/ready", timeout=5) as r:
+                if r.status == 200:
+                    return
+        except (urllib.error.URLError, ConnectionError):
+            pass
+        time.sleep(0.05)
+    raise AssertionError(f"cosy serve was not ready in {STARTUP_S} s:\n{_log_text(log)}")
+
+
+@contextmanager
+def _serve(work: Work, name: str, *settings: str) -> Iterator[Server]:
+    """`cosy serve` on a free loopback port until the block ends; then SIGTERM, which must exit 0."""
+    log = work.root / f"{name}.log"
+    with log.open("wb") as sink:
+        proc = subprocess.Popen([*work.command(*settings), "serve", "--bind", "127.0.0.1:0"], cwd=work.root, env=work.env(),
+                                stdin=subprocess.DEVNULL, stdout=sink, stderr=sink)
+    try:
+        port = _wait_listening(proc, log)
+        _wait_ready(proc, port, log)
+        yield Server(proc, port, log)
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+        try:
+            rc = proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            raise AssertionError(f"cosy serve did not stop within 60 s of SIGTERM:\n{_log_text(log)}") from None
+    assert rc == 0, f"cosy serve exited with {rc} after SIGTERM:\n{_log_text(log)}"
+
+
+@pytest.fixture(scope="module")
+def work(tmp_path_factory: pytest.TempPathFactory) -> Work:
+    if openai is None:
+        skip_or_fail("the openai package is not installed (pip install -r onnx/requirements.txt)")
+    w = Work(tmp_path_factory.mktemp("serve"))
+    w.cosy("voice", "add", "me", "--wav", str(PROMPT_WAV), "--text", VOICE_TEXT, "--default")
+    return w
+
+
+@pytest.fixture(scope="module")
+def server(work: Work) -> Iterator[Server]:
+    with _serve(work, "server") as s:
+        yield s
+
+
+@pytest.fixture(scope="module")
+def auth_server(work: Work) -> Iterator[Server]:
+    with _serve(work, "auth-server", "--set", f"server.api_key={API_KEY}") as s:
+        yield s
+
+
+@pytest.fixture(scope="module")
+def client(server: Server) -> Iterator[openai.OpenAI]:
+    with server.client() as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def cli_wav(work: Work) -> bytes:
+    return work.cli_audio("cli.wav", TEXT, "--voice", "me", "--seed", str(SEED))
+
+
+@pytest.fixture(scope="module")
+def cli_stream_pcm(work: Work) -> bytes:
+    return work.cli_audio("cli-stream.pcm", TEXT, "--voice", "me", "--seed", str(SEED), "--stream", "--format", "pcm")
+
+
+def _speech(client: openai.OpenAI, *, voice: Any = "me", text: str = TEXT, response_format: str = "wav",
+            extra: dict[str, Any] | None = None, **kwargs: Any) -> bytes:
+    """`client.audio.speech.create` (not streamed), the body it returned."""
+    response = client.audio.speech.create(model="cosyvoice3", voice=voice, input=text, response_format=response_format,
+                                          extra_body={"seed": SEED, **(extra or {})}, **kwargs)
+    return response.content
+
+
+def _wav_frames(data: bytes) -> bytes:
+    """The 16-bit samples of a 24 kHz mono wav (asserting that it is one)."""
+    with wave.open(io.BytesIO(data)) as w:
+        assert (w.getframerate(), w.getnchannels(), w.getsampwidth()) == (SAMPLE_RATE, 1, 2)
+        frames = w.readframes(w.getnframes())
+    assert len(frames) > 0
+    return frames
+
+
+def _data_url(path: Path) -> str:
+    return "data:audio/wav;base64," + base64.b64encode(path.read_bytes()).decode("ascii")
+
+
+def _assert_still_serves(client: openai.OpenAI) -> None:
+    _wav_frames(_speech(client, text=SHORT))
+
+
+def test_models_lists_cosyvoice3(client: openai.OpenAI) -> None:
+    assert [m.id for m in client.models.list()] == ["cosyvoice3"]
+
+
+def test_wav_equals_cosy_file(client: openai.OpenAI, cli_wav: bytes) -> None:
+    got = _speech(client)
+    _wav_frames(got)
+    assert got == cli_wav
+
+
+def test_voice_object_and_default_name_pick_the_saved_voice(client: openai.OpenAI) -> None:
+    by_name = _speech(client, text=SHORT)
+    assert _speech(client, text=SHORT, voice={"id": "me"}) == by_name
+    assert _speech(client, text=SHORT, voice="default") == by_name
+
+
+def _stream_chunks(client: openai.OpenAI, **kwargs: Any) -> tuple[list[bytes], str]:
+    """A streamed speech request: the body chunks as they arrived and the content type."""
+    with client.audio.speech.with_streaming_response.create(model="cosyvoice3", voice="me", input=TEXT, **kwargs) as r:
+        assert r.status_code == 200
+        return [c for c in r.iter_bytes() if c], r.headers.get("content-type", "")
+
+
+def test_streamed_pcm_equals_cosy_file_stream(client: openai.OpenAI, cli_stream_pcm: bytes) -> None:
+    chunks, content_type = _stream_chunks(client, response_format="pcm", extra_body={"stream": True, "seed": SEED})
+    assert content_type.startswith("audio/pcm")
+    assert len(chunks) > 1, "TEXT should arrive in several chunks"
+    assert b"".join(chunks) == cli_stream_pcm
+
+
+def test_streamed_wav_is_header_then_the_streamed_pcm(client: openai.OpenAI, cli_stream_pcm: bytes) -> None:
+    chunks, content_type = _stream_chunks(client, response_format="wav", extra_body={"stream": True, "seed": SEED})
+    assert content_type.startswith("audio/wav")
+    body = b"".join(chunks)
+    assert body[:4] == b"RIFF" and body[8:16] == b"WAVEfmt "
+    assert body.endswith(cli_stream_pcm) and len(body) - len(cli_stream_pcm) == 44
+
+
+def _sse_events(client: openai.OpenAI, **kwargs: Any) -> list[dict[str, Any]]:
+    with client.audio.speech.with_streaming_response.create(model="cosyvoice3", voice="me", input=TEXT, stream_format="sse",
+                                                            **kwargs) as r:
+        assert r.status_code == 200
+        assert r.headers.get("content-type", "").startswith("text/event-stream")
+        return [json.loads(line[len("data:"):]) for line in r.iter_lines() if line.startswith("data:")]
+
+
+def test_sse_deltas_equal_the_streamed_pcm(client: openai.OpenAI, cli_stream_pcm: bytes) -> None:
+    events = _sse_events(client, response_format="pcm", extra_body={"stream": True, "seed": SEED})
+    assert len(events) >= 2
+    *deltas, done = events
+    assert len(deltas) > 1 and {e["type"] for e in deltas} == {"speech.audio.delta"}
+    assert done["type"] == "speech.audio.done", done
+    pcm = b"".join(base64.b64decode(e["audio"]) for e in deltas)
+    assert pcm == cli_stream_pcm
+    assert done["audio_seconds"] == pytest.approx(len(pcm) / 2 / SAMPLE_RATE)
+
+
+def test_cloning_through_extra_body_equals_cosy_file(work: Work, client: openai.OpenAI) -> None:
+    got = _speech(client, voice="unused-with-ref-audio", extra={"ref_audio": _data_url(PROMPT_WAV), "ref_text": REF_TEXT})
+    _wav_frames(got)
+    want = work.cli_audio("cli-clone.wav", TEXT, "--prompt-wav", str(PROMPT_WAV), "--prompt-text", REF_TEXT, "--seed", str(SEED))
+    assert got == want
+
+
+def test_instructions_with_ref_audio_equal_cosy_file(work: Work, client: openai.OpenAI) -> None:
+    got = _speech(client, text=INSTRUCT_TEXT, instructions=INSTRUCTIONS, extra={"ref_audio": _data_url(PROMPT_WAV)})
+    _wav_frames(got)
+    want = work.cli_audio("cli-instruct.wav", INSTRUCT_TEXT, "--prompt-wav", str(PROMPT_WAV), "--instruct", INSTRUCTIONS,
+                          "--seed", str(SEED))
+    assert got == want
+
+
+def _flac_streaminfo(data: bytes) -> tuple[int, int, int, int, bytes]:
+    """(sample rate, channels, bits per sample, total samples, MD5) of a FLAC stream's STREAMINFO."""
+    assert data[:4] == b"fLaC"
+    assert data[4] & 0x7F == 0 and int.from_bytes(data[5:8], "big") == 34, "STREAMINFO must come first"
+    info = data[8:42]
+    bits = int.from_bytes(info[10:18], "big")
+    rate, channels, depth, total = bits >> 44, ((bits >> 41) & 0x7) + 1, ((bits >> 36) & 0x1F) + 1, bits & ((1 << 36) - 1)
+    return rate, channels, depth, total, info[18:34]
+
+
+def test_flac_holds_the_wav_samples(client: openai.OpenAI, cli_wav: bytes) -> None:
+    flac = _speech(client, response_format="flac")
+    pcm = _wav_frames(cli_wav)
+    rate, channels, depth, total, md5 = _flac_streaminfo(flac)
+    assert (rate, channels, depth, total) == (SAMPLE_RATE, 1, 16, len(pcm) // 2)
+    # The MD5 of the unencoded samples (s16le for 16-bit mono; FLAC allows zero, but this encoder fills it in):
+    # lossless, the very samples of the wav.
+    assert md5 == hashlib.md5(pcm).digest()
+    # Noise barely compresses: between a quarter of the raw samples and the raw samples plus frame overhead.
+    assert len(pcm) // 4 < len(flac) < len(pcm) * 1.1 + 4096
+
+
+def test_unknown_voice_is_not_found(client: openai.OpenAI) -> None:
+    with pytest.raises(openai.NotFoundError) as err:
+        _speech(client, text=SHORT, voice="nobody")
+    assert "nobody" in err.value.message
+    assert (err.value.status_code, err.value.code, err.value.param) == (404, "voice_not_found", "voice")
+    _assert_still_serves(client)
+
+
+def test_mp3_is_a_bad_request(client: openai.OpenAI) -> None:
+    with pytest.raises(openai.BadRequestError) as err:
+        _speech(client, text=SHORT, response_format="mp3")
+    assert (err.value.code, err.value.param, err.value.type) == ("unsupported_response_format", "response_format",
+                                                                 "invalid_request_error")
+    assert "wav, pcm or flac" in err.value.message
+    _assert_still_serves(client)
+
+
+def test_wrong_api_key_is_refused(auth_server: Server) -> None:
+    with auth_server.client(api_key="sk-wrong") as wrong:
+        with pytest.raises(openai.AuthenticationError) as err:
+            _speech(wrong, text=SHORT)
+    assert (err.value.status_code, err.value.code, err.value.type) == (401, "invalid_api_key", "authentication_error")
+    with auth_server.client(api_key=API_KEY) as right:
+        _assert_still_serves(right)

@@ -1,0 +1,391 @@
+//! `cosy serve` end to end: a real server on a free loopback port, real HTTP and WebSocket
+//! clients. Output equality with `cosy file` is byte for byte: the same binary, model, seed and
+//! CPU produce the same samples (the engine's batching does not change a request's numbers, see
+//! tests/engine_concurrency.rs), and the server writes them with the same encoder.
+
+mod common;
+#[path = "common/serve.rs"]
+mod serve;
+
+use std::time::Duration;
+
+use serde_json::json;
+use serve::{base64, cosy_file, data_url, data_url_of, start_server, tone_wav, unbase64, Server};
+
+const TEXT: &str = "Hello world, how are you today? The weather is fine.";
+
+fn good(server: &Server) {
+    let r = server.post_json("/v1/audio/speech", &json!({"input": "Hi there.", "voice": "me", "response_format": "pcm"}));
+    assert_eq!(r.status, 200, "a good request after a bad one: {}", r.text());
+    assert!(!r.body.is_empty());
+}
+
+#[test]
+fn speech_matches_cosy_file_whole_streamed_and_sse() {
+    let server = start_server(&[]);
+    // Whole wav = `cosy file`.
+    let r = server.post_json("/v1/audio/speech", &json!({"model": "tts-1", "input": TEXT, "voice": "me", "seed": 3}));
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.header("content-type"), Some("audio/wav"));
+    assert!(r.header("x-request-id").is_some_and(|id| !id.is_empty()));
+    let file = cosy_file(&server, &[TEXT, "--voice", "me", "--seed", "3"]);
+    assert!(r.body == file, "the wav differs from `cosy file` ({} vs {} bytes)", r.body.len(), file.len());
+
+    // Streamed pcm = `cosy file --stream --format pcm`, sent chunked.
+    let r = server.post_json(
+        "/v1/audio/speech",
+        &json!({"input": TEXT, "voice": "default", "seed": 3, "stream": true, "response_format": "pcm"}),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(r.header("transfer-encoding").is_some_and(|v| v.contains("chunked")), "{:?}", r.headers);
+    let streamed = cosy_file(&server, &[TEXT, "--voice", "me", "--seed", "3", "--stream", "--format", "pcm"]);
+    assert!(r.body == streamed, "streamed pcm differs from `cosy file --stream` ({} vs {} bytes)", r.body.len(), streamed.len());
+
+    // A streamed wav: the unknown-length header, then the same samples.
+    let r = server.post_json("/v1/audio/speech", &json!({"input": TEXT, "voice": "me", "seed": 3, "stream": true}));
+    assert_eq!(r.status, 200);
+    assert_eq!(&r.body[..4], b"RIFF");
+    assert_eq!(&r.body[4..8], &[0xFF; 4]);
+    assert_eq!(&r.body[40..44], &[0xFF; 4]);
+    assert!(r.body[44..] == streamed[..]);
+
+    // SSE: deltas of base64 pcm, then done; together the streamed pcm.
+    let r = server.post_json(
+        "/v1/audio/speech",
+        &json!({"input": TEXT, "voice": "me", "seed": 3, "stream_format": "sse", "response_format": "pcm"}),
+    );
+    assert_eq!(r.status, 200);
+    assert_eq!(r.header("content-type"), Some("text/event-stream"));
+    let events: Vec<serde_json::Value> = r
+        .text()
+        .split("\n\n")
+        .filter_map(|e| e.strip_prefix("data: "))
+        .map(|d| serde_json::from_str(d).expect("event JSON"))
+        .collect();
+    assert!(events.len() >= 2, "{events:?}");
+    let (last, deltas) = events.split_last().expect("events");
+    assert_eq!(last["type"], "speech.audio.done");
+    let mut pcm = Vec::new();
+    for d in deltas {
+        assert_eq!(d["type"], "speech.audio.delta");
+        pcm.extend(unbase64(d["audio"].as_str().expect("audio")));
+    }
+    assert!(pcm == streamed, "SSE audio differs from the streamed pcm");
+
+    // flac: lossless, so it decodes to the wav's samples.
+    let r = server.post_json("/v1/audio/speech", &json!({"input": TEXT, "voice": "me", "seed": 3, "response_format": "flac"}));
+    assert_eq!(r.status, 200);
+    assert_eq!(&r.body[..4], b"fLaC");
+    let flac = cosy::frontend::audio::decode_bytes(std::path::Path::new("flac"), r.body.clone()).expect("flac decodes");
+    let wav = cosy::frontend::audio::decode_bytes(std::path::Path::new("wav"), file).expect("wav decodes");
+    assert_eq!(flac.samples.len(), wav.samples.len());
+    assert!(flac.samples.iter().zip(&wav.samples).all(|(a, b)| (a - b).abs() < 1e-6));
+}
+
+#[test]
+fn cloning_fields_json_and_multipart() {
+    let server = start_server(&[]);
+    let prompt = common::fixture_prompt();
+    let ref_text = "Hello there, this is a test.";
+    let file = cosy_file(&server, &[TEXT, "--prompt-wav", prompt.to_str().unwrap(), "--prompt-text", ref_text, "--seed", "5"]);
+    // voice is ignored when ref_audio is given (the openai client always sends one).
+    let r = server.post_json(
+        "/v1/audio/speech",
+        &json!({"input": TEXT, "voice": "alloy", "ref_audio": data_url(&prompt), "ref_text": ref_text, "seed": 5}),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(r.body == file, "zero-shot from ref_audio differs from `cosy file --prompt-wav`");
+
+    // Multipart: the recording as a file part.
+    let boundary = "cosyboundary7MA4YWxk";
+    let mut body = Vec::new();
+    for (name, value) in [("input", TEXT), ("ref_text", ref_text), ("seed", "5"), ("voice", "alloy")] {
+        body.extend(format!("--{boundary}\r\nContent-Disposition: form-data; name=\"{name}\"\r\n\r\n{value}\r\n").as_bytes());
+    }
+    body.extend(format!("--{boundary}\r\nContent-Disposition: form-data; name=\"ref_audio\"; filename=\"p.wav\"\r\nContent-Type: audio/wav\r\n\r\n").as_bytes());
+    body.extend(std::fs::read(&prompt).unwrap());
+    body.extend(format!("\r\n--{boundary}--\r\n").as_bytes());
+    let ct = format!("multipart/form-data; boundary={boundary}");
+    let r = server.request("POST", "/v1/audio/speech", &[("Content-Type", &ct)], &body);
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(r.body == file, "multipart zero-shot differs");
+
+    // Instruct mode with a saved voice, and cross-lingual (ref_audio alone).
+    let instruct = cosy_file(&server, &[TEXT, "--voice", "me", "--instruct", "Speak slowly.", "--seed", "2"]);
+    let r = server.post_json("/v1/audio/speech", &json!({"input": TEXT, "voice": "me", "instructions": "Speak slowly.", "seed": 2}));
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(r.body == instruct, "instruct differs");
+    let cross = cosy_file(&server, &[TEXT, "--prompt-wav", prompt.to_str().unwrap(), "--seed", "5"]);
+    let r = server.post_json("/v1/audio/speech", &json!({"input": TEXT, "ref_audio": data_url(&prompt), "seed": 5}));
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(r.body == cross, "cross-lingual differs");
+}
+
+#[test]
+fn voices_over_http_are_the_cli_voice_files() {
+    let server = start_server(&[]);
+    let prompt = common::fixture_prompt();
+    let r = server.request("GET", "/v1/audio/voices", &[], b"");
+    assert_eq!(r.status, 200);
+    let v = r.json();
+    assert_eq!(v["voices"], json!(["me"]));
+    assert_eq!(v["default"], "me");
+
+    let boundary = "b0undary";
+    let form = |name: &str, extra: &[(&str, &str)]| {
+        let mut body = Vec::new();
+        body.extend(format!("--{boundary}\r\nContent-Disposition: form-data; name=\"name\"\r\n\r\n{name}\r\n").as_bytes());
+        for (k, val) in extra {
+            body.extend(format!("--{boundary}\r\nContent-Disposition: form-data; name=\"{k}\"\r\n\r\n{val}\r\n").as_bytes());
+        }
+        body.extend(format!("--{boundary}\r\nContent-Disposition: form-data; name=\"audio_sample\"; filename=\"a.wav\"\r\n\r\n").as_bytes());
+        body.extend(std::fs::read(&prompt).unwrap());
+        body.extend(format!("\r\n--{boundary}--\r\n").as_bytes());
+        body
+    };
+    let ct = format!("multipart/form-data; boundary={boundary}");
+    let r = server.request("POST", "/v1/audio/voices", &[("Content-Type", &ct)], &form("anna", &[("ref_text", "Hello there, this is a test.")]));
+    assert_eq!(r.status, 201, "{}", r.text());
+    assert!(server.voices_dir().join("anna.safetensors").is_file(), "the same file as `cosy voice add`");
+    // The same voice as `cosy voice add me` of the same recording and transcript: same audio.
+    let a = server.post_json("/v1/audio/speech", &json!({"input": TEXT, "voice": "anna", "seed": 1}));
+    let b = server.post_json("/v1/audio/speech", &json!({"input": TEXT, "voice": "me", "seed": 1}));
+    assert_eq!(a.status, 200);
+    assert!(a.body == b.body, "a voice saved over HTTP speaks as the CLI's");
+    // Taken name → 409; overwrite → 201.
+    let r = server.request("POST", "/v1/audio/voices", &[("Content-Type", &ct)], &form("anna", &[("ref_text", "Hello.")]));
+    assert_eq!(r.status, 409, "{}", r.text());
+    assert!(r.error_message().contains("anna"));
+    let r = server.request("POST", "/v1/audio/voices", &[("Content-Type", &ct)], &form("anna", &[("ref_text", "Hello."), ("overwrite", "true")]));
+    assert_eq!(r.status, 201, "{}", r.text());
+    // JSON form with a data URL.
+    let r = server.post_json("/v1/audio/voices", &json!({"name": "ben", "ref_text": "Hi.", "ref_audio": data_url(&prompt), "default": true}));
+    assert_eq!(r.status, 201, "{}", r.text());
+    assert_eq!(server.request("GET", "/v1/audio/voices", &[], b"").json()["default"], "ben");
+    // Delete; then it is unknown.
+    let r = server.request("DELETE", "/v1/audio/voices/anna", &[], b"");
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(!server.voices_dir().join("anna.safetensors").exists());
+    let r = server.post_json("/v1/audio/speech", &json!({"input": TEXT, "voice": "anna"}));
+    assert_eq!(r.status, 404);
+    assert!(r.error_message().contains("anna"));
+    // Deleting the default voice clears the default.
+    assert_eq!(server.request("DELETE", "/v1/audio/voices/ben", &[], b"").status, 200);
+    let r = server.post_json("/v1/audio/speech", &json!({"input": TEXT}));
+    assert_eq!(r.status, 404, "{}", r.text());
+    assert!(r.error_message().contains("default"));
+}
+
+/// At least 20 kinds of bad request, each answered with its status and a clear message, each
+/// followed by a good request that succeeds.
+#[test]
+fn bad_requests_get_clear_errors_and_the_server_keeps_serving() {
+    let server = start_server(&["limits.max_text_chars=300", "server.max_body_bytes=3000000"]);
+    let prompt = common::fixture_prompt();
+    let long_audio = data_url_of(&tone_wav(31.0, 16_000));
+    let json_ct = ("Content-Type", "application/json");
+    let speech = |body: serde_json::Value| (body.to_string().into_bytes(), vec![json_ct]);
+    type Case = (&'static str, &'static str, &'static str, (Vec<u8>, Vec<(&'static str, &'static str)>), u16, &'static str);
+    let cases: Vec<Case> = vec![
+        ("bad JSON", "POST", "/v1/audio/speech", (b"{\"input\": ".to_vec(), vec![json_ct]), 400, "not a valid request"),
+        ("empty body", "POST", "/v1/audio/speech", (Vec::new(), vec![json_ct]), 400, "empty"),
+        ("body not UTF-8", "POST", "/v1/audio/speech", (vec![0xff, 0xfe, 0x00], vec![json_ct]), 400, "UTF-8"),
+        ("missing input", "POST", "/v1/audio/speech", speech(json!({"voice": "me"})), 400, "input"),
+        ("input not a string", "POST", "/v1/audio/speech", speech(json!({"input": 5})), 400, "invalid type"),
+        ("blank input", "POST", "/v1/audio/speech", speech(json!({"input": "  \u{200b} "})), 400, "empty"),
+        ("only punctuation", "POST", "/v1/audio/speech", speech(json!({"input": "?!…"})), 400, "nothing speakable"),
+        ("text too long", "POST", "/v1/audio/speech", speech(json!({"input": "word ".repeat(80)})), 400, "limits.max_text_chars"),
+        ("unknown voice", "POST", "/v1/audio/speech", speech(json!({"input": "Hi.", "voice": "nobody"})), 404, "nobody"),
+        ("voice path traversal", "POST", "/v1/audio/speech", speech(json!({"input": "Hi.", "voice": "../../etc/passwd"})), 400, "not allowed"),
+        ("voice not a string", "POST", "/v1/audio/speech", speech(json!({"input": "Hi.", "voice": 7})), 400, "voice"),
+        ("mp3", "POST", "/v1/audio/speech", speech(json!({"input": "Hi.", "response_format": "mp3"})), 400, "wav, pcm or flac"),
+        ("unknown format", "POST", "/v1/audio/speech", speech(json!({"input": "Hi.", "response_format": "xyz"})), 400, "wav, pcm or flac"),
+        ("flac streamed", "POST", "/v1/audio/speech", speech(json!({"input": "Hi.", "response_format": "flac", "stream": true})), 400, "flac"),
+        ("bad stream_format", "POST", "/v1/audio/speech", speech(json!({"input": "Hi.", "stream_format": "ws"})), 400, "sse"),
+        ("speed out of range", "POST", "/v1/audio/speech", speech(json!({"input": "Hi.", "speed": 4.0})), 400, "0.5 to 2.0"),
+        ("speed with stream", "POST", "/v1/audio/speech", speech(json!({"input": "Hi.", "speed": 1.5, "stream": true})), 400, "stream"),
+        ("negative seed", "POST", "/v1/audio/speech", speech(json!({"input": "Hi.", "seed": -1})), 400, "seed"),
+        ("unknown field", "POST", "/v1/audio/speech", speech(json!({"input": "Hi.", "temperature": 0.3})), 400, "temperature"),
+        ("bad base64", "POST", "/v1/audio/speech", speech(json!({"input": "Hi.", "ref_audio": "data:audio/wav;base64,@@@@"})), 400, "base64"),
+        ("corrupt audio", "POST", "/v1/audio/speech", speech(json!({"input": "Hi.", "ref_audio": data_url_of(&[7u8; 3000])})), 400, "ref_audio"),
+        ("audio too long", "POST", "/v1/audio/speech", speech(json!({"input": "Hi.", "ref_audio": long_audio})), 400, "30"),
+        ("audio URL", "POST", "/v1/audio/speech", speech(json!({"input": "Hi.", "ref_audio": "https://example.com/a.wav"})), 400, "not fetched"),
+        ("ref_text alone", "POST", "/v1/audio/speech", speech(json!({"input": "Hi.", "ref_text": "Hello."})), 400, "ref_audio"),
+        ("ref_text and instructions", "POST", "/v1/audio/speech",
+            speech(json!({"input": "Hi.", "ref_audio": data_url(&prompt), "ref_text": "a", "instructions": "b"})), 400, "not both"),
+        ("huge body", "POST", "/v1/audio/speech", (vec![b' '; 3_500_000], vec![json_ct]), 413, "max_body_bytes"),
+        ("text/plain", "POST", "/v1/audio/speech", (b"Hello".to_vec(), vec![("Content-Type", "text/plain")]), 415, "application/json"),
+        ("GET on speech", "GET", "/v1/audio/speech", (Vec::new(), vec![]), 405, "not allowed"),
+        ("unknown route", "POST", "/v1/audio/shout", (Vec::new(), vec![]), 404, "no such endpoint"),
+        ("delete traversal", "DELETE", "/v1/audio/voices/..%2F..%2Fetc", (Vec::new(), vec![]), 400, "not allowed"),
+        ("delete unknown voice", "DELETE", "/v1/audio/voices/ghost", (Vec::new(), vec![]), 404, "ghost"),
+        ("voice without audio", "POST", "/v1/audio/voices", speech(json!({"name": "x1", "ref_text": "Hello."})), 400, "missing"),
+        ("voice bad name", "POST", "/v1/audio/voices", speech(json!({"name": "a/b", "ref_text": "Hi.", "ref_audio": data_url(&prompt)})), 400, "not allowed"),
+        ("voice named default", "POST", "/v1/audio/voices", speech(json!({"name": "default", "ref_text": "Hi.", "ref_audio": data_url(&prompt)})), 400, "default"),
+        ("voice taken", "POST", "/v1/audio/voices", speech(json!({"name": "me", "ref_text": "Hi.", "ref_audio": data_url(&prompt)})), 409, "already exists"),
+        ("voice silent audio", "POST", "/v1/audio/voices",
+            speech(json!({"name": "quiet", "ref_text": "Hi.", "ref_audio": data_url_of(&tone_wav(0.0, 16_000))})), 400, "audio_sample"),
+    ];
+    assert!(cases.len() >= 20);
+    for (what, method, path, (body, headers), status, needle) in cases {
+        let r = server.request(method, path, &headers, &body);
+        assert_eq!(r.status, status, "{what}: {}", r.text());
+        let message = r.error_message();
+        assert!(message.contains(needle), "{what}: message {message:?} should mention {needle:?}");
+        assert!(!message.contains('\n'), "{what}: one line");
+        good(&server);
+    }
+    assert!(!server.voices_dir().join("quiet.safetensors").exists(), "no voice file from a refused upload");
+    // A truncated request (the client promised more than it sent, then hung up).
+    {
+        use std::io::Write;
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", server.port)).unwrap();
+        s.write_all(b"POST /v1/audio/speech HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{\"input\":").unwrap();
+    }
+    good(&server);
+}
+
+#[test]
+fn websocket_session_streams_audio_per_segment() {
+    use tungstenite::Message;
+    let server = start_server(&[]);
+    let (mut ws, _) = tungstenite::connect(server.url("/v1/audio/speech/stream").replace("http://", "ws://")).expect("connect");
+    let send = |ws: &mut tungstenite::WebSocket<_>, v: serde_json::Value| ws.send(Message::text(v.to_string())).expect("send");
+    send(&mut ws, json!({"type": "session.config", "voice": "me", "seed": 3}));
+    // One sentence in pieces; it is spoken at input.done, as `cosy file --stream` speaks it.
+    let sentence = "Hello world, how are you today";
+    for piece in ["Hello world, ", "how are you", " today"] {
+        send(&mut ws, json!({"type": "input.text", "text": piece}));
+    }
+    send(&mut ws, json!({"type": "input.done"}));
+    let mut pcm = Vec::new();
+    let mut types = Vec::new();
+    loop {
+        match ws.read().expect("read") {
+            Message::Text(t) => {
+                let v: serde_json::Value = serde_json::from_str(t.as_str()).unwrap();
+                let kind = v["type"].as_str().unwrap_or_default().to_string();
+                assert_ne!(kind, "error", "{v}");
+                types.push(kind.clone());
+                if kind == "session.done" {
+                    break;
+                }
+            }
+            Message::Binary(b) => {
+                types.push("binary".into());
+                pcm.extend_from_slice(&b);
+            }
+            Message::Close(_) => panic!("closed before session.done: {types:?}"),
+            _ => {}
+        }
+    }
+    assert_eq!(types.first().map(String::as_str), Some("session.created"));
+    assert_eq!(types.get(1).map(String::as_str), Some("audio.start"));
+    assert!(types.iter().any(|t| t == "audio.done"));
+    let file = cosy_file(&server, &[sentence, "--voice", "me", "--seed", "3", "--stream", "--format", "pcm"]);
+    assert!(pcm == file, "WebSocket audio differs from `cosy file --stream` ({} vs {} bytes)", pcm.len(), file.len());
+
+    // Two settled sentences become two segments, the first started before input.done.
+    let (mut ws, _) = tungstenite::connect(server.url("/v1/audio/speech/stream").replace("http://", "ws://")).expect("connect");
+    send(&mut ws, json!({"type": "session.config", "voice": "me"}));
+    send(&mut ws, json!({"type": "input.text", "text": "First sentence here. Second"}));
+    // Audio of the settled first sentence arrives while the input is still open.
+    loop {
+        match ws.read().expect("read") {
+            Message::Binary(_) => break,
+            Message::Text(t) => assert!(!t.as_str().contains("\"session.done\""), "{t}"),
+            Message::Close(_) => panic!("closed before any audio"),
+            _ => {}
+        }
+    }
+    send(&mut ws, json!({"type": "input.text", "text": " one."}));
+    send(&mut ws, json!({"type": "input.done"}));
+    let mut starts = 1; // the first audio.start came before the binary frame
+    loop {
+        match ws.read().expect("read") {
+            Message::Text(t) => {
+                let v: serde_json::Value = serde_json::from_str(t.as_str()).unwrap();
+                match v["type"].as_str() {
+                    Some("audio.start") => starts += 1,
+                    Some("session.done") => {
+                        assert_eq!(v["segments"], 2);
+                        break;
+                    }
+                    Some("error") => panic!("{v}"),
+                    _ => {}
+                }
+            }
+            Message::Close(_) => panic!("closed early"),
+            _ => {}
+        }
+    }
+    assert_eq!(starts, 2);
+
+    // Bad sessions: an error event with a clear message, then the socket closes.
+    for (first, needle) in [
+        (json!({"type": "input.text", "text": "hi"}), "session.config"),
+        (json!({"type": "session.config", "voice": "nobody"}), "nobody"),
+        (json!({"type": "session.config", "response_format": "wav"}), "pcm"),
+        (json!({"type": "nonsense"}), "session.config"),
+    ] {
+        let (mut ws, _) = tungstenite::connect(server.url("/v1/audio/speech/stream").replace("http://", "ws://")).expect("connect");
+        send(&mut ws, first.clone());
+        let mut saw_error = false;
+        loop {
+            match ws.read() {
+                Ok(Message::Text(t)) => {
+                    let v: serde_json::Value = serde_json::from_str(t.as_str()).unwrap();
+                    if v["type"] == "error" {
+                        let m = v["error"]["message"].as_str().unwrap_or_default();
+                        assert!(m.contains(needle), "{first}: {m}");
+                        saw_error = true;
+                    }
+                }
+                Ok(Message::Close(_)) | Err(_) => break,
+                _ => {}
+            }
+        }
+        assert!(saw_error, "{first}: no error event");
+    }
+    // input.done with nothing to say.
+    let (mut ws, _) = tungstenite::connect(server.url("/v1/audio/speech/stream").replace("http://", "ws://")).expect("connect");
+    send(&mut ws, json!({"type": "session.config"}));
+    send(&mut ws, json!({"type": "input.done"}));
+    let mut saw_error = false;
+    while let Ok(m) = ws.read() {
+        if let Message::Text(t) = m {
+            saw_error |= t.as_str().contains("\"error\"");
+        }
+    }
+    assert!(saw_error, "an empty session is an error");
+    good(&server);
+}
+
+#[test]
+fn api_key_is_required_when_set() {
+    let server = start_server(&["server.api_key=s3cret-key"]);
+    let body = json!({"input": "Hi.", "voice": "me", "response_format": "pcm"}).to_string();
+    let json_ct = ("Content-Type", "application/json");
+    let r = server.request("POST", "/v1/audio/speech", &[json_ct], body.as_bytes());
+    assert_eq!(r.status, 401);
+    assert!(r.error_message().contains("Authorization: Bearer"));
+    assert_eq!(r.header("www-authenticate"), Some("Bearer"));
+    for wrong in ["Bearer s3cret-kez", "Bearer s3cret-key-longer", "Basic s3cret-key", "s3cret-key"] {
+        let r = server.request("POST", "/v1/audio/speech", &[json_ct, ("Authorization", wrong)], body.as_bytes());
+        assert_eq!(r.status, 401, "{wrong}");
+    }
+    let r = server.request("POST", "/v1/audio/speech", &[json_ct, ("Authorization", "Bearer s3cret-key")], body.as_bytes());
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(server.request("GET", "/v1/audio/voices", &[], b"").status, 401);
+    // Probes and metrics need no key.
+    assert_eq!(server.request("GET", "/health", &[], b"").status, 200);
+    assert_eq!(server.request("GET", "/ready", &[], b"").status, 200);
+    assert_eq!(server.request("GET", "/metrics", &[], b"").status, 200);
+    // The key never reaches the log.
+    assert!(!server.log.lock().unwrap().contains("s3cret"));
+    // A WebSocket without the key is refused before the upgrade.
+    let err = tungstenite::connect(server.url("/v1/audio/speech/stream").replace("http://", "ws://")).expect_err("refused");
+    assert!(matches!(err, tungstenite::Error::Http(ref r) if r.status() == 401), "{err}");
+    let _ = base64(b"");
+    let _ = Duration::ZERO;
+}
