@@ -316,13 +316,19 @@ fn decode_unguarded(path: &Path, source: Box<dyn MediaSource>) -> Result<Audio> 
     let mut mono: Vec<f32> = Vec::new();
     let mut rate: Option<u32> = params.sample_rate;
     let mut planes: Vec<Vec<f32>> = Vec::new();
+    // A WAV written as a stream (data size 0xFFFFFFFF, "until the end", as `cosy serve` streams
+    // it) has no length: the decoder reports none, and its end of file is its end, not a cut.
+    let unknown_length = expected_frames.is_none() && {
+        use symphonia::core::codecs::audio::well_known::{CODEC_ID_PCM_MULAW, CODEC_ID_PCM_S32LE};
+        (CODEC_ID_PCM_S32LE..=CODEC_ID_PCM_MULAW).contains(&params.codec)
+    };
     let mut truncated = false;
     loop {
         let packet = match format.next_packet() {
             Ok(Some(p)) => p,
             Ok(None) => break,
             Err(SymError::IoError(e)) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
-                truncated = true;
+                truncated = !unknown_length;
                 break;
             }
             Err(e) => return Err(input_err(path, format!("cannot be read ({e}); the file looks damaged"))),
