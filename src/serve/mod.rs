@@ -291,6 +291,10 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     let app = router(state.clone());
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let drain_state = state.clone();
+    // Audio chunks are small writes that must leave at once (no Nagle delay behind an ACK).
+    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+        let _ = tcp.set_nodelay(true);
+    });
     let server = axum::serve(listener, app).with_graceful_shutdown(async move {
         let mut rx = stop_rx;
         let _ = rx.wait_for(|stop| *stop).await;

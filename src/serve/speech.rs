@@ -91,6 +91,7 @@ async fn speech(state: &Arc<AppState>, id: &RequestId, req: Request, started: In
     };
     let slot = state.admit(deadline).await?;
     let mut running = start(state, &engine, request, slot)?;
+    tracing::debug!("submitted after {:.1} ms", started.elapsed().as_secs_f64() * 1e3);
     // The first event decides the status: a request that fails before any audio gets a real
     // error status even when streamed.
     let first = running.next(deadline).await?;
