@@ -187,3 +187,17 @@ fn soak_ends_with_nothing_stuck_and_memory_bounded() {
     // Still serving.
     assert_eq!(server.post_json("/v1/audio/speech", &json!({"input": "Still here.", "voice": "me"})).status, 200);
 }
+
+#[test]
+fn a_request_past_its_timeout_gets_503_and_frees_its_slot() {
+    let server = start_server(&["server.request_timeout_s=1"]);
+    let r = server.post_json("/v1/audio/speech", &json!({"input": long_text().repeat(2), "voice": "me"}));
+    assert_eq!(r.status, 503, "{}", r.text());
+    assert!(r.error_message().contains("server.request_timeout_s"));
+    assert_eq!(r.json()["error"]["code"], "timeout");
+    server.wait_for("slot freed", Duration::from_secs(10), |s| s.metric("cosy_requests_in_flight") == 0.0);
+    assert!(server.metric("cosy_requests_timed_out_total") >= 1.0);
+    assert_eq!(server.metric("cosy_requests_cancelled_total"), 0.0, "a timeout is not a hang-up");
+    let r = server.post_json("/v1/audio/speech", &json!({"input": "Hi.", "voice": "me", "response_format": "pcm"}));
+    assert_eq!(r.status, 200, "{}", r.text());
+}

@@ -76,9 +76,12 @@ pub async fn handle(State(state): State<Arc<AppState>>, Extension(id): Extension
 
 async fn speech(state: &Arc<AppState>, id: &RequestId, req: Request, started: Instant) -> Result<Response, ApiError> {
     let engine = state.engine()?;
-    let (params, upload) = read_params(state, req).await?;
-    let plan = check(state, params, upload)?;
     let deadline = state.request_deadline(started);
+    // A client that sends its body slowly is bounded by the same deadline.
+    let (params, upload) = tokio::time::timeout_at(deadline, read_params(state, req))
+        .await
+        .map_err(|_| ApiError::timeout(state.config.server.request_timeout_s))??;
+    let plan = check(state, params, upload)?;
     let voice = resolve_voice(state, &plan.voice).await?;
     let request = cosy::pipeline::Request {
         text: plan.text.clone(),
@@ -497,6 +500,9 @@ impl Running {
     pub async fn next_or_done(&mut self, deadline: tokio::time::Instant) -> Result<Option<Vec<f32>>, ApiError> {
         match tokio::time::timeout_at(deadline, self.rx.recv()).await {
             Err(_) => {
+                // Stopped by the server, not by the client: cancel it here, counted as a timeout.
+                self.guard.token.cancel();
+                self.guard.finished = true;
                 self.guard.state.metrics.timeouts.fetch_add(1, Ordering::Relaxed);
                 Err(ApiError::timeout(self.guard.state.config.server.request_timeout_s))
             }
