@@ -13,6 +13,11 @@ use std::time::{Duration, Instant};
 
 use clap::Parser;
 
+// The tests' response reader; the benchmark reads only the status and the body.
+#[allow(dead_code)]
+#[path = "../tests/common/http.rs"]
+mod http;
+
 #[derive(Parser)]
 struct Args {
     /// The server, e.g. http://127.0.0.1:8080
@@ -69,27 +74,11 @@ fn one_request(host_port: &str, body: &str) -> Result<(f64, f64, f64), String> {
         }
     }
     let total = started.elapsed().as_secs_f64();
-    let end = raw.windows(4).position(|w| w == b"\r\n\r\n").ok_or("no response head")?;
-    let head = String::from_utf8_lossy(&raw[..end]).to_string();
-    if !head.starts_with("HTTP/1.1 200") {
-        return Err(head.lines().next().unwrap_or("").to_string());
+    let reply = http::parse_reply(&raw).ok_or("no HTTP response, or a broken chunked body")?;
+    if reply.status != 200 {
+        return Err(format!("HTTP {}: {}", reply.status, String::from_utf8_lossy(&reply.body)));
     }
-    let body = dechunk(&raw[end + 4..]).ok_or("broken chunked body")?;
-    Ok((ttfb.unwrap_or(total), total, body.len() as f64 / 2.0 / 24_000.0))
-}
-
-fn dechunk(mut data: &[u8]) -> Option<Vec<u8>> {
-    let mut out = Vec::new();
-    loop {
-        let line_end = data.windows(2).position(|w| w == b"\r\n")?;
-        let size = usize::from_str_radix(std::str::from_utf8(&data[..line_end]).ok()?.trim(), 16).ok()?;
-        data = &data[line_end + 2..];
-        if size == 0 {
-            return Some(out);
-        }
-        out.extend_from_slice(data.get(..size)?);
-        data = data.get(size + 2..)?;
-    }
+    Ok((ttfb.unwrap_or(total), total, reply.body.len() as f64 / 2.0 / 24_000.0))
 }
 
 fn quantile(sorted: &[f64], q: f64) -> f64 {

@@ -28,6 +28,15 @@ def skip_or_fail(why: str) -> None:
     pytest.skip(why)
 
 
+def cosy_bin() -> Path:
+    """The built cosy binary (debug first, as scripts/test.sh builds it); skip or fail without one."""
+    for p in (REPO / "target/debug/cosy", REPO / "target/release/cosy"):
+        if p.is_file():
+            return p
+    skip_or_fail("no built cosy binary (run cargo build first; scripts/test.sh does)")
+    raise AssertionError
+
+
 def vectorised_normal_kernel() -> bool:
     """True where torch's CPU normal_ runs its vectorised Box-Muller (its AVX2 and AVX-512 builds share
     it: every x86-64 CPU with AVX2), which drew the official flow noise and the committed fixture.

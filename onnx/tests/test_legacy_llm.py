@@ -15,7 +15,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from conftest import REPO, skip_or_fail
+from conftest import REPO, cosy_bin, skip_or_fail
 from cosy_export.__main__ import FIXTURE_SEED
 from cosy_export.llm import CosyLlm, load_llm
 from cosy_export.manifest import graph_entry
@@ -49,18 +49,11 @@ def _export_legacy(llm: CosyLlm, path: Path) -> None:
                           dynamic_axes=dynamic, opset_version=17, do_constant_folding=True, dynamo=False)
 
 
-def _cosy_bin() -> Path:
-    for p in (REPO / "target/debug/cosy", REPO / "target/release/cosy"):
-        if p.is_file():
-            return p
-    skip_or_fail("no built cosy binary (run cargo build first; scripts/test.sh does)")
-    raise AssertionError
-
 
 def _run(model: Path, lines: Path, out: Path) -> list[np.ndarray]:
     out.mkdir()
     env = {"PATH": "/usr/bin:/bin", "COSY_GRAPH_CACHE": str(out.parent / "graphs"), "HOME": str(out.parent)}
-    cmd = [str(_cosy_bin()), "--model", str(model), "--provider", "cpu", "--set", "engine.file_concurrency=2", "file",
+    cmd = [str(cosy_bin()), "--model", str(model), "--provider", "cpu", "--set", "engine.file_concurrency=2", "file",
            "--input", str(lines), "--prompt-wav", str(REPO / "tests/fixtures/prompt_24k.wav"),
            "--prompt-text", "This recording is the voice prompt.", "--seed", "5", "--min-tokens", "30", "-o", str(out)]
     st = subprocess.run(cmd, capture_output=True, text=True, cwd=out.parent)

@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from conftest import REPO, skip_or_fail
+from conftest import REPO, cosy_bin, skip_or_fail
 
 try:
     import openai
@@ -49,13 +49,6 @@ SAMPLE_RATE = 24_000
 STARTUP_S = 120.0
 
 
-def _cosy_bin() -> Path:
-    for p in (REPO / "target/debug/cosy", REPO / "target/release/cosy"):
-        if p.is_file():
-            return p
-    skip_or_fail("no built cosy binary (run cargo build first; scripts/test.sh does)")
-    raise AssertionError
-
 
 @dataclass(frozen=True)
 class Work:
@@ -74,7 +67,7 @@ class Work:
         return env
 
     def command(self, *args: str) -> list[str]:
-        return [str(_cosy_bin()), "--model", str(FIXTURE), "--provider", "cpu", "--set", f"voices.dir={self.voices}", *args]
+        return [str(cosy_bin()), "--model", str(FIXTURE), "--provider", "cpu", "--set", f"voices.dir={self.voices}", *args]
 
     def cosy(self, *args: str) -> None:
         st = subprocess.run(self.command(*args), cwd=self.root, env=self.env(), capture_output=True, text=True, timeout=300)

@@ -199,22 +199,38 @@ pub fn field_error(what: &str, e: serde_path_to_error::Error<serde_json::Error>)
     }
 }
 
-/// Multipart fields become the JSON fields; a file part named `ref_audio` (or `file`, `audio`)
-/// is the prompt recording.
-async fn read_multipart(mut multipart: Multipart, limit: usize) -> Result<(SpeechParams, Option<Vec<u8>>), ApiError> {
+/// The parts of a multipart body: the text fields as JSON values (`typed` converts a field's
+/// text, e.g. a number), and the one file part (`is_upload(name, has_file_name)`).
+pub async fn read_form(
+    mut multipart: Multipart,
+    limit: usize,
+    is_upload: impl Fn(&str, bool) -> bool,
+    typed: impl Fn(&str, String) -> Result<serde_json::Value, ApiError>,
+) -> Result<(serde_json::Map<String, serde_json::Value>, Option<Vec<u8>>), ApiError> {
     let mut fields = serde_json::Map::new();
     let mut upload = None;
     while let Some(field) = multipart.next_field().await.map_err(|e| multipart_error(e, limit))? {
         let name = field.name().unwrap_or("").to_string();
         let is_file = field.file_name().is_some();
         let bytes = field.bytes().await.map_err(|e| multipart_error(e, limit))?;
-        if matches!(name.as_str(), "ref_audio" | "file" | "audio") && (is_file || name != "ref_audio") {
+        if is_upload(&name, is_file) {
             upload = Some(bytes.to_vec());
             continue;
         }
         let text = String::from_utf8(bytes.to_vec())
             .map_err(|_| ApiError::bad_request("invalid_multipart", format!("multipart field {name:?} is not UTF-8 text")))?;
-        let value = match name.as_str() {
+        let value = typed(&name, text)?;
+        fields.insert(name, value);
+    }
+    Ok((fields, upload))
+}
+
+/// Multipart fields become the JSON fields; a file part named `ref_audio` (or `file`, `audio`)
+/// is the prompt recording.
+async fn read_multipart(multipart: Multipart, limit: usize) -> Result<(SpeechParams, Option<Vec<u8>>), ApiError> {
+    let is_upload = |name: &str, is_file: bool| matches!(name, "ref_audio" | "file" | "audio") && (is_file || name != "ref_audio");
+    let typed = |name: &str, text: String| -> Result<serde_json::Value, ApiError> {
+        Ok(match name {
             "speed" => serde_json::Value::from(text.trim().parse::<f64>().map_err(|_| {
                 ApiError::bad_request("invalid_speed", format!("speed {text:?} is not a number")).param("speed")
             })?),
@@ -227,15 +243,15 @@ async fn read_multipart(mut multipart: Multipart, limit: usize) -> Result<(Speec
                 _ => return Err(ApiError::bad_request("invalid_stream", format!("stream {text:?}: use true or false")).param("stream")),
             }),
             _ => serde_json::Value::from(text),
-        };
-        fields.insert(name, value);
-    }
+        })
+    };
+    let (fields, upload) = read_form(multipart, limit, is_upload, typed).await?;
     let params: SpeechParams = serde_path_to_error::deserialize(serde_json::Value::Object(fields))
         .map_err(|e| field_error("the multipart request", e))?;
     Ok((params, upload))
 }
 
-fn multipart_error(e: axum::extract::multipart::MultipartError, limit: usize) -> ApiError {
+pub fn multipart_error(e: axum::extract::multipart::MultipartError, limit: usize) -> ApiError {
     if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
         return too_large(limit);
     }

@@ -11,7 +11,7 @@ use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 
 use super::error::ApiError;
-use super::speech::{check_declared_length, decode_data_url, parse_json, read_body, too_large};
+use super::speech::{check_declared_length, decode_data_url, field_error, parse_json, read_body, read_form};
 use super::AppState;
 
 /// `GET /v1/audio/voices`
@@ -77,29 +77,19 @@ async fn create_voice(state: &Arc<AppState>, req: Request) -> Result<Response, A
     check_declared_length(req.headers(), limit)?;
     let content_type = req.headers().get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("").to_ascii_lowercase();
     let (form, upload) = if content_type.starts_with("multipart/form-data") {
-        let mut multipart = Multipart::from_request(req, state)
+        let multipart = Multipart::from_request(req, state)
             .await
             .map_err(|e| ApiError::bad_request("invalid_multipart", format!("multipart body: {}", e.body_text())))?;
-        let mut fields = serde_json::Map::new();
-        let mut upload = None;
-        while let Some(field) = multipart.next_field().await.map_err(|e| multipart_error(e, limit))? {
-            let name = field.name().unwrap_or("").to_string();
-            let is_file = field.file_name().is_some();
-            let bytes = field.bytes().await.map_err(|e| multipart_error(e, limit))?;
-            if is_file || matches!(name.as_str(), "audio_sample" | "audio" | "file") {
-                upload = Some(bytes.to_vec());
-                continue;
-            }
-            let text = String::from_utf8(bytes.to_vec())
-                .map_err(|_| ApiError::bad_request("invalid_multipart", format!("field {name:?} is not UTF-8 text")))?;
-            let value = match name.as_str() {
+        let is_upload = |name: &str, is_file: bool| is_file || matches!(name, "audio_sample" | "audio" | "file");
+        let typed = |name: &str, text: String| -> Result<serde_json::Value, ApiError> {
+            Ok(match name {
                 "default" | "overwrite" => serde_json::Value::from(matches!(text.trim().to_ascii_lowercase().as_str(), "true" | "1" | "yes")),
                 _ => serde_json::Value::from(text),
-            };
-            fields.insert(name, value);
-        }
-        let form: VoiceForm = serde_json::from_value(serde_json::Value::Object(fields))
-            .map_err(|e| ApiError::bad_request("invalid_multipart", format!("the voice form is not valid: {e}")))?;
+            })
+        };
+        let (fields, upload) = read_form(multipart, limit, is_upload, typed).await?;
+        let form: VoiceForm = serde_path_to_error::deserialize(serde_json::Value::Object(fields))
+            .map_err(|e| field_error("the voice form", e))?;
         (form, upload)
     } else if content_type.is_empty() || content_type.starts_with("application/json") {
         let bytes = read_body(req.into_body(), limit).await?;
@@ -174,13 +164,6 @@ async fn create_voice(state: &Arc<AppState>, req: Request) -> Result<Response, A
     .await
     .map_err(|e| ApiError::internal(e.to_string()))??;
     Ok((StatusCode::CREATED, axum::Json(made)).into_response())
-}
-
-fn multipart_error(e: axum::extract::multipart::MultipartError, limit: usize) -> ApiError {
-    if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
-        return too_large(limit);
-    }
-    ApiError::bad_request("invalid_multipart", format!("multipart body: {}", e.body_text()))
 }
 
 /// `DELETE /v1/audio/voices/{name}`

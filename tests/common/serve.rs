@@ -10,6 +10,10 @@ use std::time::{Duration, Instant};
 
 use crate::common::{self, fixture_model, fixture_prompt};
 
+#[path = "http.rs"]
+mod http;
+pub use http::{parse_reply, Reply};
+
 /// A running server; killed when dropped (a test that fails midway leaves nothing behind).
 pub struct Server {
     pub child: Child,
@@ -69,14 +73,6 @@ pub fn start_server(settings: &[&str]) -> Server {
     let server = Server { child, port, dir, log };
     server.wait_ready();
     server
-}
-
-/// One HTTP response, read whole.
-#[derive(Debug)]
-pub struct Reply {
-    pub status: u16,
-    pub headers: Vec<(String, String)>,
-    pub body: Vec<u8>,
 }
 
 impl Reply {
@@ -217,35 +213,6 @@ impl Drop for Server {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
-    }
-}
-
-/// Parses a whole HTTP/1.1 response (Content-Length, chunked, or until close).
-pub fn parse_reply(raw: &[u8]) -> Option<Reply> {
-    let end = raw.windows(4).position(|w| w == b"\r\n\r\n")?;
-    let head = std::str::from_utf8(&raw[..end]).ok()?;
-    let mut lines = head.split("\r\n");
-    let status = lines.next()?.split(' ').nth(1)?.parse().ok()?;
-    let headers: Vec<(String, String)> = lines
-        .filter_map(|l| l.split_once(':').map(|(k, v)| (k.trim().to_string(), v.trim().to_string())))
-        .collect();
-    let rest = &raw[end + 4..];
-    let chunked = headers.iter().any(|(k, v)| k.eq_ignore_ascii_case("transfer-encoding") && v.contains("chunked"));
-    let body = if chunked { dechunk(rest)? } else { rest.to_vec() };
-    Some(Reply { status, headers, body })
-}
-
-fn dechunk(mut data: &[u8]) -> Option<Vec<u8>> {
-    let mut out = Vec::new();
-    loop {
-        let line_end = data.windows(2).position(|w| w == b"\r\n")?;
-        let size = usize::from_str_radix(std::str::from_utf8(&data[..line_end]).ok()?.trim(), 16).ok()?;
-        data = &data[line_end + 2..];
-        if size == 0 {
-            return Some(out);
-        }
-        out.extend_from_slice(data.get(..size)?);
-        data = data.get(size + 2..)?;
     }
 }
 
