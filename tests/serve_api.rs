@@ -389,3 +389,27 @@ fn api_key_is_required_when_set() {
     let _ = base64(b"");
     let _ = Duration::ZERO;
 }
+
+#[test]
+fn serve_refuses_bad_settings_before_listening() {
+    let dir = tempfile::tempdir().unwrap();
+    let gc = dir.path().join("gc");
+    let cases: [(&[&str], &str); 4] = [
+        (&["--model", "/nonexistent-model", "serve", "--bind", "127.0.0.1:0"], "model folder"),
+        (&["serve", "--bind", "nonsense"], "server.bind"),
+        (&["--set", "server.max_concurrent=0", "serve"], "server.max_concurrent"),
+        (&["--set", "server.max_body_bytes=12", "serve"], "server.max_body_bytes"),
+    ];
+    for (args, needle) in cases {
+        let mut cmd = common::cosy_command(&gc);
+        if args[0] != "--model" {
+            cmd.arg("--model").arg(common::fixture_model());
+        }
+        let out = cmd.args(args).current_dir(dir.path()).output().expect("run cosy serve");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains(needle), "{args:?}: {stderr}");
+        assert!(!stderr.contains("listening on"), "{args:?}: refused before listening: {stderr}");
+        assert_eq!(stderr.trim().lines().count(), 1, "{args:?}: one line: {stderr}");
+    }
+}

@@ -257,7 +257,9 @@ pub fn run(mut config: Config, bind: Option<String>) -> anyhow::Result<()> {
     if let Some(b) = bind {
         config.set("server.bind", &cosy::config::RawValue::Text(b), &cosy::config::Origin::Flag("--bind".into()), None)?;
     }
+    // What can be checked at once is, before the port opens (loading the graphs comes after).
     VoiceStore::new(&config.voices.dir).check_dir()?;
+    cosy::model::ModelDir::open(&config.model_dir)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("serve")
