@@ -279,6 +279,20 @@ pub trait LlmStep {
     fn prefill(&mut self, embeds: &[f32], seq: usize) -> Result<Vec<f32>>;
     /// Feeds one embedding (`[hidden]`) after the cached positions.
     fn step(&mut self, embed: &[f32]) -> Result<Vec<f32>>;
+    /// Feeds `seq` embeddings (`[seq, hidden]`, row-major) after the cached positions; the logits
+    /// of the last one. The graph is causal, so this is `seq` steps, one position at a time (an
+    /// implementation may run them as one call). Text-in streaming feeds text this way mid-decode.
+    fn extend(&mut self, embeds: &[f32], seq: usize) -> Result<Vec<f32>> {
+        if seq == 0 || embeds.len() % seq != 0 {
+            return Err(Error::Runtime(format!("llm: {} embedding values for {seq} positions", embeds.len())));
+        }
+        let hidden = embeds.len() / seq;
+        let mut logits = Vec::new();
+        for embed in embeds.chunks_exact(hidden) {
+            logits = self.step(embed)?;
+        }
+        Ok(logits)
+    }
 }
 
 /// Why decoding ended.

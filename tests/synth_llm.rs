@@ -281,3 +281,15 @@ fn decode_stops_at_max_len_and_on_cancel() {
     let mut llm = ScriptedLlm::new(vec![vec![0.0; 10]]);
     assert!(decode(&mut llm, &input(0, 10, 2), &tables, &mut sampler, &c, |_| true).is_err());
 }
+
+#[test]
+fn extend_feeds_every_position_in_order_and_returns_the_last_logits() {
+    let mut llm = ScriptedLlm::new(vec![vec![0.0; 3], vec![1.0; 3], vec![2.0; 3], vec![3.0; 3]]);
+    llm.prefill(&[0.5; 4], 2).expect("prefill");
+    let embeds: Vec<f32> = (0..6).map(|i| i as f32).collect();
+    let logits = llm.extend(&embeds, 3).expect("extend");
+    assert_eq!(logits, vec![3.0; 3], "the logits of the last position fed");
+    assert_eq!(llm.fed, vec![vec![0.0, 1.0], vec![2.0, 3.0], vec![4.0, 5.0]]);
+    assert!(llm.extend(&[1.0; 5], 2).is_err(), "values that do not split into positions");
+    assert!(llm.extend(&[], 0).is_err());
+}
