@@ -406,6 +406,217 @@ where
     Ok(DecodeOutcome { tokens, termination: Termination::MaxLen })
 }
 
+/// Text tokens and prompt speech tokens interleaved `5 : 15` by text-in streaming (the official
+/// `mix_ratio`), and the fill token's period (15 speech tokens, then a fill).
+pub const MIX_RATIO: (usize, usize) = (5, 15);
+
+impl LlmConstants {
+    /// The speech vocabulary's size: ids below it are speech tokens (6561).
+    pub fn speech_token_size(&self) -> i64 {
+        self.stop_token_min
+    }
+    /// The end of speech in text-in streaming (`speech_token_size + 1`).
+    pub fn eos_token(&self) -> i64 {
+        self.stop_token_min + 1
+    }
+    /// "More text, please" in text-in streaming (`speech_token_size + 3`).
+    pub fn fill_token(&self) -> i64 {
+        self.stop_token_min + 3
+    }
+}
+
+/// Text-in streaming (the official `inference_bistream` for CosyVoice3): the text arrives token
+/// by token from `text` while speech is decoded. The schedule, step by step as the official code:
+/// 1. The input starts as `sos` and the prompt text up to and including `<|endofprompt|>`; the
+///    rest of the prompt text starts the text queue.
+/// 2. For every text token that arrives: while prompt speech tokens remain and 5 text tokens are
+///    queued, 5 text and (up to) 15 prompt speech embeddings are appended to the input.
+/// 3. Once the prompt speech is used up: after a fill token (or before any output when the input
+///    is `sos` alone), 5 queued text tokens are needed (else wait for more text) and become the
+///    next input. Then decode: the forward pass, log-softmax; at the fill index (forced every 16
+///    tokens, counted from the prompt speech length) the fill token is taken without sampling,
+///    otherwise RAS with id `speech_token_size` masked; a fill ends this round (it is not fed back
+///    and not emitted), a speech token is emitted and fed back, any other id is an error.
+/// 4. When the text ends: the queued text and `task_id` are appended, then decoding runs (nothing
+///    masked) until the end-of-speech token. Any other stop-range id also ends the speech (the
+///    official code raises there, with the same tokens out).
+///
+/// `max_len` bounds the emitted speech tokens (the official loop has no bound; a model that
+/// never ends would run forever there). Every emitted token goes to `on_token` (false cancels).
+/// The returned tokens include the fill tokens, in order, as the official `out_tokens`.
+#[allow(clippy::too_many_arguments)]
+pub fn decode_bistream<S, E, T, F>(
+    llm: &mut S,
+    tables: &E,
+    sampler: &mut Sampler,
+    constants: &LlmConstants,
+    prompt_text: &[i64],
+    prompt_speech: &[i64],
+    text: T,
+    max_len: usize,
+    profiler: &Profiler,
+    mut on_token: F,
+) -> Result<DecodeOutcome>
+where
+    S: LlmStep + ?Sized,
+    E: EmbeddingLookup + ?Sized,
+    T: IntoIterator<Item = Result<i64>>,
+    F: FnMut(i64) -> bool,
+{
+    let hidden = tables.hidden_size();
+    let (mix_text, mix_speech) = MIX_RATIO;
+    let speech_size = constants.speech_token_size();
+    let fill = constants.fill_token();
+    let vocab = usize::try_from(constants.stop_token_end).unwrap_or(0);
+    let Some(eop) = prompt_text.iter().position(|&t| t == constants.endofprompt_id) else {
+        return Err(Error::Input(format!(
+            "<|endofprompt|> (id {}) is not in the prompt text; text-in streaming needs it there (CosyVoice3 asserts it)",
+            constants.endofprompt_id
+        )));
+    };
+    // The pending input rows, fed at the next forward pass.
+    let mut input: Vec<f32> = Vec::new();
+    let push_speech = |input: &mut Vec<f32>, id: i64| -> Result<()> {
+        let at = input.len();
+        input.resize(at + hidden, 0.0);
+        tables.speech_row(id, &mut input[at..])
+    };
+    let push_text = |input: &mut Vec<f32>, id: i64| -> Result<()> {
+        let at = input.len();
+        input.resize(at + hidden, 0.0);
+        tables.text_row(id, &mut input[at..])
+    };
+    push_speech(&mut input, constants.sos)?;
+    for &id in &prompt_text[..=eop] {
+        push_text(&mut input, id)?;
+    }
+    let mut text_queue: std::collections::VecDeque<i64> = prompt_text[eop + 1..].iter().copied().collect();
+    let mut prompt_queue: std::collections::VecDeque<i64> = prompt_speech.iter().copied().collect();
+    let period = (mix_speech + 1) as i64;
+    let mut next_fill: i64 = (prompt_speech.len() / mix_speech + 1) as i64 * mix_speech as i64 - prompt_speech.len() as i64;
+    let mut out: Vec<i64> = Vec::new();
+    let mut emitted = 0usize;
+    let mut started = false;
+    // The rows of the latest forward pass: the official code keeps them as its `lm_input` after a
+    // fill token ends a round, and feeds them once more when the text ends right then.
+    let mut last_fed: Vec<f32> = Vec::new();
+    let forward = |llm: &mut S, input: &mut Vec<f32>, started: &mut bool, last_fed: &mut Vec<f32>| -> Result<Vec<f32>> {
+        let seq = input.len() / hidden;
+        let logits = if !*started {
+            *started = true;
+            profiler.time("llm.prefill", || llm.prefill(input, seq))?
+        } else if seq == 1 {
+            profiler.time("llm.decode", || llm.step(input))?
+        } else {
+            profiler.time("llm.decode", || llm.extend(input, seq))?
+        };
+        std::mem::swap(input, last_fed);
+        input.clear();
+        if logits.len() != vocab {
+            return Err(Error::Runtime(format!("llm returned {} logits, expected {vocab}", logits.len())));
+        }
+        Ok(logits)
+    };
+    // Another id of the stop range ends the speech: the official code raises there (its LLM
+    // thread dies and the audio of the tokens so far is what comes out), so the tokens are the
+    // same; here it is an ordinary end.
+    let unexpected = |id: i64, out: Vec<i64>| {
+        tracing::debug!("text-in streaming: the LLM produced stop-range id {id}; the speech ends there (the official code raises)");
+        Ok(DecodeOutcome { tokens: out, termination: Termination::StopToken(id) })
+    };
+    for next in text {
+        text_queue.push_back(next?);
+        while !prompt_queue.is_empty() && text_queue.len() >= mix_text {
+            for id in text_queue.drain(..mix_text) {
+                push_text(&mut input, id)?;
+            }
+            let n = mix_speech.min(prompt_queue.len());
+            for id in prompt_queue.drain(..n) {
+                push_speech(&mut input, id)?;
+            }
+        }
+        if !prompt_queue.is_empty() {
+            continue;
+        }
+        let after_fill = out.last() == Some(&fill);
+        if after_fill || (out.is_empty() && input.len() == hidden && !started) {
+            if text_queue.len() < mix_text {
+                continue;
+            }
+            if after_fill {
+                input.clear();
+            }
+            for id in text_queue.drain(..mix_text) {
+                push_text(&mut input, id)?;
+            }
+        }
+        loop {
+            let logits = forward(llm, &mut input, &mut started, &mut last_fed)?;
+            let _sampling = profiler.span("llm.sampling");
+            let mut logp = log_softmax(&logits);
+            let top = if next_fill != -1 && out.len() as i64 == next_fill {
+                next_fill += period;
+                fill
+            } else {
+                if let Some(v) = usize::try_from(speech_size).ok().and_then(|i| logp.get_mut(i)) {
+                    *v = f32::NEG_INFINITY;
+                }
+                sampler.sample(&mut logp, &out)?
+            };
+            if top == fill {
+                next_fill = out.len() as i64 + period;
+            }
+            out.push(top);
+            if top >= speech_size {
+                if top == fill {
+                    break;
+                }
+                return unexpected(top, out);
+            }
+            emitted += 1;
+            if !on_token(top) {
+                return Ok(DecodeOutcome { tokens: out, termination: Termination::Cancelled });
+            }
+            if emitted >= max_len {
+                return Ok(DecodeOutcome { tokens: out, termination: Termination::MaxLen });
+            }
+            push_speech(&mut input, top)?;
+        }
+    }
+    // The text has ended: the rest of it and the task token, then decode to the end of speech.
+    // After a round that ended with a fill token, the official input still holds that round's
+    // last rows (already in the cache): they go in again, ahead of the text.
+    if out.last() == Some(&fill) {
+        input = last_fed.clone();
+    }
+    for id in text_queue.drain(..) {
+        push_text(&mut input, id)?;
+    }
+    // Prompt speech that never found 5 text tokens to pair with is not fed (as the official code).
+    push_speech(&mut input, constants.task_id)?;
+    loop {
+        let logits = forward(llm, &mut input, &mut started, &mut last_fed)?;
+        let _sampling = profiler.span("llm.sampling");
+        let mut logp = log_softmax(&logits);
+        let top = sampler.sample(&mut logp, &out)?;
+        out.push(top);
+        if top >= speech_size {
+            if top == constants.eos_token() {
+                return Ok(DecodeOutcome { tokens: out, termination: Termination::StopToken(top) });
+            }
+            return unexpected(top, out);
+        }
+        emitted += 1;
+        if !on_token(top) {
+            return Ok(DecodeOutcome { tokens: out, termination: Termination::Cancelled });
+        }
+        if emitted >= max_len {
+            return Ok(DecodeOutcome { tokens: out, termination: Termination::MaxLen });
+        }
+        push_speech(&mut input, top)?;
+    }
+}
+
 /// The official silent-token filter between LLM and flow (§4.4): a token from the silent list is
 /// dropped once more than `max_run` consecutive silent tokens have been seen; any other token
 /// resets the run. The LLM itself still conditions on dropped tokens.

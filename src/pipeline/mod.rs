@@ -329,7 +329,16 @@ impl Synthesizer {
                 summary.chunks += 1;
                 on_chunk(c)
             };
-            let seg = Segment { index: i, count: segments.len(), text: segment, prompt: &prompt, prompt_text_token: &prompt_text_token, text_token: &text_token, llm_prompt_speech: llm_speech };
+            let seg = Segment {
+                index: i,
+                count: segments.len(),
+                text: segment,
+                prompt: &prompt,
+                prompt_text_token: &prompt_text_token,
+                text_token: &text_token,
+                llm_prompt_speech: llm_speech,
+                text_source: None,
+            };
             let emitted = self.run_segment(&seg, req, &mut state, observer, trace.as_mut(), &mut on)?;
             summary.speech_tokens += emitted;
             if let (Some(root), Some(trace)) = (dump, trace) {
@@ -337,6 +346,92 @@ impl Synthesizer {
                 dump::write_segment(&dir, &prompt, &prompt_text_token, &text_token, &trace, req.stream, self.constants.sample_rate)?;
             }
         }
+        Ok(summary)
+    }
+
+    /// Text-in streaming (CosyVoice3's bi-streaming, [`crate::llm::decode_bistream`]): the text
+    /// arrives as `pieces` while speech is made; `req.text` is not used. As the official code,
+    /// each piece is tokenised on its own and not normalised (the exact mode); the prompt text is
+    /// normalised as usual. Needs `<|endofprompt|>` in the prompt text: zero-shot or instruct
+    /// (cross-lingual has no prompt text). The pieces' iterator may block while text is coming;
+    /// an `Err` item ends the request with that error.
+    pub fn synthesize_bistream(
+        &self,
+        req: &Request,
+        pieces: impl IntoIterator<Item = Result<String>>,
+        observer: &dyn SynthesisObserver,
+        mut on_chunk: impl FnMut(&[f32]) -> Result<()> + Send,
+    ) -> Result<Summary> {
+        check_options(req.speed, req.stream)?;
+        let p = plan(&req.voice.mode(), "", req.text_frontend);
+        if p.prompt_text.is_empty() {
+            return Err(Error::Input(
+                "text-in streaming needs a voice with a transcript (zero-shot) or an instruction: cross-lingual mode has no prompt text for <|endofprompt|>".into(),
+            ));
+        }
+        let count = |s: &str| self.tokenizer.count(s);
+        let prompt_text = if req.text_frontend {
+            normalize(&p.prompt_text, true, self.normalizer.as_ref(), &count).text
+        } else {
+            p.prompt_text.clone()
+        };
+        let prompt_text_token = self.encode(&prompt_text)?;
+        let prompt = self.prompt_for(&req.voice)?;
+        let mut state = RequestState {
+            sampler: Sampler::new(self.sampling, req.seed.unwrap_or(self.seed)),
+            stream_hop: self.stream_params.token_hop_len,
+        };
+        let limit = self.max_text_chars;
+        let mut chars = 0usize;
+        let mut pending: std::collections::VecDeque<i64> = std::collections::VecDeque::new();
+        let mut pieces = pieces.into_iter();
+        // Text tokens one at a time, as the official generator hands them to the LLM.
+        let mut tokens = std::iter::from_fn(|| loop {
+            if let Some(t) = pending.pop_front() {
+                return Some(Ok(t));
+            }
+            let piece = match pieces.next()? {
+                Ok(piece) => piece,
+                Err(e) => return Some(Err(e)),
+            };
+            chars += piece.chars().count();
+            if chars > limit {
+                return Some(Err(Error::Input(format!(
+                    "the streamed text has more than {limit} characters (limits.max_text_chars); split it, or raise the limit"
+                ))));
+            }
+            match self.encode(&piece) {
+                Ok(ids) => pending.extend(ids),
+                Err(e) => return Some(Err(e)),
+            }
+        });
+        // Nothing is said before the first text token is there: a stream that closes empty (or
+        // fails at once) is an error, not speech made from the prompt alone.
+        let first = match tokens.next() {
+            None => return Err(Error::Input("the streamed text was empty: the input closed without any text to say".into())),
+            Some(first) => first?,
+        };
+        let mut tokens = std::iter::once(Ok(first)).chain(tokens);
+        let llm_speech: &[i64] = if p.llm_prompt_speech { &prompt.speech_token } else { &[] };
+        let mut summary = Summary { sentences: 1, ..Summary::default() };
+        let mut on = |c: &[f32]| {
+            summary.samples += c.len();
+            summary.chunks += 1;
+            on_chunk(c)
+        };
+        let source: &mut dyn Iterator<Item = Result<i64>> = &mut tokens;
+        let seg = Segment {
+            index: 0,
+            count: 1,
+            text: "(streamed text)",
+            prompt: &prompt,
+            prompt_text_token: &prompt_text_token,
+            text_token: &[],
+            llm_prompt_speech: llm_speech,
+            text_source: Some(std::cell::RefCell::new(source)),
+        };
+        let emitted = self.run_segment(&seg, req, &mut state, observer, None, &mut on)?;
+        summary.speech_tokens = emitted;
         Ok(summary)
     }
 
@@ -358,7 +453,12 @@ impl Synthesizer {
     ) -> Result<usize> {
         let c = &self.constants;
         let prompt = seg.prompt;
-        let mut input = build_llm_input(&self.embeddings, seg.prompt_text_token, seg.text_token, seg.llm_prompt_speech, &c.llm)?;
+        let mut input = if seg.text_source.is_some() {
+            // Text-in streaming builds its input as the text arrives; only the bound is used here.
+            crate::llm::LlmInput { embeds: Vec::new(), seq_len: 0, hidden: 0, min_len: 0, max_len: usize::MAX }
+        } else {
+            build_llm_input(&self.embeddings, seg.prompt_text_token, seg.text_token, seg.llm_prompt_speech, &c.llm)?
+        };
         // The speech must fit the flow noise beside the prompt: decoding stops there, and a
         // sentence that gets there is an error below (limits.rs).
         let room = self.noise_room_tokens(prompt);
@@ -402,11 +502,30 @@ impl Synthesizer {
                 let _span = profiler.span("llm");
                 let mut step = scheduler.client(profiler)?;
                 let mut emitted = 0usize;
-                let outcome = decode_with(&mut step, &input, embeddings, sampler, llm_constants, &options, profiler, |t| {
+                let on_token = |t: i64| {
                     observer.llm_token(sentence, emitted, t);
                     emitted += 1;
                     tok_tx.send(t).is_ok() && !observer.cancelled()
-                })?;
+                };
+                let outcome = match &seg.text_source {
+                    None => decode_with(&mut step, &input, embeddings, sampler, llm_constants, &options, profiler, on_token)?,
+                    Some(source) => {
+                        let mut source = source.borrow_mut();
+                        let text = std::iter::from_fn(|| source.next());
+                        crate::llm::decode_bistream(
+                            &mut step,
+                            embeddings,
+                            sampler,
+                            llm_constants,
+                            seg.prompt_text_token,
+                            seg.llm_prompt_speech,
+                            text,
+                            input.max_len,
+                            profiler,
+                            on_token,
+                        )?
+                    }
+                };
                 observer.llm_done(sentence, outcome.tokens.len(), outcome.termination);
                 Ok(outcome)
             })();
@@ -433,7 +552,8 @@ impl Synthesizer {
             if let Some(e) = outgrown.filter(|_| outcome.termination == Termination::MaxLen && options.ignore_stop_until == 0) {
                 return Err(e);
             }
-            let emitted = outcome.tokens.len();
+            // Speech tokens only (text-in streaming also returns its fill tokens).
+            let emitted = outcome.tokens.iter().filter(|&&t| !llm_constants.is_stop(t)).count();
             if let Some(trace) = trace {
                 done.llm_token_raw = outcome.tokens;
                 done.termination = Some(outcome.termination);
@@ -479,6 +599,8 @@ struct Segment<'a> {
     text_token: &'a [i64],
     /// Prompt speech tokens for the LLM (empty in cross-lingual and instruct modes).
     llm_prompt_speech: &'a [i64],
+    /// Text-in streaming: the text tokens as they arrive (`text_token` is then empty).
+    text_source: Option<std::cell::RefCell<&'a mut dyn Iterator<Item = Result<i64>>>>,
 }
 
 /// The text normaliser `text.normalizer` asks for: wetext from the model folder's grammars (its
