@@ -139,6 +139,13 @@ pub struct FileArgs {
     /// Pass the text to the tokenizer as is: no normalisation, no sentence splitting.
     #[arg(long)]
     pub no_text_frontend: bool,
+    /// With `-`: text-in streaming, standard input read as it arrives and spoken while it comes
+    /// (the same audio `cosy say -` plays). Needs a voice with a transcript or an instruction.
+    #[arg(long)]
+    pub bistream: bool,
+    /// With --bistream: normalise each settled sentence instead of the exact text.
+    #[arg(long, requires = "bistream")]
+    pub normalize_sentences: bool,
 }
 
 /// Arguments of `cosy say`.
@@ -158,6 +165,10 @@ pub struct SayArgs {
     /// Pass the text to the tokenizer as is: no normalisation, no sentence splitting.
     #[arg(long)]
     pub no_text_frontend: bool,
+    /// With `-`: normalise each settled sentence of the streamed text (numbers, symbols) instead
+    /// of speaking it exactly as written (the official text-in streaming normalises nothing).
+    #[arg(long)]
+    pub normalize_sentences: bool,
     /// Output device (see --list-devices); default: output.device from the config.
     #[arg(long, value_name = "NAME")]
     pub device: Option<String>,
@@ -520,6 +531,9 @@ fn file_command(config: &Config, args: &FileArgs) -> anyhow::Result<()> {
 
     crate::pipeline::check_speed(args.speed)?;
     let format: OutputFormat = args.format.parse()?;
+    if args.bistream {
+        return file_bistream(config, args, format);
+    }
     // Utterances: (index, text, output path or None for stdout, --input line number).
     let to_stdout = |p: &Option<PathBuf>| p.as_deref().is_some_and(|p| p.as_os_str() == "-");
     let mut jobs: Vec<(usize, String, Option<PathBuf>, Option<usize>)> = Vec::new();
@@ -641,6 +655,64 @@ fn file_command(config: &Config, args: &FileArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `cosy file - --bistream`: text-in streaming from standard input, the audio to a file (or
+/// streamed pcm on stdout), the same audio `cosy say -` plays.
+fn file_bistream(config: &Config, args: &FileArgs, format: crate::audio::OutputFormat) -> anyhow::Result<()> {
+    if args.text.as_deref() != Some("-") || args.input.is_some() {
+        return Err(Error::Input("--bistream reads the text from standard input as it arrives: give `-` as the text".into()).into());
+    }
+    if args.dump.is_some() || args.min_tokens.is_some() || args.speed != 1.0 {
+        return Err(Error::Input("--bistream does not take --dump, --min-tokens or --speed".into()).into());
+    }
+    let to_stdout = args.output.as_deref().is_some_and(|p| p.as_os_str() == "-") || (args.format == "pcm" && args.output.is_none());
+    let out = (!to_stdout).then(|| args.output.clone().unwrap_or_else(|| PathBuf::from("out.wav")));
+    if let Some(p) = &out {
+        crate::output::check_file("-o", p)?;
+    }
+    let voice = resolve_voice(config, &args.voice)?;
+    if is_cross_lingual(&voice) {
+        return Err(Error::Input(
+            "--bistream needs a voice with a transcript (--voice NAME, or --prompt-wav with --prompt-text) or --instruct: cross-lingual mode has no prompt text".into(),
+        )
+        .into());
+    }
+    let req = crate::pipeline::Request {
+        text: String::new(),
+        voice,
+        text_frontend: !args.no_text_frontend,
+        speed: 1.0,
+        seed: args.seed,
+        stream: use_streaming(config, args.stream, args.no_stream, 1.0),
+        ignore_stop_until: None,
+    };
+    let engine = crate::engine::Engine::load(config)?;
+    let rate = engine.synthesizer().constants.sample_rate;
+    let options = crate::engine::BistreamOptions { normalize_sentences: args.normalize_sentences };
+    let (feed, mut handle) = engine.submit_bistream(req, options, None)?;
+    let reader = std::thread::Builder::new()
+        .name("stdin-text".into())
+        .spawn(move || match crate::frontend::text::read_pieces(std::io::stdin().lock(), "<stdin>", |p| feed.send(p)) {
+            Ok(_) => feed.finish(),
+            Err(e) => feed.fail(e),
+        })
+        .map_err(|e| Error::Runtime(format!("cannot start the stdin reader: {e}")))?;
+    let mut samples: Vec<f32> = Vec::new();
+    loop {
+        match handle.next_event() {
+            Some(crate::engine::Event::Audio(chunk)) if out.is_none() => write_pcm_stdout(&chunk)?,
+            Some(crate::engine::Event::Audio(chunk)) => samples.extend_from_slice(&chunk),
+            Some(crate::engine::Event::Done(_)) | None => break,
+            Some(crate::engine::Event::Failed(e)) => return Err(e.into()),
+        }
+    }
+    let _ = reader.join();
+    if let Some(path) = out {
+        crate::audio::write_audio_atomic(&path, &samples, rate, format)?;
+        tracing::info!("wrote {} ({:.2} s)", path.display(), samples.len() as f64 / f64::from(rate));
+    }
+    Ok(())
+}
+
 /// Writes samples to standard output as s16le and flushes (streamed pcm).
 fn write_pcm_stdout(samples: &[f32]) -> Result<(), Error> {
     let bytes: Vec<u8> = samples.iter().flat_map(|&s| crate::audio::f32_to_i16(s).to_le_bytes()).collect();
@@ -708,6 +780,12 @@ fn resolve_voice(config: &Config, c: &VoiceArgs) -> Result<crate::pipeline::Voic
     })
 }
 
+/// Cross-lingual voices have no prompt text, so no `<|endofprompt|>` for text-in streaming.
+fn is_cross_lingual(voice: &crate::pipeline::Voice) -> bool {
+    use crate::pipeline::Voice;
+    matches!(voice, Voice::CrossLingual { .. } | Voice::Recording { transcript: None, instruction: None, .. })
+}
+
 /// Refuses an unusable prompt recording (unreadable, empty, truncated, < 16 kHz, silent, too short, > 30 s)
 /// before the model is loaded; the pipeline checks it again when it reads it.
 fn check_prompt_audio(wav: &std::path::Path) -> Result<(), Error> {
@@ -734,14 +812,23 @@ fn say_command(config: &Config, args: &SayArgs) -> anyhow::Result<()> {
         }
         return Ok(());
     }
+    crate::pipeline::check_speed(args.speed)?;
+    let voice = resolve_voice(config, &args.voice)?;
+    // `say -` speaks standard input while it arrives (text-in streaming), when the voice allows
+    // it (a transcript or an instruction) and no speed asks for whole sentences.
+    let streaming_stdin = args.text.as_deref() == Some("-") && args.speed == 1.0 && !is_cross_lingual(&voice);
+    if args.text.as_deref() == Some("-") && !streaming_stdin {
+        tracing::info!("reading all of standard input first: text-in streaming needs a voice with a transcript or an instruction, and speed 1");
+    }
     let text = match args.text.as_deref() {
         None => return Err(Error::Input("give the text to say (or `-` for stdin)".into()).into()),
+        Some("-") if streaming_stdin => String::new(),
         Some("-") => read_stdin()?,
         Some(t) => t.to_string(),
     };
-    check_text(config, &text)?;
-    crate::pipeline::check_speed(args.speed)?;
-    let voice = resolve_voice(config, &args.voice)?;
+    if !streaming_stdin {
+        check_text(config, &text)?;
+    }
     let req = crate::pipeline::Request {
         text,
         voice,
@@ -753,7 +840,12 @@ fn say_command(config: &Config, args: &SayArgs) -> anyhow::Result<()> {
         ignore_stop_until: args.min_tokens,
     };
     let output = crate::say::Output::from_setting(args.device.as_deref(), &config.output.device);
-    crate::say::say(config, &req, &output, args.event_log.as_deref())?;
+    let source = if streaming_stdin {
+        crate::say::SayText::Stdin(crate::engine::BistreamOptions { normalize_sentences: args.normalize_sentences })
+    } else {
+        crate::say::SayText::Whole
+    };
+    crate::say::say(config, &req, source, &output, args.event_log.as_deref())?;
     Ok(())
 }
 

@@ -121,14 +121,23 @@ impl SynthesisObserver for SayObserver {
 /// Ctrl-C is caught from the start (with or without a player), and once it was pressed every
 /// way this ends is [`Error::Cancelled`]: whatever failed while the work was being stopped (a
 /// model stage, the player, the log) is a consequence of the stop, not something to report.
+/// Where `say` takes its text from.
+pub enum SayText {
+    /// `req.text`, whole.
+    Whole,
+    /// Text-in streaming from standard input, read as it arrives (`cosy say -`).
+    Stdin(crate::engine::BistreamOptions),
+}
+
 pub fn say(
     config: &crate::config::Config,
     req: &Request,
+    text: SayText,
     output: &Output,
     event_log: Option<&Path>,
 ) -> Result<()> {
     crate::interrupt::install()?;
-    let result = say_until_stopped(config, req, output, event_log);
+    let result = say_until_stopped(config, req, text, output, event_log);
     if crate::interrupt::requested() {
         return Err(Error::Cancelled);
     }
@@ -138,6 +147,7 @@ pub fn say(
 fn say_until_stopped(
     config: &crate::config::Config,
     req: &Request,
+    text: SayText,
     output: &Output,
     event_log: Option<&Path>,
 ) -> Result<()> {
@@ -174,7 +184,37 @@ fn say_until_stopped(
     }
     let observer = Arc::new(SayObserver { cancel: cancel.clone(), log: log.clone() });
     let mut chunks = 0u64;
-    let mut handle = engine.submit_observed(req.clone(), observer.clone())?;
+    let mut handle = match text {
+        SayText::Whole => engine.submit_observed(req.clone(), observer.clone())?,
+        SayText::Stdin(options) => {
+            let (feed, handle) = engine.submit_bistream(req.clone(), options, Some(observer.clone()))?;
+            let log = log.clone();
+            // Standard input is read on its own thread, each read a piece, while audio plays.
+            std::thread::Builder::new()
+                .name("stdin-text".into())
+                .spawn(move || {
+                    let mut pieces = 0usize;
+                    let read = crate::frontend::text::read_pieces(std::io::stdin().lock(), "<stdin>", |piece| {
+                        pieces += 1;
+                        if let Some(log) = &log {
+                            log.log(&format!("text_piece {pieces} {}", piece.chars().count()));
+                        }
+                        feed.send(piece)
+                    });
+                    match read {
+                        Ok(_) => {
+                            if let Some(log) = &log {
+                                log.log("text_done");
+                            }
+                            feed.finish()
+                        }
+                        Err(e) => feed.fail(e),
+                    }
+                })
+                .map_err(|e| Error::Runtime(format!("cannot start the stdin reader: {e}")))?;
+            handle
+        }
+    };
     let mut play = |chunk: &[f32]| -> Result<()> {
         chunks += 1;
         let n = chunks;

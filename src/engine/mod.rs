@@ -153,6 +153,67 @@ impl Engine {
     }
 
     fn start(&self, request: Request, observer: Option<Arc<dyn SynthesisObserver + Send>>, wait: bool) -> Result<RequestHandle> {
+        self.spawn(observer, wait, move |synth, observer, on_chunk| synth.synthesize_observed(&request, None, observer, on_chunk))
+    }
+
+    /// Starts a text-in streaming request ([`Synthesizer::synthesize_bistream`]): `request.text`
+    /// is not used; the text comes through the returned [`TextFeed`] while audio comes out of
+    /// the handle. Dropping the feed ends the text. Waits for a slot as [`Engine::submit`].
+    /// With `options.normalize_sentences`, settled sentences are normalised
+    /// ([`Synthesizer::normalize_sentences`]); otherwise the text goes in as written (the
+    /// official, exact mode).
+    pub fn submit_bistream(
+        &self,
+        request: Request,
+        options: BistreamOptions,
+        observer: Option<Arc<dyn SynthesisObserver + Send>>,
+    ) -> Result<(TextFeed, RequestHandle)> {
+        self.bistream(request, options, observer, true)
+    }
+
+    /// [`Engine::submit_bistream`], refused with [`Error::Busy`] when no slot is free.
+    pub fn try_submit_bistream(
+        &self,
+        request: Request,
+        options: BistreamOptions,
+        observer: Option<Arc<dyn SynthesisObserver + Send>>,
+    ) -> Result<(TextFeed, RequestHandle)> {
+        self.bistream(request, options, observer, false)
+    }
+
+    fn bistream(
+        &self,
+        request: Request,
+        options: BistreamOptions,
+        observer: Option<Arc<dyn SynthesisObserver + Send>>,
+        wait: bool,
+    ) -> Result<(TextFeed, RequestHandle)> {
+        // Pieces queue here until the LLM takes them; a writer far ahead of the speech is held
+        // back by the bound (the text limit bounds the whole anyway).
+        let (tx, rx) = crossbeam_channel::bounded::<Result<String>>(1024);
+        let handle = self.spawn(observer, wait, move |synth, observer, on_chunk| {
+            // While it waits for text, the request still notices a cancel.
+            let pieces = std::iter::from_fn(|| loop {
+                match rx.recv_timeout(std::time::Duration::from_millis(50)) {
+                    Ok(piece) => return Some(piece),
+                    Err(crossbeam_channel::RecvTimeoutError::Timeout) if observer.cancelled() => return Some(Err(Error::Cancelled)),
+                    Err(crossbeam_channel::RecvTimeoutError::Timeout) => continue,
+                    Err(crossbeam_channel::RecvTimeoutError::Disconnected) => return None,
+                }
+            });
+            if options.normalize_sentences {
+                synth.synthesize_bistream(&request, synth.normalize_sentences(pieces), observer, on_chunk)
+            } else {
+                synth.synthesize_bistream(&request, pieces, observer, on_chunk)
+            }
+        })?;
+        Ok((TextFeed { tx }, handle))
+    }
+
+    fn spawn<J>(&self, observer: Option<Arc<dyn SynthesisObserver + Send>>, wait: bool, job: J) -> Result<RequestHandle>
+    where
+        J: FnOnce(&Synthesizer, &dyn SynthesisObserver, &mut (dyn FnMut(&[f32]) -> Result<()> + Send)) -> Result<Summary> + Send + 'static,
+    {
         let slot = self.slots.take(wait)?;
         let cancel = Arc::new(AtomicBool::new(false));
         // Audio waits here for the caller; a slow reader holds its request back (not the others).
@@ -163,9 +224,8 @@ impl Engine {
             .name("request".into())
             .spawn(move || {
                 let _slot = slot;
-                let result = synth.synthesize_observed(&request, None, &observer, |chunk| {
-                    tx.send(Event::Audio(chunk.to_vec())).map_err(|_| Error::Cancelled)
-                });
+                let mut on_chunk = |chunk: &[f32]| tx.send(Event::Audio(chunk.to_vec())).map_err(|_| Error::Cancelled);
+                let result = job(&synth, &observer, &mut on_chunk);
                 let _ = tx.send(match result {
                     Ok(summary) => Event::Done(summary),
                     Err(e) => Event::Failed(e),
@@ -174,6 +234,34 @@ impl Engine {
             .map_err(|e| Error::Runtime(format!("cannot start a request thread: {e}")))?;
         Ok(RequestHandle { rx, cancel, finished: false })
     }
+}
+
+/// How a text-in streaming request treats its text.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct BistreamOptions {
+    /// Normalise settled sentences (numbers, symbols) instead of the exact, unnormalised text.
+    pub normalize_sentences: bool,
+}
+
+/// The text of a text-in streaming request, piece by piece ([`Engine::submit_bistream`]).
+/// Dropping it (or [`TextFeed::finish`]) ends the text.
+pub struct TextFeed {
+    tx: crossbeam_channel::Sender<Result<String>>,
+}
+
+impl TextFeed {
+    /// Hands the next piece of text to the request (any length; spaces count as written).
+    pub fn send(&self, piece: impl Into<String>) -> Result<()> {
+        self.tx.send(Ok(piece.into())).map_err(|_| Error::Runtime("the request has ended; it takes no more text".into()))
+    }
+
+    /// Ends the request with `error` (bad input upstream: invalid text, a broken connection).
+    pub fn fail(self, error: Error) {
+        let _ = self.tx.send(Err(error));
+    }
+
+    /// The text is complete.
+    pub fn finish(self) {}
 }
 
 /// A request in flight. Dropping it cancels the request.

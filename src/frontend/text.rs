@@ -226,6 +226,66 @@ pub struct Normalized {
 
 /// Runs the frontend on `text`. `enabled = false` (the official `text_frontend=False`), empty
 /// text and `<|…|>` markup all return the text unchanged as a single segment.
+/// Where the last settled sentence end in `text` is (the byte index just past it), for text that
+/// is still arriving: `.`, `!`, `?`, `;` count once a blank follows them (a final `.` may yet be a
+/// decimal point), `。！？；` and line breaks at once.
+pub fn settled_end(text: &str) -> Option<usize> {
+    let mut end = None;
+    let mut chars = text.char_indices().peekable();
+    while let Some((i, c)) = chars.next() {
+        let after = i + c.len_utf8();
+        match c {
+            '。' | '！' | '？' | '；' | '\n' => end = Some(after),
+            '.' | '!' | '?' | ';' => {
+                if chars.peek().is_some_and(|(_, n)| n.is_whitespace()) {
+                    end = Some(after);
+                }
+            }
+            _ => {}
+        }
+    }
+    end
+}
+
+/// Reads `reader` as it arrives and hands each piece of UTF-8 text to `on_piece` (text-in
+/// streaming from a pipe): a piece is what one read returned, less an incomplete character at
+/// its end (kept for the next). Invalid UTF-8 is an error naming `what` and the byte offset.
+/// Returns the number of bytes read; stops early when `on_piece` fails.
+pub fn read_pieces(mut reader: impl std::io::Read, what: &str, mut on_piece: impl FnMut(String) -> crate::Result<()>) -> crate::Result<u64> {
+    let mut buf = vec![0u8; 4096];
+    let mut carry: Vec<u8> = Vec::new();
+    let mut offset = 0u64;
+    loop {
+        let n = match reader.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(crate::Error::Input(format!("{what}: cannot be read ({e})"))),
+        };
+        carry.extend_from_slice(&buf[..n]);
+        let valid = match std::str::from_utf8(&carry) {
+            Ok(_) => carry.len(),
+            Err(e) if e.error_len().is_none() => e.valid_up_to(),
+            Err(e) => {
+                return Err(crate::Error::Input(format!(
+                    "{what}: invalid UTF-8 at byte {}; send UTF-8 text",
+                    offset + e.valid_up_to() as u64
+                )))
+            }
+        };
+        let rest = carry.split_off(valid);
+        let piece = String::from_utf8(std::mem::replace(&mut carry, rest)).unwrap_or_default();
+        offset += piece.len() as u64;
+        if !piece.is_empty() {
+            on_piece(piece)?;
+        }
+    }
+    if !carry.is_empty() {
+        return Err(crate::Error::Input(format!("{what}: the text ends inside a UTF-8 character (byte {offset}); send UTF-8 text")));
+    }
+    Ok(offset)
+}
+
 pub fn normalize(text: &str, enabled: bool, normalizer: &dyn Normalizer, token_len: &dyn Fn(&str) -> usize) -> Normalized {
     if !enabled || text.is_empty() || bypasses_frontend(text) {
         return Normalized { text: text.to_string(), segments: vec![text.to_string()] };
@@ -251,4 +311,47 @@ pub fn normalize_and_split(
     token_len: &dyn Fn(&str) -> usize,
 ) -> Vec<String> {
     normalize(text, enabled, normalizer, token_len).segments
+}
+
+#[cfg(test)]
+mod piece_tests {
+    use super::*;
+
+    /// A reader that returns its chunks one read at a time.
+    struct Chunks(std::collections::VecDeque<Vec<u8>>);
+    impl std::io::Read for Chunks {
+        fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+            let Some(c) = self.0.pop_front() else { return Ok(0) };
+            buf[..c.len()].copy_from_slice(&c);
+            Ok(c.len())
+        }
+    }
+
+    #[test]
+    fn pieces_keep_split_characters_whole_and_refuse_invalid_utf8() {
+        let text = "Hé 你好".as_bytes().to_vec();
+        // Split inside "é" and inside "你".
+        let chunks = Chunks(vec![text[..2].to_vec(), text[2..6].to_vec(), text[6..].to_vec()].into());
+        let mut got = Vec::new();
+        let n = read_pieces(chunks, "<stdin>", |p| {
+            got.push(p);
+            Ok(())
+        })
+        .expect("valid");
+        assert_eq!(got.concat(), "Hé 你好");
+        assert_eq!(got[0], "H", "the half character waits for the next read");
+        assert_eq!(n, text.len() as u64);
+        let bad = Chunks(vec![b"ok ".to_vec(), vec![0xff, b'x']].into());
+        let err = read_pieces(bad, "<stdin>", |_| Ok(())).expect_err("invalid");
+        assert!(err.to_string().contains("invalid UTF-8 at byte 3"), "{err}");
+        let cut = Chunks(vec![vec![b'a', 0xe4, 0xbd]].into());
+        assert!(read_pieces(cut, "<stdin>", |_| Ok(())).expect_err("cut").to_string().contains("inside a UTF-8 character"));
+    }
+
+    #[test]
+    fn settled_ends() {
+        assert_eq!(settled_end("Hello world."), None);
+        assert_eq!(settled_end("Hello. Wor"), Some(6));
+        assert_eq!(settled_end("你好。世界"), Some("你好。".len()));
+    }
 }

@@ -435,6 +435,48 @@ impl Synthesizer {
         Ok(summary)
     }
 
+    /// The option of text-in streaming that normalises: `pieces` regrouped into settled
+    /// sentences ([`crate::frontend::text::settled_end`]), each normalised as the offline
+    /// frontend normalises text (numbers, symbols; `text.normalizer`), the rest at the end. What
+    /// it changes against the exact mode (the official one, which normalises nothing): numbers
+    /// and symbols are read as words, a sentence is tokenised whole instead of piece by piece,
+    /// and the LLM sees a sentence only once it is complete (the first audio waits for it).
+    pub fn normalize_sentences<'a, I>(&'a self, pieces: I) -> impl Iterator<Item = Result<String>> + 'a
+    where
+        I: IntoIterator<Item = Result<String>>,
+        I::IntoIter: 'a,
+    {
+        let mut pieces = pieces.into_iter();
+        let mut buffer = String::new();
+        let mut done = false;
+        let count = move |s: &str| self.tokenizer.count(s);
+        std::iter::from_fn(move || loop {
+            if done {
+                return None;
+            }
+            if let Some(end) = crate::frontend::text::settled_end(&buffer) {
+                let settled: String = buffer.drain(..end).collect();
+                let normalized = normalize(&settled, true, self.normalizer.as_ref(), &count).text;
+                // Keep the blank between sentences that the normaliser trims.
+                let lead = if settled.starts_with(char::is_whitespace) { " " } else { "" };
+                return Some(Ok(format!("{lead}{normalized}")));
+            }
+            match pieces.next() {
+                Some(Ok(piece)) => buffer.push_str(&piece),
+                Some(Err(e)) => return Some(Err(e)),
+                None => {
+                    done = true;
+                    if buffer.trim().is_empty() {
+                        return None;
+                    }
+                    let rest = std::mem::take(&mut buffer);
+                    let lead = if rest.starts_with(char::is_whitespace) { " " } else { "" };
+                    return Some(Ok(format!("{lead}{}", normalize(&rest, true, self.normalizer.as_ref(), &count).text)));
+                }
+            }
+        })
+    }
+
     fn encode(&self, text: &str) -> Result<Vec<i64>> {
         Ok(self.tokenizer.encode(text)?.into_iter().map(i64::from).collect())
     }

@@ -486,7 +486,12 @@ impl Drop for CancelOnDrop {
 /// Submits `request`; a blocking thread carries its events to the async side and holds the slot
 /// until the engine has let go of the request.
 pub fn start(state: &Arc<AppState>, engine: &Arc<Engine>, request: cosy::pipeline::Request, slot: Slot) -> Result<Running, ApiError> {
-    let mut handle = engine.try_submit(request).map_err(ApiError::from_engine)?;
+    let handle = engine.try_submit(request).map_err(ApiError::from_engine)?;
+    Ok(follow(state, handle, slot))
+}
+
+/// Carries a started request's events to the async side (see [`start`]).
+pub fn follow(state: &Arc<AppState>, mut handle: cosy::engine::RequestHandle, slot: Slot) -> Running {
     let token = handle.cancel_token();
     let (tx, rx) = mpsc::channel::<Event>(8);
     tokio::task::spawn_blocking(move || {
@@ -500,7 +505,7 @@ pub fn start(state: &Arc<AppState>, engine: &Arc<Engine>, request: cosy::pipelin
             }
         }
     });
-    Ok(Running { rx, guard: CancelOnDrop { token, finished: false, state: state.clone() } })
+    Running { rx, guard: CancelOnDrop { token, finished: false, state: state.clone() } }
 }
 
 impl Running {

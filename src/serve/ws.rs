@@ -70,6 +70,11 @@ struct SessionConfig {
     ref_text: Option<String>,
     instructions: Option<String>,
     seed: Option<u64>,
+    /// "bistream" (default where the voice has a transcript or an instruction): the text pieces
+    /// go into one text-in streaming request; "sentences": each settled sentence is a request.
+    text_streaming: Option<String>,
+    /// With bistream: normalise settled sentences instead of the exact text (default false).
+    normalize: Option<bool>,
 }
 
 fn event(value: serde_json::Value) -> Message {
@@ -80,25 +85,6 @@ fn error_event(e: &ApiError) -> Message {
     let mut body = e.body();
     body["type"] = serde_json::Value::from("error");
     event(body)
-}
-
-/// Where the last settled sentence end in `text` is (byte index just past it), if any.
-pub fn settled_end(text: &str) -> Option<usize> {
-    let mut end = None;
-    let mut chars = text.char_indices().peekable();
-    while let Some((i, c)) = chars.next() {
-        let after = i + c.len_utf8();
-        match c {
-            '。' | '！' | '？' | '；' | '\n' => end = Some(after),
-            '.' | '!' | '?' | ';' => {
-                if chars.peek().is_some_and(|(_, n)| n.is_whitespace()) {
-                    end = Some(after);
-                }
-            }
-            _ => {}
-        }
-    }
-    end
 }
 
 async fn session(socket: WebSocket, state: Arc<AppState>, id: String) {
@@ -188,7 +174,33 @@ async fn run_session(
         None => VoiceSpec::Saved { name: voice_name(config.voice.clone())?, instructions: config.instructions.clone() },
     };
     let voice = resolve_voice(state, &spec).await?;
-    send(sink, event(serde_json::json!({ "type": "session.created", "request_id": id, "sample_rate": SAMPLE_RATE, "format": "pcm" }))).await?;
+    let has_prompt_text = !matches!(&voice, cosy::pipeline::Voice::Recording { transcript: None, instruction: None, .. });
+    let bistream = match config.text_streaming.as_deref().map(str::trim) {
+        None => has_prompt_text,
+        Some("bistream") if has_prompt_text => true,
+        Some("bistream") => {
+            return Err(ApiError::bad_request(
+                "invalid_text_streaming",
+                "text_streaming \"bistream\" needs a voice with a transcript (ref_text, or a saved voice) or instructions; use \"sentences\"",
+            ))
+        }
+        Some("sentences") => false,
+        Some(other) => {
+            return Err(ApiError::bad_request("invalid_text_streaming", format!("text_streaming {other:?}: use \"bistream\" or \"sentences\"")))
+        }
+    };
+    send(
+        sink,
+        event(serde_json::json!({
+            "type": "session.created", "request_id": id, "sample_rate": SAMPLE_RATE, "format": "pcm",
+            "text_streaming": if bistream { "bistream" } else { "sentences" },
+        })),
+    )
+    .await?;
+    if bistream {
+        let options = cosy::engine::BistreamOptions { normalize_sentences: config.normalize.unwrap_or(false) };
+        return run_bistream(sink, client, state, id, voice, config.seed, options).await;
+    }
 
     // 2. Text in, audio out.
     let mut buffer = String::new();
@@ -252,7 +264,7 @@ async fn run_session(
                             ));
                         }
                         buffer.push_str(&text);
-                        if let Some(end) = settled_end(&buffer) {
+                        if let Some(end) = cosy::frontend::text::settled_end(&buffer) {
                             let settled: String = buffer.drain(..end).collect();
                             // Text with nothing to say (only punctuation) joins the next segment.
                             if cosy::pipeline::check_speakable(&settled).is_ok() {
@@ -306,9 +318,103 @@ async fn run_session(
     }
 }
 
+/// One text-in streaming request for the whole session: every `input.text` piece goes into it as
+/// it arrives, `input.done` ends its text, audio frames leave as they are made.
+async fn run_bistream(
+    sink: &mut Sink,
+    client: &mut mpsc::Receiver<Result<ClientMessage, ApiError>>,
+    state: &Arc<AppState>,
+    id: &str,
+    voice: cosy::pipeline::Voice,
+    seed: Option<u64>,
+    options: cosy::engine::BistreamOptions,
+) -> Result<(), ApiError> {
+    let idle = Duration::from_secs(state.config.server.request_timeout_s);
+    let max_chars = state.config.limits.max_text_chars;
+    let engine = state.engine()?;
+    let started = Instant::now();
+    let slot = state.admit(state.request_deadline(started)).await?;
+    let request = cosy::pipeline::Request {
+        text: String::new(),
+        voice,
+        text_frontend: true,
+        speed: 1.0,
+        seed,
+        stream: true,
+        ignore_stop_until: None,
+    };
+    let (feed, handle) = engine.try_submit_bistream(request, options, None).map_err(ApiError::from_engine)?;
+    let mut running = super::speech::follow(state, handle, slot);
+    let mut feed = Some(feed);
+    let mut finish = Finish { state: state.clone(), started, ttfb: 0.0, id: id.to_string() };
+    let mut received_chars = 0usize;
+    let mut samples = 0usize;
+    let mut last_activity = Instant::now();
+    loop {
+        let deadline = tokio::time::Instant::from_std(last_activity + idle);
+        tokio::select! {
+            message = client.recv(), if feed.is_some() => {
+                last_activity = Instant::now();
+                match message {
+                    None | Some(Ok(ClientMessage::Close)) => return Ok(()),
+                    Some(Err(e)) => return Err(e),
+                    Some(Ok(ClientMessage::Config(_))) => {
+                        return Err(ApiError::bad_request("invalid_message", "session.config may be sent once, first"));
+                    }
+                    Some(Ok(ClientMessage::Text { text })) => {
+                        received_chars += text.chars().count();
+                        if received_chars > max_chars {
+                            return Err(ApiError::bad_request(
+                                "text_too_long",
+                                format!("the session's text is longer than limits.max_text_chars = {max_chars}; open a new session"),
+                            ));
+                        }
+                        if let Some(f) = &feed {
+                            f.send(text).map_err(ApiError::from_engine)?;
+                        }
+                    }
+                    Some(Ok(ClientMessage::Done)) => {
+                        if let Some(f) = feed.take() {
+                            f.finish();
+                        }
+                    }
+                }
+            }
+            chunk = running.next_or_done(deadline) => {
+                last_activity = Instant::now();
+                match chunk? {
+                    Some(audio) => {
+                        if samples == 0 {
+                            finish.ttfb = started.elapsed().as_secs_f64();
+                            state.metrics.ttfb.observe(finish.ttfb);
+                            send(sink, event(serde_json::json!({ "type": "audio.start", "segment": 0 }))).await?;
+                        }
+                        samples += audio.len();
+                        send(sink, Message::Binary(cosy::audio::pcm16_bytes(&audio).into())).await?;
+                    }
+                    None => {
+                        finish.done(samples);
+                        send(sink, event(serde_json::json!({ "type": "audio.done", "segment": 0, "samples": samples }))).await?;
+                        send(
+                            sink,
+                            event(serde_json::json!({
+                                "type": "session.done",
+                                "segments": 1,
+                                "audio_seconds": samples as f64 / f64::from(SAMPLE_RATE),
+                            })),
+                        )
+                        .await?;
+                        return Ok(());
+                    }
+                }
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    use super::settled_end;
+    use cosy::frontend::text::settled_end;
 
     #[test]
     fn sentences_settle_at_punctuation_and_space() {

@@ -282,3 +282,71 @@ pub fn cosy_command(graph_cache: &Path) -> std::process::Command {
 pub fn cosy_bin() -> PathBuf {
     std::env::var_os("PIPELINE_TEST_BIN").map(PathBuf::from).unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_cosy")))
 }
+
+/// The shared reference tiny model exported by this repository's exporter into `into/model`
+/// (about 5 s); `None` (with the reason) without the reference folder or the venv.
+pub fn export_reference_model(into: &Path) -> Option<PathBuf> {
+    let reference = reference_dir()?;
+    let py = python()?;
+    let model = into.join("model");
+    let out = std::process::Command::new(py)
+        .current_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join("onnx"))
+        .args(["-m", "cosy_export", "export"])
+        .arg(reference.join("tiny-official"))
+        .arg(&model)
+        .args(["--precisions", "fp32"])
+        .output()
+        .expect("run the exporter");
+    assert!(out.status.success(), "export: {}", String::from_utf8_lossy(&out.stderr));
+    Some(model)
+}
+
+/// A recorded text-in streaming case of the official code (tests/fixtures/bistream/README.md).
+pub struct BistreamCase {
+    pub name: String,
+    pub dir: PathBuf,
+    pub meta: serde_json::Value,
+}
+
+impl BistreamCase {
+    pub fn load(name: &str) -> BistreamCase {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/bistream").join(name);
+        let meta = serde_json::from_str(&std::fs::read_to_string(dir.join("meta.json")).expect("meta.json")).expect("json");
+        BistreamCase { name: name.to_string(), dir, meta }
+    }
+    pub fn pieces(&self) -> Vec<String> {
+        self.meta["pieces"].as_array().expect("pieces").iter().map(|p| p.as_str().unwrap_or_default().to_string()).collect()
+    }
+    pub fn prompt_text(&self) -> String {
+        self.meta["prompt_text"].as_str().unwrap_or_default().to_string()
+    }
+    /// The prompt recording (a file of the shared reference prompts, or of the fixture folder).
+    pub fn prompt_wav(&self, reference: &Path) -> PathBuf {
+        let file = Path::new(self.meta["prompt_wav"].as_str().unwrap_or_default()).file_name().and_then(|n| n.to_str()).unwrap_or_default().to_string();
+        let local = self.dir.parent().map(|p| p.join(&file)).unwrap_or_default();
+        if local.is_file() { local } else { reference.join("prompts").join(file) }
+    }
+    pub fn tokens(&self) -> Vec<i64> {
+        let path = self.dir.join("llm_token_yielded.npy");
+        let arr = cosy::npy::read(&path).expect("npy");
+        arr.to_i64(&path).expect("integer npy").iter().copied().collect()
+    }
+    pub fn audio(&self) -> Vec<f32> {
+        let arr = cosy::npy::read(&self.dir.join("waveform.npy")).expect("npy");
+        arr.to_f32().iter().copied().collect()
+    }
+}
+
+/// Mean |Δ| of two signals' 24 kHz log-mels over the frames both have (the golden audio metric;
+/// its tolerance is 0.025).
+pub fn log_mel_distance(a: &[f32], b: &[f32]) -> f32 {
+    let (ma, mb) = (cosy::frontend::mel::mel_24k(a), cosy::frontend::mel::mel_24k(b));
+    let frames = ma.nrows().min(mb.nrows());
+    let mut sum = 0f64;
+    for f in 0..frames {
+        for m in 0..ma.ncols() {
+            sum += f64::from((ma[[f, m]] - mb[[f, m]]).abs());
+        }
+    }
+    (sum / (frames * ma.ncols()).max(1) as f64) as f32
+}
