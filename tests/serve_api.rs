@@ -251,7 +251,7 @@ fn websocket_session_streams_audio_per_segment() {
     let server = start_server(&[]);
     let (mut ws, _) = tungstenite::connect(server.url("/v1/audio/speech/stream").replace("http://", "ws://")).expect("connect");
     let send = |ws: &mut tungstenite::WebSocket<_>, v: serde_json::Value| ws.send(Message::text(v.to_string())).expect("send");
-    send(&mut ws, json!({"type": "session.config", "voice": "me", "seed": 3}));
+    send(&mut ws, json!({"type": "session.config", "voice": "me", "seed": 3, "text_streaming": "sentences"}));
     // One sentence in pieces; it is spoken at input.done, as `cosy file --stream` speaks it.
     let sentence = "Hello world, how are you today";
     for piece in ["Hello world, ", "how are you", " today"] {
@@ -287,7 +287,7 @@ fn websocket_session_streams_audio_per_segment() {
 
     // Two settled sentences become two segments, the first started before input.done.
     let (mut ws, _) = tungstenite::connect(server.url("/v1/audio/speech/stream").replace("http://", "ws://")).expect("connect");
-    send(&mut ws, json!({"type": "session.config", "voice": "me"}));
+    send(&mut ws, json!({"type": "session.config", "voice": "me", "text_streaming": "sentences"}));
     send(&mut ws, json!({"type": "input.text", "text": "First sentence here. Second"}));
     // Audio of the settled first sentence arrives while the input is still open.
     loop {
@@ -326,6 +326,7 @@ fn websocket_session_streams_audio_per_segment() {
         (json!({"type": "input.text", "text": "hi"}), "session.config"),
         (json!({"type": "session.config", "voice": "nobody"}), "nobody"),
         (json!({"type": "session.config", "response_format": "wav"}), "pcm"),
+        (json!({"type": "session.config", "text_streaming": "paragraphs"}), "bistream"),
         (json!({"type": "nonsense"}), "session.config"),
     ] {
         let (mut ws, _) = tungstenite::connect(server.url("/v1/audio/speech/stream").replace("http://", "ws://")).expect("connect");
@@ -412,4 +413,99 @@ fn serve_refuses_bad_settings_before_listening() {
         assert!(!stderr.contains("listening on"), "{args:?}: refused before listening: {stderr}");
         assert_eq!(stderr.trim().lines().count(), 1, "{args:?}: one line: {stderr}");
     }
+}
+
+
+/// The WebSocket in text-in streaming (its default for a voice with a transcript): the pieces go
+/// into one request as they arrive; on the reference model the audio is the official
+/// bi-streaming's (tests/fixtures/bistream), the first audio comes before `input.done`, a piece
+/// over the text limit is an error event, and a request beside a failing session is undisturbed.
+#[test]
+fn websocket_bistream_matches_the_official_code() {
+    use tungstenite::Message;
+    let Some(reference) = common::reference_dir() else { return };
+    let work = tempfile::tempdir().unwrap();
+    let Some(model) = common::export_reference_model(work.path()) else { return };
+    let server = serve::start_server_with(&model, &["text.normalizer=none", "limits.max_text_chars=400"]);
+    let url = server.url("/v1/audio/speech/stream").replace("http://", "ws://");
+    let send = |ws: &mut tungstenite::WebSocket<_>, v: serde_json::Value| ws.send(Message::text(v.to_string())).expect("send");
+    let config = |case: &common::BistreamCase| {
+        json!({"type": "session.config", "ref_audio": data_url(&case.prompt_wav(&reference)), "ref_text": case.prompt_text(), "seed": 0})
+    };
+    /// Reads audio frames until session.done.
+    fn collect<S: std::io::Read + std::io::Write>(ws: &mut tungstenite::WebSocket<S>) -> Vec<u8> {
+        let mut pcm = Vec::new();
+        loop {
+            match ws.read().expect("read") {
+                Message::Binary(b) => pcm.extend_from_slice(&b),
+                Message::Text(t) => {
+                    let v: serde_json::Value = serde_json::from_str(t.as_str()).unwrap();
+                    assert_ne!(v["type"], "error", "{v}");
+                    if v["type"] == "session.done" {
+                        return pcm;
+                    }
+                }
+                Message::Close(_) => panic!("closed before session.done"),
+                _ => {}
+            }
+        }
+    }
+    let to_f32 = |pcm: &[u8]| -> Vec<f32> { pcm.chunks_exact(2).map(|b| f32::from(i16::from_le_bytes([b[0], b[1]])) / 32768.0).collect() };
+
+    // The WebSocket streams (the streaming chunk schedule), as the official stream=True run.
+    let case = common::BistreamCase::load("en_short_stream");
+    let (mut ws, _) = tungstenite::connect(&url).expect("connect");
+    send(&mut ws, config(&case));
+    for piece in case.pieces() {
+        send(&mut ws, json!({"type": "input.text", "text": piece}));
+    }
+    send(&mut ws, json!({"type": "input.done"}));
+    let audio = to_f32(&collect(&mut ws));
+    let official = case.audio();
+    assert_eq!(audio.len(), official.len(), "audio length");
+    let d = common::log_mel_distance(&audio, &official);
+    assert!(d < 0.025, "mean |Δ log-mel| {d}");
+
+    // Word by word: audio arrives while the input is still open.
+    let case = common::BistreamCase::load("en_long_stream");
+    let (mut ws, _) = tungstenite::connect(&url).expect("connect");
+    send(&mut ws, config(&case));
+    for piece in case.pieces() {
+        send(&mut ws, json!({"type": "input.text", "text": piece}));
+    }
+    let mut early = Vec::new();
+    loop {
+        match ws.read().expect("read") {
+            Message::Binary(b) => {
+                early.extend_from_slice(&b);
+                break;
+            }
+            Message::Text(t) => assert!(!t.as_str().contains("error"), "{t}"),
+            Message::Close(_) => panic!("closed early"),
+            _ => {}
+        }
+    }
+    send(&mut ws, json!({"type": "input.done"}));
+    early.extend(collect(&mut ws));
+    let official = case.audio();
+    assert_eq!(early.len() / 2, official.len());
+    assert!(common::log_mel_distance(&to_f32(&early), &official) < 0.025);
+
+    // A piece over the text limit: an error event; a request beside it is undisturbed.
+    let (mut ws, _) = tungstenite::connect(&url).expect("connect");
+    send(&mut ws, config(&case));
+    send(&mut ws, json!({"type": "input.text", "text": "word ".repeat(100)}));
+    let mut error = None;
+    while let Ok(m) = ws.read() {
+        if let Message::Text(t) = m {
+            let v: serde_json::Value = serde_json::from_str(t.as_str()).unwrap();
+            if v["type"] == "error" {
+                error = v["error"]["message"].as_str().map(str::to_string);
+            }
+        }
+    }
+    assert!(error.as_deref().is_some_and(|m| m.contains("limits.max_text_chars")), "{error:?}");
+    let r = server.post_json("/v1/audio/speech", &json!({"input": "Hello there.", "voice": "me", "seed": 1}));
+    assert_eq!(r.status, 200, "{}", r.text());
+    server.wait_for("nothing in flight", Duration::from_secs(10), |s| s.metric("cosy_requests_in_flight") == 0.0);
 }

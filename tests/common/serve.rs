@@ -25,12 +25,17 @@ pub struct Server {
 
 /// The tiny model, a voices folder with a default voice "me", and these `--set` pairs.
 pub fn start_server(settings: &[&str]) -> Server {
+    start_server_with(&fixture_model(), settings)
+}
+
+/// [`start_server`] on another model folder.
+pub fn start_server_with(model: &Path, settings: &[&str]) -> Server {
     let dir = tempfile::tempdir().expect("temp dir");
     let voices = dir.path().join("voices");
     let gc = dir.path().join("gc");
     let out = common::cosy_command(&gc)
         .args(["--model"])
-        .arg(fixture_model())
+        .arg(model)
         .args(["--set", &format!("voices.dir={}", voices.display())])
         .args(["voice", "add", "me", "--text", "Hello there, this is a test.", "--default", "--wav"])
         .arg(fixture_prompt())
@@ -38,7 +43,7 @@ pub fn start_server(settings: &[&str]) -> Server {
         .expect("cosy voice add");
     assert!(out.status.success(), "voice add: {}", String::from_utf8_lossy(&out.stderr));
     let mut cmd = common::cosy_command(&gc);
-    cmd.arg("--model").arg(fixture_model()).args(["--set", &format!("voices.dir={}", voices.display())]);
+    cmd.arg("--model").arg(model).args(["--set", &format!("voices.dir={}", voices.display())]);
     for s in settings {
         cmd.args(["--set", s]);
     }
