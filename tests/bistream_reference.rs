@@ -83,3 +83,67 @@ fn bistream_matches_the_official_tokens_and_audio() {
         eprintln!("{name}: {} tokens, {} samples, mean |Δ log-mel| {d:.2e}", got.len(), audio.len());
     }
 }
+
+/// Text-in streaming inside the engine, beside other requests: a streamed request, a whole-text
+/// request and a streamed request whose text fails midway run at once; the first gives the
+/// official tokens, the second the same audio as alone, the third its error, and the LLM steps
+/// were batched.
+#[test]
+fn bistream_runs_in_the_engine_beside_other_requests() {
+    use cosy::engine::{BistreamOptions, Engine};
+    use std::sync::Arc;
+    let Some(reference) = reference_dir() else { return };
+    let work = tempfile::tempdir().unwrap();
+    let Some(model) = export_reference_model(work.path()) else { return };
+    let mut opts = LoadOptions::default();
+    opts.flags = vec![
+        ("model.dir".into(), model.display().to_string()),
+        ("runtime.providers".into(), "cpu".into()),
+        ("text.normalizer".into(), "none".into()),
+        ("runtime.graph_cache_enabled".into(), "false".into()),
+    ];
+    let config = Config::load(&opts).expect("config");
+    let engine = Engine::load(&config).expect("engine");
+    let case = BistreamCase::load("en_short");
+    let voice = Voice::ZeroShot { wav: case.prompt_wav(&reference), transcript: case.prompt_text() };
+    let request = |text: &str, seed: u64| Request {
+        text: text.to_string(),
+        voice: voice.clone(),
+        text_frontend: false,
+        speed: 1.0,
+        seed: Some(seed),
+        stream: false,
+        ignore_stop_until: None,
+    };
+    let whole_text = "The fishermen turned their boats toward the shore.";
+    let (solo, _) = engine.submit(request(whole_text, 7)).unwrap().wait().unwrap();
+
+    let tokens = Arc::new(Tokens(Mutex::new(Vec::new())));
+    let (feed, streamed) = engine.submit_bistream(request("", 0), BistreamOptions::default(), Some(tokens.clone())).unwrap();
+    let (bad_feed, failing) = engine.submit_bistream(request("", 0), BistreamOptions::default(), None).unwrap();
+    let whole = engine.submit(request(whole_text, 7)).unwrap();
+    bad_feed.send("The old lighthouse").unwrap();
+    for piece in case.pieces() {
+        feed.send(piece).unwrap();
+    }
+    bad_feed.fail(cosy::Error::Input("<stdin>: invalid UTF-8 at byte 20; send UTF-8 text".into()));
+    feed.finish();
+    let (streamed_audio, _) = streamed.wait().expect("the streamed request");
+    let (whole_audio, _) = whole.wait().expect("the whole-text request");
+    let err = failing.wait().expect_err("the failing stream");
+    assert!(err.to_string().contains("invalid UTF-8"), "{err}");
+    assert_eq!(tokens.0.lock().unwrap().clone(), case.tokens(), "official tokens beside other requests");
+    assert!(log_mel_distance(&streamed_audio, &case.audio()) < 0.025);
+    assert_eq!(whole_audio.len(), solo.len());
+    let peak = solo.iter().fold(0f32, |m, x| m.max(x.abs())).max(1e-6);
+    let worst = whole_audio.iter().zip(&solo).fold(0f32, |m, (a, b)| m.max((a - b).abs()));
+    assert!(worst <= 2e-3 * peak, "the whole-text request is undisturbed: {worst} vs peak {peak}");
+    let (llm, _) = engine.synthesizer().batch_stats();
+    assert!(llm.max_rows >= 2, "LLM steps were batched: {llm:?}");
+    // Each request's slot frees when its thread ends, just after its last event.
+    let started = std::time::Instant::now();
+    while engine.in_flight() > 0 {
+        assert!(started.elapsed() < std::time::Duration::from_secs(10), "slots freed");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+}
