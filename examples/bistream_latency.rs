@@ -43,7 +43,11 @@ fn first_audio(mut handle: cosy::engine::RequestHandle, t0: Instant) -> anyhow::
                 samples += a.len();
             }
             Event::Done(_) => break,
-            Event::Failed(e) => return Err(e.into()),
+            // Random weights may stop before any speech: reported as no first audio.
+            Event::Failed(e) => {
+                eprintln!("request failed: {e}");
+                break;
+            }
         }
     }
     Ok((first, samples as f64 / 24_000.0))
