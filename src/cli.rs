@@ -632,15 +632,7 @@ fn file_command(config: &Config, args: &FileArgs) -> anyhow::Result<()> {
             running.push_back((out, engine.submit(request(text))?));
         }
         let Some((out, mut handle)) = running.pop_front() else { break };
-        let mut samples: Vec<f32> = Vec::new();
-        loop {
-            match handle.next_event() {
-                Some(crate::engine::Event::Audio(chunk)) if out.is_none() => write_pcm_stdout(&chunk)?,
-                Some(crate::engine::Event::Audio(chunk)) => samples.extend_from_slice(&chunk),
-                Some(crate::engine::Event::Done(_)) | None => break,
-                Some(crate::engine::Event::Failed(e)) => return Err(e.into()),
-            }
-        }
+        let samples = collect_audio(&mut handle, out.is_none())?;
         if let Some(path) = out {
             write_audio_atomic(&path, &samples, rate, format)?;
             tracing::info!("wrote {} ({:.2} s)", path.display(), samples.len() as f64 / f64::from(rate));
@@ -696,21 +688,27 @@ fn file_bistream(config: &Config, args: &FileArgs, format: crate::audio::OutputF
             Err(e) => feed.fail(e),
         })
         .map_err(|e| Error::Runtime(format!("cannot start the stdin reader: {e}")))?;
-    let mut samples: Vec<f32> = Vec::new();
-    loop {
-        match handle.next_event() {
-            Some(crate::engine::Event::Audio(chunk)) if out.is_none() => write_pcm_stdout(&chunk)?,
-            Some(crate::engine::Event::Audio(chunk)) => samples.extend_from_slice(&chunk),
-            Some(crate::engine::Event::Done(_)) | None => break,
-            Some(crate::engine::Event::Failed(e)) => return Err(e.into()),
-        }
-    }
+    let samples = collect_audio(&mut handle, out.is_none())?;
     let _ = reader.join();
     if let Some(path) = out {
         crate::audio::write_audio_atomic(&path, &samples, rate, format)?;
         tracing::info!("wrote {} ({:.2} s)", path.display(), samples.len() as f64 / f64::from(rate));
     }
     Ok(())
+}
+
+/// A request's audio: written to standard output as it comes (`to_stdout`: streamed pcm, nothing
+/// kept), or collected; the request's error if it fails.
+fn collect_audio(handle: &mut crate::engine::RequestHandle, to_stdout: bool) -> Result<Vec<f32>, Error> {
+    let mut samples: Vec<f32> = Vec::new();
+    loop {
+        match handle.next_event() {
+            Some(crate::engine::Event::Audio(chunk)) if to_stdout => write_pcm_stdout(&chunk)?,
+            Some(crate::engine::Event::Audio(chunk)) => samples.extend_from_slice(&chunk),
+            Some(crate::engine::Event::Done(_)) | None => return Ok(samples),
+            Some(crate::engine::Event::Failed(e)) => return Err(e),
+        }
+    }
 }
 
 /// Writes samples to standard output as s16le and flushes (streamed pcm).

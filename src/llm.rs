@@ -496,6 +496,18 @@ where
     let mut next_fill: i64 = (prompt_speech.len() / mix_speech + 1) as i64 * mix_speech as i64 - prompt_speech.len() as i64;
     let mut out: Vec<i64> = Vec::new();
     let mut emitted = 0usize;
+    // A speech token out: to the caller, then fed back; `Some` when decoding ends here.
+    let mut emit = |top: i64, input: &mut Vec<f32>| -> Result<Option<Termination>> {
+        emitted += 1;
+        if !on_token(top) {
+            return Ok(Some(Termination::Cancelled));
+        }
+        if emitted >= max_len {
+            return Ok(Some(Termination::MaxLen));
+        }
+        push_speech(input, top)?;
+        Ok(None)
+    };
     let mut started = false;
     // The rows of the latest forward pass: the official code keeps them as its `lm_input` after a
     // fill token ends a round, and feeds them once more when the text ends right then.
@@ -573,14 +585,9 @@ where
                 }
                 return unexpected(top, out);
             }
-            emitted += 1;
-            if !on_token(top) {
-                return Ok(DecodeOutcome { tokens: out, termination: Termination::Cancelled });
+            if let Some(termination) = emit(top, &mut input)? {
+                return Ok(DecodeOutcome { tokens: out, termination });
             }
-            if emitted >= max_len {
-                return Ok(DecodeOutcome { tokens: out, termination: Termination::MaxLen });
-            }
-            push_speech(&mut input, top)?;
         }
     }
     // The text has ended: the rest of it and the task token, then decode to the end of speech.
@@ -606,14 +613,9 @@ where
             }
             return unexpected(top, out);
         }
-        emitted += 1;
-        if !on_token(top) {
-            return Ok(DecodeOutcome { tokens: out, termination: Termination::Cancelled });
+        if let Some(termination) = emit(top, &mut input)? {
+            return Ok(DecodeOutcome { tokens: out, termination });
         }
-        if emitted >= max_len {
-            return Ok(DecodeOutcome { tokens: out, termination: Termination::MaxLen });
-        }
-        push_speech(&mut input, top)?;
     }
 }
 

@@ -19,6 +19,18 @@ fn fixtures() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/bistream")
 }
 
+/// CPU, no text normaliser (the recordings normalised nothing), no graph cache.
+fn reference_config(model: &Path) -> Config {
+    let mut opts = LoadOptions::default();
+    opts.flags = vec![
+        ("model.dir".into(), model.display().to_string()),
+        ("runtime.providers".into(), "cpu".into()),
+        ("text.normalizer".into(), "none".into()),
+        ("runtime.graph_cache_enabled".into(), "false".into()),
+    ];
+    Config::load(&opts).expect("config")
+}
+
 struct Tokens(Mutex<Vec<i64>>);
 impl SynthesisObserver for Tokens {
     fn llm_token(&self, _sentence: usize, _index: usize, token: i64) {
@@ -31,14 +43,7 @@ fn bistream_matches_the_official_tokens_and_audio() {
     let Some(reference) = reference_dir() else { return };
     let work = tempfile::tempdir().unwrap();
     let Some(model) = export_reference_model(work.path()) else { return };
-    let mut opts = LoadOptions::default();
-    opts.flags = vec![
-        ("model.dir".into(), model.display().to_string()),
-        ("runtime.providers".into(), "cpu".into()),
-        ("text.normalizer".into(), "none".into()),
-        ("runtime.graph_cache_enabled".into(), "false".into()),
-    ];
-    let config = Config::load(&opts).expect("config");
+    let config = reference_config(&model);
     let synth = Synthesizer::load(&config).expect("load the exported reference model");
     let mut cases: Vec<PathBuf> = std::fs::read_dir(fixtures()).unwrap().map(|e| e.unwrap().path()).filter(|p| p.is_dir()).collect();
     cases.sort();
@@ -95,14 +100,7 @@ fn bistream_runs_in_the_engine_beside_other_requests() {
     let Some(reference) = reference_dir() else { return };
     let work = tempfile::tempdir().unwrap();
     let Some(model) = export_reference_model(work.path()) else { return };
-    let mut opts = LoadOptions::default();
-    opts.flags = vec![
-        ("model.dir".into(), model.display().to_string()),
-        ("runtime.providers".into(), "cpu".into()),
-        ("text.normalizer".into(), "none".into()),
-        ("runtime.graph_cache_enabled".into(), "false".into()),
-    ];
-    let config = Config::load(&opts).expect("config");
+    let config = reference_config(&model);
     let engine = Engine::load(&config).expect("engine");
     let case = BistreamCase::load("en_short");
     let voice = Voice::ZeroShot { wav: case.prompt_wav(&reference), transcript: case.prompt_text() };

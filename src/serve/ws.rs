@@ -249,20 +249,9 @@ async fn run_session(
         tokio::select! {
             message = client.recv(), if !input_done => {
                 last_message = Instant::now();
-                match message {
-                    None | Some(Ok(ClientMessage::Close)) => return Ok(()),
-                    Some(Err(e)) => return Err(e),
-                    Some(Ok(ClientMessage::Config(_))) => {
-                        return Err(ApiError::bad_request("invalid_message", "session.config may be sent once, first"));
-                    }
-                    Some(Ok(ClientMessage::Text { text })) => {
-                        received_chars += text.chars().count();
-                        if received_chars > max_chars {
-                            return Err(ApiError::bad_request(
-                                "text_too_long",
-                                format!("the session's text is longer than limits.max_text_chars = {max_chars}; open a new session"),
-                            ));
-                        }
+                match incoming(message, &mut received_chars, max_chars)? {
+                    Incoming::Closed => return Ok(()),
+                    Incoming::Text(text) => {
                         buffer.push_str(&text);
                         if let Some(end) = cosy::frontend::text::settled_end(&buffer) {
                             let settled: String = buffer.drain(..end).collect();
@@ -274,7 +263,7 @@ async fn run_session(
                             }
                         }
                     }
-                    Some(Ok(ClientMessage::Done)) => {
+                    Incoming::Done => {
                         input_done = true;
                         let rest = std::mem::take(&mut buffer);
                         if cosy::pipeline::check_speakable(&rest).is_ok() {
@@ -318,6 +307,34 @@ async fn run_session(
     }
 }
 
+/// What a client message means once the session is configured.
+enum Incoming {
+    Closed,
+    Text(String),
+    Done,
+}
+
+/// A client message after the configuration: text (counted against the session's limit), done,
+/// or the end of the session; anything else is an error.
+fn incoming(message: Option<Result<ClientMessage, ApiError>>, received_chars: &mut usize, max_chars: usize) -> Result<Incoming, ApiError> {
+    match message {
+        None | Some(Ok(ClientMessage::Close)) => Ok(Incoming::Closed),
+        Some(Err(e)) => Err(e),
+        Some(Ok(ClientMessage::Config(_))) => Err(ApiError::bad_request("invalid_message", "session.config may be sent once, first")),
+        Some(Ok(ClientMessage::Done)) => Ok(Incoming::Done),
+        Some(Ok(ClientMessage::Text { text })) => {
+            *received_chars += text.chars().count();
+            if *received_chars > max_chars {
+                return Err(ApiError::bad_request(
+                    "text_too_long",
+                    format!("the session's text is longer than limits.max_text_chars = {max_chars}; open a new session"),
+                ));
+            }
+            Ok(Incoming::Text(text))
+        }
+    }
+}
+
 /// One text-in streaming request for the whole session: every `input.text` piece goes into it as
 /// it arrives, `input.done` ends its text, audio frames leave as they are made.
 async fn run_bistream(
@@ -355,25 +372,14 @@ async fn run_bistream(
         tokio::select! {
             message = client.recv(), if feed.is_some() => {
                 last_activity = Instant::now();
-                match message {
-                    None | Some(Ok(ClientMessage::Close)) => return Ok(()),
-                    Some(Err(e)) => return Err(e),
-                    Some(Ok(ClientMessage::Config(_))) => {
-                        return Err(ApiError::bad_request("invalid_message", "session.config may be sent once, first"));
-                    }
-                    Some(Ok(ClientMessage::Text { text })) => {
-                        received_chars += text.chars().count();
-                        if received_chars > max_chars {
-                            return Err(ApiError::bad_request(
-                                "text_too_long",
-                                format!("the session's text is longer than limits.max_text_chars = {max_chars}; open a new session"),
-                            ));
-                        }
+                match incoming(message, &mut received_chars, max_chars)? {
+                    Incoming::Closed => return Ok(()),
+                    Incoming::Text(text) => {
                         if let Some(f) = &feed {
                             f.send(text).map_err(ApiError::from_engine)?;
                         }
                     }
-                    Some(Ok(ClientMessage::Done)) => {
+                    Incoming::Done => {
                         if let Some(f) = feed.take() {
                             f.finish();
                         }
