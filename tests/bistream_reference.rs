@@ -145,3 +145,26 @@ fn bistream_runs_in_the_engine_beside_other_requests() {
         std::thread::sleep(std::time::Duration::from_millis(5));
     }
 }
+
+/// The normalising option regroups streamed text into settled sentences and normalises each
+/// (numbers read as words); the exact mode (the default) passes pieces through as written.
+#[test]
+fn normalize_sentences_regroups_and_normalises_settled_text() {
+    let mut opts = LoadOptions::default();
+    opts.flags = vec![
+        ("model.dir".into(), common::fixture_model().display().to_string()),
+        ("runtime.providers".into(), "cpu".into()),
+        ("text.normalizer".into(), "none".into()),
+        ("runtime.graph_cache_enabled".into(), "false".into()),
+    ];
+    let synth = Synthesizer::load(&Config::load(&opts).unwrap()).unwrap();
+    let pieces = ["I have 3 ", "apples. And", " 12 more"].map(|p| Ok(p.to_string()));
+    let out: Vec<String> = synth.normalize_sentences(pieces).collect::<cosy::Result<_>>().unwrap();
+    assert_eq!(out.len(), 2, "{out:?}");
+    assert!(out[0].contains("three") && out[0].ends_with("apples."), "{out:?}");
+    assert!(out[1].starts_with(' ') && out[1].contains("twelve"), "{out:?}");
+    // An error in the stream comes through.
+    let failing = vec![Ok("Hi. ".to_string()), Err(cosy::Error::Input("broken".into()))];
+    let r: cosy::Result<Vec<String>> = synth.normalize_sentences(failing).collect();
+    assert!(r.is_err());
+}
