@@ -713,7 +713,7 @@ fn collect_audio(handle: &mut crate::engine::RequestHandle, to_stdout: bool) -> 
 
 /// Writes samples to standard output as s16le and flushes (streamed pcm).
 fn write_pcm_stdout(samples: &[f32]) -> Result<(), Error> {
-    let bytes: Vec<u8> = samples.iter().flat_map(|&s| crate::audio::f32_to_i16(s).to_le_bytes()).collect();
+    let bytes = crate::audio::pcm16_bytes(samples);
     let mut stdout = std::io::stdout().lock();
     stdout.write_all(&bytes).and_then(|_| stdout.flush()).map_err(|e| Error::io("<stdout>", e))
 }

@@ -3,32 +3,20 @@
 //! input (one line, non-zero exit, no output file). Skips when the venv or ../shared is absent.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 
 use std::sync::OnceLock;
 
 mod common;
-use common::{shared_dir, python};
+use common::shared_dir;
 
 /// The reference tiny model exported once per test run (None = skip).
 fn model() -> Option<&'static Path> {
     static MODEL: OnceLock<Option<(tempfile::TempDir, PathBuf)>> = OnceLock::new();
     MODEL
         .get_or_init(|| {
-            let (Some(shared), Some(py)) = (shared_dir(), python()) else {
-                return None;
-            };
             let dir = tempfile::tempdir().expect("temp");
-            let out = dir.path().join("model");
-            let st = Command::new(py)
-                .current_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join("onnx"))
-                .args(["-m", "cosy_export", "export"])
-                .arg(shared.join("reference/tiny-official"))
-                .arg(&out)
-                .args(["--precisions", "fp32"])
-                .output()
-                .expect("run exporter");
-            assert!(st.status.success(), "export failed: {}", String::from_utf8_lossy(&st.stderr));
+            let out = common::export_reference_model(dir.path())?;
             Some((dir, out))
         })
         .as_ref()

@@ -107,12 +107,15 @@ fn sigterm_drains_the_work_in_flight() {
 #[test]
 fn sigterm_with_a_short_grace_stops_and_says_so() {
     let mut server = start_server(&["server.shutdown_grace_s=1"]);
-    let _busy = open_stream(server.port, &long_text().repeat(3));
-    let started = Instant::now();
+    let mut busy = open_stream(server.port, &long_text().repeat(3));
+    // The 30 s limit only keeps a broken shutdown from hanging the test.
     let status = server.terminate(Duration::from_secs(30));
-    assert!(started.elapsed() < Duration::from_secs(15), "the grace period bounds the shutdown");
     assert_eq!(status.code(), Some(1), "work was cut short: exit 1");
     assert!(server.log.lock().unwrap().contains("still running after server.shutdown_grace_s"));
+    // The request in flight was cut, not finished: its chunked body never got its last chunk.
+    let mut rest = Vec::new();
+    let _ = busy.read_to_end(&mut rest);
+    assert!(!rest.ends_with(b"0\r\n\r\n"), "the cut request did not end as complete");
 }
 
 /// A few hundred requests from several clients, a third of them bad, some hung up midway: at the

@@ -263,13 +263,17 @@ impl Synthesizer {
                 shorten(text.trim(), 40)
             )));
         }
-        // The official frontend normalises the prompt text too (split=False), unless it holds markup.
-        let prompt_text = if req.text_frontend {
-            normalize(&p.prompt_text, true, self.normalizer.as_ref(), &count).text
-        } else {
-            p.prompt_text.clone()
-        };
-        Ok((prompt_text, segments))
+        Ok((self.prompt_text_of(&p.prompt_text, req.text_frontend), segments))
+    }
+
+    /// The prompt text as the LLM gets it: the official frontend normalises it too (split=False),
+    /// unless it holds markup.
+    fn prompt_text_of(&self, prompt_text: &str, text_frontend: bool) -> String {
+        if !text_frontend {
+            return prompt_text.to_string();
+        }
+        let count = |s: &str| self.tokenizer.count(s);
+        normalize(prompt_text, true, self.normalizer.as_ref(), &count).text
     }
 
     /// Synthesises a request. `on_chunk` gets the audio (24 kHz mono f32) as it is produced; with
@@ -337,9 +341,8 @@ impl Synthesizer {
                 prompt_text_token: &prompt_text_token,
                 text_token: &text_token,
                 llm_prompt_speech: llm_speech,
-                text_source: None,
             };
-            let emitted = self.run_segment(&seg, req, &mut state, observer, trace.as_mut(), &mut on)?;
+            let emitted = self.run_segment(&seg, None, req, &mut state, observer, trace.as_mut(), &mut on)?;
             summary.speech_tokens += emitted;
             if let (Some(root), Some(trace)) = (dump, trace) {
                 let dir = if segments.len() == 1 { root.to_path_buf() } else { root.join(format!("{i:03}")) };
@@ -369,13 +372,7 @@ impl Synthesizer {
                 "text-in streaming needs a voice with a transcript (zero-shot) or an instruction: cross-lingual mode has no prompt text for <|endofprompt|>".into(),
             ));
         }
-        let count = |s: &str| self.tokenizer.count(s);
-        let prompt_text = if req.text_frontend {
-            normalize(&p.prompt_text, true, self.normalizer.as_ref(), &count).text
-        } else {
-            p.prompt_text.clone()
-        };
-        let prompt_text_token = self.encode(&prompt_text)?;
+        let prompt_text_token = self.encode(&self.prompt_text_of(&p.prompt_text, req.text_frontend))?;
         let prompt = self.prompt_for(&req.voice)?;
         let mut state = RequestState {
             sampler: Sampler::new(self.sampling, req.seed.unwrap_or(self.seed)),
@@ -419,7 +416,6 @@ impl Synthesizer {
             summary.chunks += 1;
             on_chunk(c)
         };
-        let source: &mut dyn Iterator<Item = Result<i64>> = &mut tokens;
         let seg = Segment {
             index: 0,
             count: 1,
@@ -428,9 +424,8 @@ impl Synthesizer {
             prompt_text_token: &prompt_text_token,
             text_token: &[],
             llm_prompt_speech: llm_speech,
-            text_source: Some(std::cell::RefCell::new(source)),
         };
-        let emitted = self.run_segment(&seg, req, &mut state, observer, None, &mut on)?;
+        let emitted = self.run_segment(&seg, Some(&mut tokens), req, &mut state, observer, None, &mut on)?;
         summary.speech_tokens = emitted;
         Ok(summary)
     }
@@ -450,16 +445,18 @@ impl Synthesizer {
         let mut buffer = String::new();
         let mut done = false;
         let count = move |s: &str| self.tokenizer.count(s);
+        // Normalised, keeping the blank between sentences that the normaliser trims.
+        let normalized = move |span: &str| {
+            let lead = if span.starts_with(char::is_whitespace) { " " } else { "" };
+            format!("{lead}{}", normalize(span, true, self.normalizer.as_ref(), &count).text)
+        };
         std::iter::from_fn(move || loop {
             if done {
                 return None;
             }
             if let Some(end) = crate::frontend::text::settled_end(&buffer) {
                 let settled: String = buffer.drain(..end).collect();
-                let normalized = normalize(&settled, true, self.normalizer.as_ref(), &count).text;
-                // Keep the blank between sentences that the normaliser trims.
-                let lead = if settled.starts_with(char::is_whitespace) { " " } else { "" };
-                return Some(Ok(format!("{lead}{normalized}")));
+                return Some(Ok(normalized(&settled)));
             }
             match pieces.next() {
                 Some(Ok(piece)) => buffer.push_str(&piece),
@@ -469,9 +466,7 @@ impl Synthesizer {
                     if buffer.trim().is_empty() {
                         return None;
                     }
-                    let rest = std::mem::take(&mut buffer);
-                    let lead = if rest.starts_with(char::is_whitespace) { " " } else { "" };
-                    return Some(Ok(format!("{lead}{}", normalize(&rest, true, self.normalizer.as_ref(), &count).text)));
+                    return Some(Ok(normalized(&std::mem::take(&mut buffer))));
                 }
             }
         })
@@ -484,9 +479,13 @@ impl Synthesizer {
     /// One sentence: the LLM decodes on this thread (its steps batched by the engine's scheduler)
     /// and hands each token to the sentence's token-to-wav thread, which calls `on_chunk` with
     /// each chunk's audio as soon as it is made: one extra thread per sentence.
+    /// With `text_source` (text-in streaming) the text tokens come from it as they arrive and
+    /// `seg.text_token` is unused.
+    #[allow(clippy::too_many_arguments)]
     fn run_segment(
         &self,
         seg: &Segment<'_>,
+        text_source: Option<&mut dyn Iterator<Item = Result<i64>>>,
         req: &Request,
         state: &mut RequestState,
         observer: &dyn SynthesisObserver,
@@ -495,17 +494,20 @@ impl Synthesizer {
     ) -> Result<usize> {
         let c = &self.constants;
         let prompt = seg.prompt;
-        let mut input = if seg.text_source.is_some() {
-            // Text-in streaming builds its input as the text arrives; only the bound is used here.
-            crate::llm::LlmInput { embeds: Vec::new(), seq_len: 0, hidden: 0, min_len: 0, max_len: usize::MAX }
-        } else {
-            build_llm_input(&self.embeddings, seg.prompt_text_token, seg.text_token, seg.llm_prompt_speech, &c.llm)?
+        // Text-in streaming builds its input as the text arrives (and has no length bound of its own).
+        let mut input = match text_source {
+            Some(_) => None,
+            None => Some(build_llm_input(&self.embeddings, seg.prompt_text_token, seg.text_token, seg.llm_prompt_speech, &c.llm)?),
         };
         // The speech must fit the flow noise beside the prompt: decoding stops there, and a
         // sentence that gets there is an error below (limits.rs).
         let room = self.noise_room_tokens(prompt);
-        let outgrown = (room < input.max_len).then(|| self.outgrown_noise(prompt, &sentence_label(seg.index, seg.count, seg.text)));
-        input.max_len = input.max_len.min(room);
+        let max_len = input.as_ref().map_or(usize::MAX, |i| i.max_len);
+        let outgrown = (room < max_len).then(|| self.outgrown_noise(prompt, &sentence_label(seg.index, seg.count, seg.text)));
+        let max_len = max_len.min(room);
+        if let Some(input) = input.as_mut() {
+            input.max_len = max_len;
+        }
         let options = DecodeOptions { ignore_stop_until: req.ignore_stop_until.unwrap_or(0) };
         let sentence = seg.index;
         let profiler = &self.profiler;
@@ -549,24 +551,21 @@ impl Synthesizer {
                     emitted += 1;
                     tok_tx.send(t).is_ok() && !observer.cancelled()
                 };
-                let outcome = match &seg.text_source {
-                    None => decode_with(&mut step, &input, embeddings, sampler, llm_constants, &options, profiler, on_token)?,
-                    Some(source) => {
-                        let mut source = source.borrow_mut();
-                        let text = std::iter::from_fn(|| source.next());
-                        crate::llm::decode_bistream(
-                            &mut step,
-                            embeddings,
-                            sampler,
-                            llm_constants,
-                            seg.prompt_text_token,
-                            seg.llm_prompt_speech,
-                            text,
-                            input.max_len,
-                            profiler,
-                            on_token,
-                        )?
-                    }
+                let outcome = match (&input, text_source) {
+                    (Some(input), _) => decode_with(&mut step, input, embeddings, sampler, llm_constants, &options, profiler, on_token)?,
+                    (None, Some(text)) => crate::llm::decode_bistream(
+                        &mut step,
+                        embeddings,
+                        sampler,
+                        llm_constants,
+                        seg.prompt_text_token,
+                        seg.llm_prompt_speech,
+                        text,
+                        max_len,
+                        profiler,
+                        on_token,
+                    )?,
+                    (None, None) => return Err(Error::Runtime("llm: no input and no text source".into())),
                 };
                 observer.llm_done(sentence, outcome.tokens.len(), outcome.termination);
                 Ok(outcome)
@@ -641,8 +640,6 @@ struct Segment<'a> {
     text_token: &'a [i64],
     /// Prompt speech tokens for the LLM (empty in cross-lingual and instruct modes).
     llm_prompt_speech: &'a [i64],
-    /// Text-in streaming: the text tokens as they arrive (`text_token` is then empty).
-    text_source: Option<std::cell::RefCell<&'a mut dyn Iterator<Item = Result<i64>>>>,
 }
 
 /// The text normaliser `text.normalizer` asks for: wetext from the model folder's grammars (its

@@ -82,9 +82,9 @@ async fn speech(state: &Arc<AppState>, id: &RequestId, req: Request, started: In
         .await
         .map_err(|_| ApiError::timeout(state.config.server.request_timeout_s))??;
     let plan = check(state, params, upload)?;
-    let voice = resolve_voice(state, &plan.voice).await?;
+    let voice = resolve_voice(state, plan.voice).await?;
     let request = cosy::pipeline::Request {
-        text: plan.text.clone(),
+        text: plan.text,
         voice,
         text_frontend: true,
         speed: plan.speed,
@@ -398,14 +398,8 @@ pub fn decode_data_url(data: &str) -> Result<Vec<u8>, ApiError> {
 }
 
 /// The voice, on a blocking thread (decoding a recording, reading a voice file).
-pub async fn resolve_voice(state: &Arc<AppState>, spec: &VoiceSpec) -> Result<Voice, ApiError> {
+pub async fn resolve_voice(state: &Arc<AppState>, spec: VoiceSpec) -> Result<Voice, ApiError> {
     let state = state.clone();
-    let spec = match spec {
-        VoiceSpec::Recording { bytes, ref_text, instructions } => {
-            VoiceSpec::Recording { bytes: bytes.clone(), ref_text: ref_text.clone(), instructions: instructions.clone() }
-        }
-        VoiceSpec::Saved { name, instructions } => VoiceSpec::Saved { name: name.clone(), instructions: instructions.clone() },
-    };
     tokio::task::spawn_blocking(move || resolve_voice_now(&state, spec))
         .await
         .map_err(|e| ApiError::internal(format!("voice: {e}")))?

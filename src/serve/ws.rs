@@ -173,7 +173,7 @@ async fn run_session(
         }
         None => VoiceSpec::Saved { name: voice_name(config.voice.clone())?, instructions: config.instructions.clone() },
     };
-    let voice = resolve_voice(state, &spec).await?;
+    let voice = resolve_voice(state, spec).await?;
     let has_prompt_text = !matches!(&voice, cosy::pipeline::Voice::Recording { transcript: None, instruction: None, .. });
     let bistream = match config.text_streaming.as_deref().map(str::trim) {
         None => has_prompt_text,
