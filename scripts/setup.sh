@@ -33,8 +33,10 @@ if [ "$want_python" = 1 ]; then
   if [ ! -x "$venv/bin/python" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
     echo "setup: installing the exporter's Python environment into $venv (torch is ~3 GB)"
     python3 -m venv "$venv"
-    "$venv/bin/python" -m pip install -q --upgrade pip
-    "$venv/bin/python" -m pip install -q -r onnx/requirements.txt
+    # --no-cache-dir: the ~3 GB of wheels are installed once; a second copy in pip's cache only
+    # costs disk (CI machines can be short of it).
+    "$venv/bin/python" -m pip install -q --no-cache-dir --upgrade pip
+    "$venv/bin/python" -m pip install -q --no-cache-dir -r onnx/requirements.txt
     echo "$want" > "$stamp"
   fi
 fi
