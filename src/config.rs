@@ -268,6 +268,12 @@ pub struct ServerSettings {
     pub max_body_bytes: usize,
     /// Longest a request may take, waiting included, in seconds.
     pub request_timeout_s: u64,
+    /// The longest a client may take to send one request head (also how long an idle keep-alive
+    /// connection stays open), in seconds.
+    pub header_timeout_s: u64,
+    /// Connections open at once (a WebSocket session counts until it ends); more wait in the
+    /// kernel's backlog.
+    pub max_connections: usize,
     /// After SIGTERM/SIGINT: how long in-flight requests may run before the server exits anyway.
     pub shutdown_grace_s: u64,
     /// Run one short synthesis before `/ready` says yes (with the default voice, if there is one).
@@ -285,6 +291,8 @@ impl fmt::Debug for ServerSettings {
             .field("retry_after_s", &self.retry_after_s)
             .field("max_body_bytes", &self.max_body_bytes)
             .field("request_timeout_s", &self.request_timeout_s)
+            .field("header_timeout_s", &self.header_timeout_s)
+            .field("max_connections", &self.max_connections)
             .field("shutdown_grace_s", &self.shutdown_grace_s)
             .field("warmup", &self.warmup)
             .finish()
@@ -348,6 +356,8 @@ impl Default for Config {
                 retry_after_s: 1,
                 max_body_bytes: 16 << 20,
                 request_timeout_s: 300,
+                header_timeout_s: 30,
+                max_connections: 1024,
                 shutdown_grace_s: 30,
                 warmup: true,
             },
@@ -397,6 +407,8 @@ pub const KEYS: &[&str] = &[
     "server.retry_after_s",
     "server.max_body_bytes",
     "server.request_timeout_s",
+    "server.header_timeout_s",
+    "server.max_connections",
     "server.shutdown_grace_s",
     "server.warmup",
 ];
@@ -701,6 +713,15 @@ impl Config {
                 self.server.request_timeout_s =
                     positive(value).filter(|&n| n <= 86_400).ok_or_else(|| bad("an integer from 1 to 86400"))? as u64
             }
+            "server.header_timeout_s" => {
+                self.server.header_timeout_s =
+                    positive(value).filter(|&n| n <= 3600).ok_or_else(|| bad("an integer from 1 to 3600"))? as u64
+            }
+            "server.max_connections" => {
+                self.server.max_connections = positive(value)
+                    .filter(|&n| n <= 1_000_000)
+                    .ok_or_else(|| bad("an integer from 1 to 1000000"))?
+            }
             "server.shutdown_grace_s" => {
                 self.server.shutdown_grace_s = int_of(value)
                     .and_then(|v| u64::try_from(v).ok())
@@ -934,8 +955,10 @@ mod tests {
         for v in ["COSY_PORTS", "COSY_MODEL", "COSY_SERVICE"] {
             assert!(!is_service_link(v), "{v}");
         }
-        let mut opts = LoadOptions::default();
-        opts.env = vec![("COSY_SERVICE_HOST".into(), "10.0.0.1".into()), ("COSY_PORT".into(), "tcp://10.0.0.1:80".into())];
+        let mut opts = LoadOptions {
+            env: vec![("COSY_SERVICE_HOST".into(), "10.0.0.1".into()), ("COSY_PORT".into(), "tcp://10.0.0.1:80".into())],
+            ..LoadOptions::default()
+        };
         assert!(Config::load(&opts).is_ok());
         opts.env = vec![("COSY_MODLE".into(), "x".into())];
         assert!(Config::load(&opts).is_err(), "a misspelt variable is still refused");

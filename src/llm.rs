@@ -283,7 +283,7 @@ pub trait LlmStep {
     /// of the last one. The graph is causal, so this is `seq` steps, one position at a time (an
     /// implementation may run them as one call). Text-in streaming feeds text this way mid-decode.
     fn extend(&mut self, embeds: &[f32], seq: usize) -> Result<Vec<f32>> {
-        if seq == 0 || embeds.len() % seq != 0 {
+        if seq == 0 || !embeds.len().is_multiple_of(seq) {
             return Err(Error::Runtime(format!("llm: {} embedding values for {seq} positions", embeds.len())));
         }
         let hidden = embeds.len() / seq;

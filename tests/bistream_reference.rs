@@ -21,13 +21,15 @@ fn fixtures() -> PathBuf {
 
 /// CPU, no text normaliser (the recordings normalised nothing), no graph cache.
 fn reference_config(model: &Path) -> Config {
-    let mut opts = LoadOptions::default();
-    opts.flags = vec![
-        ("model.dir".into(), model.display().to_string()),
-        ("runtime.providers".into(), "cpu".into()),
-        ("text.normalizer".into(), "none".into()),
-        ("runtime.graph_cache_enabled".into(), "false".into()),
-    ];
+    let opts = LoadOptions {
+        flags: vec![
+            ("model.dir".into(), model.display().to_string()),
+            ("runtime.providers".into(), "cpu".into()),
+            ("text.normalizer".into(), "none".into()),
+            ("runtime.graph_cache_enabled".into(), "false".into()),
+        ],
+        ..LoadOptions::default()
+    };
     Config::load(&opts).expect("config")
 }
 
@@ -150,13 +152,15 @@ fn bistream_runs_in_the_engine_beside_other_requests() {
 /// (numbers read as words); the exact mode (the default) passes pieces through as written.
 #[test]
 fn normalize_sentences_regroups_and_normalises_settled_text() {
-    let mut opts = LoadOptions::default();
-    opts.flags = vec![
-        ("model.dir".into(), common::fixture_model().display().to_string()),
-        ("runtime.providers".into(), "cpu".into()),
-        ("text.normalizer".into(), "none".into()),
-        ("runtime.graph_cache_enabled".into(), "false".into()),
-    ];
+    let opts = LoadOptions {
+        flags: vec![
+            ("model.dir".into(), common::fixture_model().display().to_string()),
+            ("runtime.providers".into(), "cpu".into()),
+            ("text.normalizer".into(), "none".into()),
+            ("runtime.graph_cache_enabled".into(), "false".into()),
+        ],
+        ..LoadOptions::default()
+    };
     let synth = Synthesizer::load(&Config::load(&opts).unwrap()).unwrap();
     let pieces = ["I have 3 ", "apples. And", " 12 more"].map(|p| Ok(p.to_string()));
     let out: Vec<String> = synth.normalize_sentences(pieces).collect::<cosy::Result<_>>().unwrap();

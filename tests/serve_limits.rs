@@ -1,6 +1,7 @@
 //! `cosy serve` under pressure: overload answered 429 with Retry-After, a client that hangs up
 //! cancels its work and frees its slot, SIGTERM drains the work in flight, and a soak of a few
-//! hundred requests (bad ones mixed in) ends with nothing stuck and memory bounded.
+//! hundred requests (bad ones mixed in) ends with nothing stuck and memory bounded; slow request
+//! heads are cut off and open connections are bounded.
 
 mod common;
 #[path = "common/serve.rs"]
@@ -203,4 +204,55 @@ fn a_request_past_its_timeout_gets_503_and_frees_its_slot() {
     assert_eq!(server.metric("cosy_requests_cancelled_total"), 0.0, "a timeout is not a hang-up");
     let r = server.post_json("/v1/audio/speech", &json!({"input": "Hi.", "voice": "me", "response_format": "pcm"}));
     assert_eq!(r.status, 200, "{}", r.text());
+}
+
+/// A client that sends half a request head and then nothing (a slowloris), or connects and says
+/// nothing, is disconnected after `server.header_timeout_s`; with `server.max_connections` open,
+/// the next client waits until one closes and is then served.
+#[test]
+fn slow_request_heads_are_cut_off_and_connections_are_bounded() {
+    let server = start_server(&["server.header_timeout_s=1", "server.max_connections=2"]);
+    let connect = || {
+        let s = TcpStream::connect(("127.0.0.1", server.port)).expect("connect");
+        s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        s
+    };
+    let mut slow = connect();
+    slow.write_all(b"GET /health HTTP/1.1\r\nHost: x\r\n").unwrap();
+    let mut silent = connect();
+    // Both slots are taken: this request is accepted only once the server has closed one of them.
+    let health = server.request("GET", "/health", &[], b"");
+    assert_eq!(health.status, 200);
+    // So by now at least one of them is already closed: its end is there without waiting.
+    let closed_now = |s: &mut TcpStream| {
+        s.set_nonblocking(true).unwrap();
+        let mut buf = [0u8; 64];
+        let closed = matches!(s.read(&mut buf), Ok(0));
+        s.set_nonblocking(false).unwrap();
+        closed
+    };
+    assert!(closed_now(&mut slow) || closed_now(&mut silent), "the third connection was served while both first ones were open");
+    // And both end (the 30 s read limit only guards against a hang: a timeout is an error).
+    for (what, s) in [("half a request head", &mut slow), ("a silent connection", &mut silent)] {
+        let mut rest = Vec::new();
+        let read = s.read_to_end(&mut rest);
+        assert!(read.is_ok(), "{what}: the server did not close it: {read:?}");
+        assert!(rest.is_empty(), "{what}: no response to an unfinished request: {:?}", String::from_utf8_lossy(&rest));
+    }
+    // Those closed connections are counted out again (the metrics request is the one open now).
+    server.wait_for("connections closed", Duration::from_secs(10), |s| s.metric("cosy_open_connections") == 1.0);
+}
+
+/// A WebSocket session keeps its connection's slot until it ends (not only until the upgrade), so
+/// `server.max_connections` bounds idle sessions too.
+#[test]
+fn a_websocket_session_counts_as_a_connection_until_it_ends() {
+    let server = start_server(&["server.max_connections=2"]);
+    let (mut ws, _) =
+        tungstenite::connect(server.url("/v1/audio/speech/stream").replace("http://", "ws://")).expect("connect");
+    // The session and the metrics request itself.
+    assert_eq!(server.metric("cosy_open_connections"), 2.0);
+    ws.close(None).expect("close");
+    while ws.read().is_ok() {}
+    server.wait_for("the session's slot freed", Duration::from_secs(10), |s| s.metric("cosy_open_connections") == 1.0);
 }

@@ -236,11 +236,7 @@ pub fn settled_end(text: &str) -> Option<usize> {
         let after = i + c.len_utf8();
         match c {
             '。' | '！' | '？' | '；' | '\n' => end = Some(after),
-            '.' | '!' | '?' | ';' => {
-                if chars.peek().is_some_and(|(_, n)| n.is_whitespace()) {
-                    end = Some(after);
-                }
-            }
+            '.' | '!' | '?' | ';' if chars.peek().is_some_and(|(_, n)| n.is_whitespace()) => end = Some(after),
             _ => {}
         }
     }

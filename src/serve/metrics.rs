@@ -79,6 +79,8 @@ pub struct Gauges {
     pub queued: usize,
     pub max_concurrent: usize,
     pub max_queue: usize,
+    /// HTTP connections open now.
+    pub connections: usize,
     /// (name, calls, seconds) per pipeline span ([`cosy::profile::Profiler::totals`]).
     pub stages: Vec<(String, u64, f64)>,
     pub llm: Option<cosy::engine::LlmBatchStats>,
@@ -116,6 +118,7 @@ impl Metrics {
         gauge(&mut out, "cosy_draining", "1 while shutting down", f64::from(u8::from(g.draining)));
         gauge(&mut out, "cosy_requests_in_flight", "Syntheses running now", g.in_flight as f64);
         gauge(&mut out, "cosy_queue_depth", "Requests waiting for a synthesis slot", g.queued as f64);
+        gauge(&mut out, "cosy_open_connections", "Connections open now (WebSocket sessions included)", g.connections as f64);
         gauge(&mut out, "cosy_max_concurrent", "server.max_concurrent in effect", g.max_concurrent as f64);
         gauge(&mut out, "cosy_max_queue", "server.max_queue", g.max_queue as f64);
 

@@ -10,6 +10,7 @@
 
 mod encode;
 mod error;
+mod listen;
 mod metrics;
 mod speech;
 mod voices;
@@ -55,6 +56,8 @@ pub struct AppState {
     next_id: AtomicU64,
     /// Syntheses and WebSocket sessions not yet finished (what a shutdown waits for).
     active: AtomicUsize,
+    /// Connections open now (a WebSocket session counts until it ends).
+    connections: Arc<listen::OpenConnections>,
 }
 
 /// The id of one HTTP exchange: the client's `x-request-id` when it is sane, else our own.
@@ -88,6 +91,7 @@ impl AppState {
             metrics: Metrics::new(),
             next_id: AtomicU64::new(1),
             active: AtomicUsize::new(0),
+            connections: Arc::default(),
         }
     }
 
@@ -181,6 +185,7 @@ impl AppState {
             queued: self.admission.waiting.load(Ordering::Relaxed),
             max_concurrent: self.admission.max_concurrent,
             max_queue: self.admission.max_queue,
+            connections: self.connections.get(),
             stages: self.profiler.totals(),
             llm,
             dit,
@@ -292,17 +297,11 @@ async fn serve(config: Config) -> anyhow::Result<()> {
 
     let app = router(state.clone());
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let drain_state = state.clone();
-    // Audio chunks are small writes that must leave at once (no Nagle delay behind an ACK).
-    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
-        let _ = tcp.set_nodelay(true);
-    });
-    let server = axum::serve(listener, app).with_graceful_shutdown(async move {
-        let mut rx = stop_rx;
-        let _ = rx.wait_for(|stop| *stop).await;
-        drain_state.draining.store(true, Ordering::SeqCst);
-    });
-    let server = tokio::spawn(async move { server.await });
+    let limits = listen::Limits {
+        header_timeout: Duration::from_secs(state.config.server.header_timeout_s),
+        max_connections: state.config.server.max_connections,
+    };
+    let server = tokio::spawn(listen::serve(listener, app, limits, state.connections.clone(), stop_rx));
 
     let mut loaded_rx = loaded_rx;
     let load_failed = tokio::select! {

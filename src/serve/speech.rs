@@ -104,11 +104,8 @@ async fn speech(state: &Arc<AppState>, id: &RequestId, req: Request, started: In
     let finish = Finish { state: state.clone(), started, ttfb, id: id.0.clone() };
     if !plan.stream && !plan.sse {
         let mut samples = first;
-        loop {
-            match running.next_or_done(deadline).await? {
-                Some(chunk) => samples.extend_from_slice(&chunk),
-                None => break,
-            }
+        while let Some(chunk) = running.next_or_done(deadline).await? {
+            samples.extend_from_slice(&chunk);
         }
         finish.done(samples.len());
         let body = plan.format.encode_whole(&samples, SAMPLE_RATE)?;

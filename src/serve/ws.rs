@@ -32,6 +32,7 @@ use super::{AppState, RequestId, SAMPLE_RATE};
 pub async fn handle(
     State(state): State<Arc<AppState>>,
     Extension(id): Extension<RequestId>,
+    connection: Option<Extension<super::listen::ConnectionSlot>>,
     upgrade: WebSocketUpgrade,
 ) -> Response {
     if let Err(e) = state.engine() {
@@ -42,6 +43,8 @@ pub async fn handle(
         .max_message_size(limit)
         .max_frame_size(limit)
         .on_upgrade(move |socket| async move {
+            // The session holds its connection's slot (server.max_connections) until it ends.
+            let _connection = connection;
             let _active = state.track();
             session(socket, state, id.0).await;
         })
