@@ -271,6 +271,9 @@ pub struct ServerSettings {
     /// The longest a client may take to send one request head (also how long an idle keep-alive
     /// connection stays open), in seconds.
     pub header_timeout_s: u64,
+    /// The longest one write may wait for the client to take it, in seconds: a client that stops
+    /// reading is disconnected and its request cancelled.
+    pub send_timeout_s: u64,
     /// Connections open at once (a WebSocket session counts until it ends); more wait in the
     /// kernel's backlog.
     pub max_connections: usize,
@@ -292,6 +295,7 @@ impl fmt::Debug for ServerSettings {
             .field("max_body_bytes", &self.max_body_bytes)
             .field("request_timeout_s", &self.request_timeout_s)
             .field("header_timeout_s", &self.header_timeout_s)
+            .field("send_timeout_s", &self.send_timeout_s)
             .field("max_connections", &self.max_connections)
             .field("shutdown_grace_s", &self.shutdown_grace_s)
             .field("warmup", &self.warmup)
@@ -357,6 +361,7 @@ impl Default for Config {
                 max_body_bytes: 16 << 20,
                 request_timeout_s: 300,
                 header_timeout_s: 30,
+                send_timeout_s: 30,
                 max_connections: 1024,
                 shutdown_grace_s: 30,
                 warmup: true,
@@ -408,6 +413,7 @@ pub const KEYS: &[&str] = &[
     "server.max_body_bytes",
     "server.request_timeout_s",
     "server.header_timeout_s",
+    "server.send_timeout_s",
     "server.max_connections",
     "server.shutdown_grace_s",
     "server.warmup",
@@ -715,6 +721,10 @@ impl Config {
             }
             "server.header_timeout_s" => {
                 self.server.header_timeout_s =
+                    positive(value).filter(|&n| n <= 3600).ok_or_else(|| bad("an integer from 1 to 3600"))? as u64
+            }
+            "server.send_timeout_s" => {
+                self.server.send_timeout_s =
                     positive(value).filter(|&n| n <= 3600).ok_or_else(|| bad("an integer from 1 to 3600"))? as u64
             }
             "server.max_connections" => {

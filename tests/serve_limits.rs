@@ -256,3 +256,43 @@ fn a_websocket_session_counts_as_a_connection_until_it_ends() {
     while ws.read().is_ok() {}
     server.wait_for("the session's slot freed", Duration::from_secs(10), |s| s.metric("cosy_open_connections") == 1.0);
 }
+
+/// A client that stops reading what the server writes, and keeps its connection open, is cut
+/// off after `server.send_timeout_s` (a stalled streaming response would otherwise hold its
+/// synthesis slot for as long as the client likes; `listen::SendTimeout`'s unit tests show the
+/// mechanism, the disconnect tests above that a closed connection cancels its request). Cheap way
+/// to fill both socket buffers: pipelined requests whose responses are never read.
+#[test]
+fn a_client_that_stops_reading_is_disconnected() {
+    // A long header timeout, so that only the send timeout can end this connection.
+    let server = start_server(&["server.send_timeout_s=1", "server.header_timeout_s=600"]);
+    let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    socket.set_recv_buffer_size(4096).unwrap();
+    socket.connect(&std::net::SocketAddr::from(([127, 0, 0, 1], server.port)).into()).expect("connect");
+    let mut client: TcpStream = socket.into();
+    let mut writer = client.try_clone().unwrap();
+    // Requests until the server stops taking them (it closed the connection) or many megabytes of
+    // responses are owed; the client reads none of them for now.
+    let sender = std::thread::spawn(move || {
+        let request = b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n";
+        for _ in 0..20_000 {
+            if writer.write_all(request).is_err() {
+                break;
+            }
+        }
+    });
+    std::thread::sleep(Duration::from_secs(4));
+    // The server has given up on this client: the connection ends (a reset is fine: the server
+    // closed it with requests still unread). Without the limit it would still be open, and
+    // this read would run into its own 30 s limit.
+    client.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let mut got = Vec::new();
+    let read = client.read_to_end(&mut got);
+    assert!(
+        !matches!(&read, Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut)),
+        "the connection stayed open: {read:?} after {} bytes",
+        got.len()
+    );
+    sender.join().unwrap();
+    assert_eq!(server.request("GET", "/health", &[], b"").status, 200, "the server serves on");
+}

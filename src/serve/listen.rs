@@ -7,16 +7,27 @@
 //! keep-alive response, must arrive within `server.header_timeout_s`, and at most
 //! `server.max_connections` connections are open at once (the next waits in the kernel's backlog
 //! until one closes). A WebSocket session keeps its connection's slot until it ends.
+//!
+//! A client that stops reading while audio streams to it would hold its synthesis slot for ever
+//! too: hyper polls a response body only when the socket takes more, so nothing in the request
+//! ever sees its deadline. Every write that waits longer than `server.send_timeout_s` for the
+//! client fails instead ([`SendTimeout`]); the connection closes and its request is cancelled.
 
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use axum::extract::Request;
 use axum::Router;
 use hyper_util::rt::{TokioIo, TokioTimer};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpListener;
 use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
+use tokio::time::Sleep;
 use tower::ServiceExt;
 
 /// What the accept loop needs to know.
@@ -25,6 +36,8 @@ pub struct Limits {
     pub header_timeout: Duration,
     /// Connections open at once.
     pub max_connections: usize,
+    /// The longest one write may wait for the client to take it.
+    pub send_timeout: Duration,
 }
 
 /// Connections open now, upgraded WebSocket sessions included (for `/metrics`).
@@ -100,10 +113,11 @@ pub async fn serve(
         let mut stop_conn = stop.clone();
         let alive = alive_rx.clone();
         let header_timeout = limits.header_timeout;
+        let io = TokioIo::new(SendTimeout::new(tcp, limits.send_timeout));
         tokio::spawn(async move {
             let mut builder = hyper::server::conn::http1::Builder::new();
             builder.timer(TokioTimer::new()).header_read_timeout(header_timeout);
-            let conn = builder.serve_connection(TokioIo::new(tcp), service).with_upgrades();
+            let conn = builder.serve_connection(io, service).with_upgrades();
             tokio::pin!(conn);
             let mut stopping = false;
             loop {
@@ -126,4 +140,122 @@ pub async fn serve(
     drop(listener);
     drop(alive_rx);
     alive_tx.closed().await;
+}
+
+/// A connection whose writes fail with `TimedOut` once one has waited `limit` for the peer to
+/// take more (its receive window stayed full). Reads pass through: how long a client may stay
+/// silent is the header timeout's and the handlers' business.
+pub struct SendTimeout<T> {
+    inner: T,
+    limit: Duration,
+    /// Running while a write (or flush, or shutdown) waits; gone once one goes through.
+    stalled: Option<Pin<Box<Sleep>>>,
+}
+
+impl<T> SendTimeout<T> {
+    pub fn new(inner: T, limit: Duration) -> Self {
+        SendTimeout { inner, limit, stalled: None }
+    }
+
+    /// What a write that returned `poll` becomes: pending until the limit, then an error.
+    fn watch<R>(&mut self, cx: &mut Context<'_>, poll: Poll<io::Result<R>>) -> Poll<io::Result<R>> {
+        if poll.is_ready() {
+            self.stalled = None;
+            return poll;
+        }
+        let limit = self.limit;
+        let timer = self.stalled.get_or_insert_with(|| Box::pin(tokio::time::sleep(limit)));
+        match timer.as_mut().poll(cx) {
+            Poll::Ready(()) => Poll::Ready(Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!("the client took nothing for {limit:?} (server.send_timeout_s)"),
+            ))),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+impl<T: AsyncRead + Unpin> AsyncRead for SendTimeout<T> {
+    fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_read(cx, buf)
+    }
+}
+
+impl<T: AsyncWrite + Unpin> AsyncWrite for SendTimeout<T> {
+    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        let poll = Pin::new(&mut this.inner).poll_write(cx, buf);
+        this.watch(cx, poll)
+    }
+
+    fn poll_write_vectored(self: Pin<&mut Self>, cx: &mut Context<'_>, bufs: &[io::IoSlice<'_>]) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        let poll = Pin::new(&mut this.inner).poll_write_vectored(cx, bufs);
+        this.watch(cx, poll)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        let poll = Pin::new(&mut this.inner).poll_flush(cx);
+        this.watch(cx, poll)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        let poll = Pin::new(&mut this.inner).poll_shutdown(cx);
+        this.watch(cx, poll)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    #[tokio::test]
+    async fn a_write_the_peer_never_takes_fails_after_the_limit() {
+        let (ours, mut theirs) = tokio::io::duplex(1024);
+        let mut conn = SendTimeout::new(ours, Duration::from_millis(200));
+        let chunk = [7u8; 256];
+        // The pipe takes 1 KiB; then writes wait for the peer, which reads nothing.
+        let err = tokio::time::timeout(Duration::from_secs(10), async {
+            loop {
+                if let Err(e) = conn.write_all(&chunk).await {
+                    return e;
+                }
+            }
+        })
+        .await
+        .expect("the stalled write ended by itself");
+        assert_eq!(err.kind(), io::ErrorKind::TimedOut, "{err}");
+        assert!(err.to_string().contains("server.send_timeout_s"), "{err}");
+        // What went through is intact.
+        let mut got = vec![0u8; 1024];
+        theirs.read_exact(&mut got).await.unwrap();
+        assert!(got.iter().all(|&b| b == 7));
+    }
+
+    #[tokio::test]
+    async fn a_slow_but_steady_reader_is_not_cut() {
+        let (ours, mut theirs) = tokio::io::duplex(256);
+        let mut conn = SendTimeout::new(ours, Duration::from_millis(300));
+        let reader = tokio::spawn(async move {
+            let mut total = 0usize;
+            let mut buf = [0u8; 64];
+            while total < 8192 {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+                total += theirs.read(&mut buf).await.unwrap();
+            }
+            total
+        });
+        // Every write waits for the reader, each time far less than the limit; in all far longer.
+        for _ in 0..32 {
+            conn.write_all(&[1u8; 256]).await.expect("a reader that keeps reading is served");
+        }
+        assert_eq!(reader.await.unwrap(), 8192);
+    }
 }

@@ -300,6 +300,7 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     let limits = listen::Limits {
         header_timeout: Duration::from_secs(state.config.server.header_timeout_s),
         max_connections: state.config.server.max_connections,
+        send_timeout: Duration::from_secs(state.config.server.send_timeout_s),
     };
     let server = tokio::spawn(listen::serve(listener, app, limits, state.connections.clone(), stop_rx));
 
