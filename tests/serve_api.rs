@@ -223,6 +223,8 @@ fn bad_requests_get_clear_errors_and_the_server_keeps_serving() {
         ("voice bad name", "POST", "/v1/audio/voices", speech(json!({"name": "a/b", "ref_text": "Hi.", "ref_audio": data_url(&prompt)})), 400, "not allowed"),
         ("voice named default", "POST", "/v1/audio/voices", speech(json!({"name": "default", "ref_text": "Hi.", "ref_audio": data_url(&prompt)})), 400, "default"),
         ("voice taken", "POST", "/v1/audio/voices", speech(json!({"name": "me", "ref_text": "Hi.", "ref_audio": data_url(&prompt)})), 409, "already exists"),
+        ("voice empty body", "POST", "/v1/audio/voices", (Vec::new(), vec![json_ct]), 400, "\"name\""),
+        ("WebSocket route over plain HTTP", "GET", "/v1/audio/speech/stream", (Vec::new(), vec![]), 400, "WebSocket endpoint"),
         ("voice silent audio", "POST", "/v1/audio/voices",
             speech(json!({"name": "quiet", "ref_text": "Hi.", "ref_audio": data_url_of(&tone_wav(0.0, 16_000))})), 400, "audio_sample"),
     ];

@@ -141,7 +141,7 @@ async fn read_params(state: &Arc<AppState>, req: Request) -> Result<(SpeechParam
         ));
     }
     let bytes = read_body(req.into_body(), limit).await?;
-    let params = parse_json(&bytes)?;
+    let params = parse_json(&bytes, r#"{"input": "Hello.", "voice": "default"}"#)?;
     Ok((params, None))
 }
 
@@ -173,9 +173,10 @@ pub async fn read_body(body: Body, limit: usize) -> Result<Bytes, ApiError> {
     })
 }
 
-pub fn parse_json<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
+/// The body as `T`; `example` is a JSON object of the kind expected (for the empty-body error).
+pub fn parse_json<T: serde::de::DeserializeOwned>(bytes: &[u8], example: &str) -> Result<T, ApiError> {
     if bytes.iter().all(u8::is_ascii_whitespace) {
-        return Err(ApiError::bad_request("invalid_json", "the request body is empty; send a JSON object such as {\"input\": \"Hello.\", \"voice\": \"default\"}"));
+        return Err(ApiError::bad_request("invalid_json", format!("the request body is empty; send a JSON object such as {example}")));
     }
     let text = std::str::from_utf8(bytes)
         .map_err(|e| ApiError::bad_request("invalid_json", format!("the request body is not UTF-8 text ({e})")))?;

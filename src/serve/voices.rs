@@ -93,7 +93,8 @@ async fn create_voice(state: &Arc<AppState>, req: Request) -> Result<Response, A
         (form, upload)
     } else if content_type.is_empty() || content_type.starts_with("application/json") {
         let bytes = read_body(req.into_body(), limit).await?;
-        let form: VoiceForm = parse_json(&bytes)?;
+        let form: VoiceForm =
+            parse_json(&bytes, r#"{"name": "me", "ref_audio": "data:audio/wav;base64,...", "ref_text": "what it says"}"#)?;
         let upload = form.ref_audio.as_deref().map(decode_data_url).transpose()?;
         (form, upload)
     } else {

@@ -17,9 +17,10 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use axum::extract::ws::rejection::WebSocketUpgradeRejection;
 use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade};
 use axum::extract::State;
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
 use axum::Extension;
 use futures_util::{SinkExt, StreamExt};
 use serde::Deserialize;
@@ -33,10 +34,21 @@ pub async fn handle(
     State(state): State<Arc<AppState>>,
     Extension(id): Extension<RequestId>,
     connection: Option<Extension<super::listen::ConnectionSlot>>,
-    upgrade: WebSocketUpgrade,
+    upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
 ) -> Response {
+    let upgrade = match upgrade {
+        Ok(upgrade) => upgrade,
+        // A plain HTTP request (or a broken handshake): the same JSON error as everywhere else.
+        Err(rejection) => {
+            let message = format!(
+                "/v1/audio/speech/stream is a WebSocket endpoint ({}); connect with a WebSocket client (ws://...)",
+                rejection.body_text()
+            );
+            return ApiError::new(rejection.status(), "websocket_required", message).into_response();
+        }
+    };
     if let Err(e) = state.engine() {
-        return axum::response::IntoResponse::into_response(e);
+        return e.into_response();
     }
     let limit = state.config.server.max_body_bytes;
     upgrade
