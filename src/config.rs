@@ -274,8 +274,8 @@ pub struct ServerSettings {
     /// The longest one write may wait for the client to take it, in seconds: a client that stops
     /// reading is disconnected and its request cancelled.
     pub send_timeout_s: u64,
-    /// Connections open at once (a WebSocket session counts until it ends); more wait in the
-    /// kernel's backlog.
+    /// Connections served at once (a WebSocket session counts until it ends); more wait unanswered
+    /// until one closes.
     pub max_connections: usize,
     /// After SIGTERM/SIGINT: how long in-flight requests may run before the server exits anyway.
     pub shutdown_grace_s: u64,
@@ -570,6 +570,10 @@ impl Config {
         let bad = |allowed: &str| {
             Error::Config(format!("{origin}: {key} = {value}: invalid value; allowed: {allowed}"))
         };
+        // An integer from 1 to `max`.
+        let up_to = |max: usize| -> Result<usize> {
+            positive(value).filter(|&n| n <= max).ok_or_else(|| bad(&format!("an integer from 1 to {max}")))
+        };
         let path_value = |v: &RawValue| -> Result<PathBuf> {
             let s = text_of(v).ok_or_else(|| bad("a path (string)"))?;
             let p = PathBuf::from(s);
@@ -664,19 +668,10 @@ impl Config {
             "limits.max_text_chars" => {
                 self.limits.max_text_chars = positive(value).ok_or_else(|| bad("an integer >= 1"))?
             }
-            "engine.max_batch" => {
-                self.engine.max_batch = positive(value).filter(|&n| n <= 256).ok_or_else(|| bad("an integer from 1 to 256"))?
-            }
-            "engine.max_in_flight" => {
-                self.engine.max_in_flight =
-                    positive(value).filter(|&n| n <= 65_536).ok_or_else(|| bad("an integer from 1 to 65536"))?
-            }
-            "engine.dit_max_batch" => {
-                self.engine.dit_max_batch = positive(value).filter(|&n| n <= 64).ok_or_else(|| bad("an integer from 1 to 64"))?
-            }
-            "engine.file_concurrency" => {
-                self.engine.file_concurrency = positive(value).filter(|&n| n <= 256).ok_or_else(|| bad("an integer from 1 to 256"))?
-            }
+            "engine.max_batch" => self.engine.max_batch = up_to(256)?,
+            "engine.max_in_flight" => self.engine.max_in_flight = up_to(65_536)?,
+            "engine.dit_max_batch" => self.engine.dit_max_batch = up_to(64)?,
+            "engine.file_concurrency" => self.engine.file_concurrency = up_to(256)?,
             "server.bind" => {
                 let s = text_of(value).ok_or_else(|| bad("HOST:PORT, e.g. \"127.0.0.1:8080\" or \"0.0.0.0:8080\""))?;
                 if !valid_bind(&s) {
@@ -696,42 +691,23 @@ impl Config {
                 }
                 self.server.api_key = (!s.is_empty()).then_some(s);
             }
-            "server.max_concurrent" => {
-                self.server.max_concurrent =
-                    positive(value).filter(|&n| n <= 65_536).ok_or_else(|| bad("an integer from 1 to 65536"))?
-            }
+            "server.max_concurrent" => self.server.max_concurrent = up_to(65_536)?,
             "server.max_queue" => {
                 self.server.max_queue = int_of(value)
                     .and_then(|v| usize::try_from(v).ok())
                     .filter(|&n| n <= 1 << 20)
                     .ok_or_else(|| bad("an integer from 0 to 1048576"))?
             }
-            "server.retry_after_s" => {
-                self.server.retry_after_s =
-                    positive(value).filter(|&n| n <= 3600).ok_or_else(|| bad("an integer from 1 to 3600"))? as u64
-            }
+            "server.retry_after_s" => self.server.retry_after_s = up_to(3600)? as u64,
             "server.max_body_bytes" => {
                 self.server.max_body_bytes = positive(value)
                     .filter(|&n| (1024..=1 << 30).contains(&n))
                     .ok_or_else(|| bad("an integer from 1024 to 1073741824"))?
             }
-            "server.request_timeout_s" => {
-                self.server.request_timeout_s =
-                    positive(value).filter(|&n| n <= 86_400).ok_or_else(|| bad("an integer from 1 to 86400"))? as u64
-            }
-            "server.header_timeout_s" => {
-                self.server.header_timeout_s =
-                    positive(value).filter(|&n| n <= 3600).ok_or_else(|| bad("an integer from 1 to 3600"))? as u64
-            }
-            "server.send_timeout_s" => {
-                self.server.send_timeout_s =
-                    positive(value).filter(|&n| n <= 3600).ok_or_else(|| bad("an integer from 1 to 3600"))? as u64
-            }
-            "server.max_connections" => {
-                self.server.max_connections = positive(value)
-                    .filter(|&n| n <= 1_000_000)
-                    .ok_or_else(|| bad("an integer from 1 to 1000000"))?
-            }
+            "server.request_timeout_s" => self.server.request_timeout_s = up_to(86_400)? as u64,
+            "server.header_timeout_s" => self.server.header_timeout_s = up_to(3600)? as u64,
+            "server.send_timeout_s" => self.server.send_timeout_s = up_to(3600)? as u64,
+            "server.max_connections" => self.server.max_connections = up_to(1_000_000)?,
             "server.shutdown_grace_s" => {
                 self.server.shutdown_grace_s = int_of(value)
                     .and_then(|v| u64::try_from(v).ok())

@@ -5,8 +5,8 @@
 //! client that sends its request head a byte at a time (or opens a connection and says nothing)
 //! held the connection for ever. Here every request head, the first and each one after a
 //! keep-alive response, must arrive within `server.header_timeout_s`, and at most
-//! `server.max_connections` connections are open at once (the next waits in the kernel's backlog
-//! until one closes). A WebSocket session keeps its connection's slot until it ends.
+//! `server.max_connections` connections are served at once (one more waits accepted but unserved,
+//! the rest in the kernel's backlog, until one closes). A WebSocket session keeps its connection's slot until it ends.
 //!
 //! A client that stops reading while audio streams to it would hold its synthesis slot for ever
 //! too: hyper polls a response body only when the socket takes more, so nothing in the request
@@ -16,7 +16,6 @@
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -34,59 +33,31 @@ use tower::ServiceExt;
 pub struct Limits {
     /// The longest a client may take to send one request head.
     pub header_timeout: Duration,
-    /// Connections open at once.
-    pub max_connections: usize,
     /// The longest one write may wait for the client to take it.
     pub send_timeout: Duration,
 }
 
-/// Connections open now, upgraded WebSocket sessions included (for `/metrics`).
-#[derive(Default)]
-pub struct OpenConnections(AtomicUsize);
-
-impl OpenConnections {
-    pub fn get(&self) -> usize {
-        self.0.load(Ordering::Relaxed)
-    }
-}
-
 /// One of the `server.max_connections` slots. Every request carries a clone in its extensions;
-/// the WebSocket handler moves one into its session, so an upgraded connection stays counted (and
-/// keeps its slot) until the session ends, not only until the upgrade.
+/// the WebSocket handler moves one into its session, so an upgraded connection keeps its slot
+/// (and stays counted in /metrics) until the session ends, not only until the upgrade.
 #[derive(Clone)]
-pub struct ConnectionSlot(#[allow(dead_code)] Arc<SlotInner>);
+pub struct ConnectionSlot(#[allow(dead_code)] Arc<OwnedSemaphorePermit>);
 
-struct SlotInner {
-    _permit: OwnedSemaphorePermit,
-    open: Arc<OpenConnections>,
-}
-
-impl Drop for SlotInner {
-    fn drop(&mut self) {
-        self.open.0.fetch_sub(1, Ordering::Relaxed);
-    }
-}
-
-/// Serves `app` on `listener` until `stop` turns true; then stops accepting, asks every open
-/// connection to finish its exchange in progress and close, and returns once all have closed.
+/// Serves `app` on `listener`, each connection holding one of `slots` (`server.max_connections`),
+/// until `stop` turns true; then stops accepting, asks every open connection to finish its
+/// exchange in progress and close, and returns once all have closed.
 pub async fn serve(
     listener: TcpListener,
     app: Router,
     limits: Limits,
-    open: Arc<OpenConnections>,
+    slots: Arc<Semaphore>,
     mut stop: watch::Receiver<bool>,
 ) {
-    let slots = Arc::new(Semaphore::new(limits.max_connections));
     // Every connection task holds a receiver; `closed()` on the sender resolves once all are gone.
     let (alive_tx, alive_rx) = watch::channel(());
+    let mut http = hyper::server::conn::http1::Builder::new();
+    http.timer(TokioTimer::new()).header_read_timeout(limits.header_timeout);
     loop {
-        let permit = tokio::select! {
-            permit = slots.clone().acquire_owned() => match permit {
-                Ok(permit) => permit,
-                Err(_) => break,
-            },
-            _ = stop.wait_for(|stop| *stop) => break,
-        };
         let accepted = tokio::select! {
             accepted = listener.accept() => accepted,
             _ = stop.wait_for(|stop| *stop) => break,
@@ -100,10 +71,18 @@ pub async fn serve(
                 continue;
             }
         };
+        // At the limit, this connection waits unserved (and the next ones in the backlog) until
+        // one closes. Taken after accepting, so that the permits held are the connections served.
+        let permit = tokio::select! {
+            permit = slots.clone().acquire_owned() => match permit {
+                Ok(permit) => permit,
+                Err(_) => break,
+            },
+            _ = stop.wait_for(|stop| *stop) => break,
+        };
         // Audio chunks are small writes that must leave at once (no Nagle delay behind an ACK).
         let _ = tcp.set_nodelay(true);
-        open.0.fetch_add(1, Ordering::Relaxed);
-        let slot = ConnectionSlot(Arc::new(SlotInner { _permit: permit, open: open.clone() }));
+        let slot = ConnectionSlot(Arc::new(permit));
         let app = app.clone();
         let service = hyper::service::service_fn(move |request: hyper::Request<hyper::body::Incoming>| {
             let mut request: Request = request.map(axum::body::Body::new);
@@ -112,12 +91,8 @@ pub async fn serve(
         });
         let mut stop_conn = stop.clone();
         let alive = alive_rx.clone();
-        let header_timeout = limits.header_timeout;
-        let io = TokioIo::new(SendTimeout::new(tcp, limits.send_timeout));
+        let conn = http.serve_connection(TokioIo::new(SendTimeout::new(tcp, limits.send_timeout)), service).with_upgrades();
         tokio::spawn(async move {
-            let mut builder = hyper::server::conn::http1::Builder::new();
-            builder.timer(TokioTimer::new()).header_read_timeout(header_timeout);
-            let conn = builder.serve_connection(io, service).with_upgrades();
             tokio::pin!(conn);
             let mut stopping = false;
             loop {

@@ -79,7 +79,7 @@ pub struct Gauges {
     pub queued: usize,
     pub max_concurrent: usize,
     pub max_queue: usize,
-    /// HTTP connections open now.
+    /// Connections open now (WebSocket sessions included).
     pub connections: usize,
     /// (name, calls, seconds) per pipeline span ([`cosy::profile::Profiler::totals`]).
     pub stages: Vec<(String, u64, f64)>,

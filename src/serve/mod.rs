@@ -56,8 +56,9 @@ pub struct AppState {
     next_id: AtomicU64,
     /// Syntheses and WebSocket sessions not yet finished (what a shutdown waits for).
     active: AtomicUsize,
-    /// Connections open now (a WebSocket session counts until it ends).
-    connections: Arc<listen::OpenConnections>,
+    /// One permit per open connection (`server.max_connections`; a WebSocket session holds its
+    /// connection's until it ends).
+    connection_slots: Arc<Semaphore>,
 }
 
 /// The id of one HTTP exchange: the client's `x-request-id` when it is sane, else our own.
@@ -83,6 +84,7 @@ impl AppState {
                 max_queue: config.server.max_queue,
                 retry_after: config.server.retry_after_s,
             },
+            connection_slots: Arc::new(Semaphore::new(config.server.max_connections)),
             config,
             engine: OnceLock::new(),
             profiler: Profiler::totals_only(),
@@ -91,7 +93,6 @@ impl AppState {
             metrics: Metrics::new(),
             next_id: AtomicU64::new(1),
             active: AtomicUsize::new(0),
-            connections: Arc::default(),
         }
     }
 
@@ -185,7 +186,7 @@ impl AppState {
             queued: self.admission.waiting.load(Ordering::Relaxed),
             max_concurrent: self.admission.max_concurrent,
             max_queue: self.admission.max_queue,
-            connections: self.connections.get(),
+            connections: self.config.server.max_connections - self.connection_slots.available_permits(),
             stages: self.profiler.totals(),
             llm,
             dit,
@@ -299,10 +300,9 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let limits = listen::Limits {
         header_timeout: Duration::from_secs(state.config.server.header_timeout_s),
-        max_connections: state.config.server.max_connections,
         send_timeout: Duration::from_secs(state.config.server.send_timeout_s),
     };
-    let server = tokio::spawn(listen::serve(listener, app, limits, state.connections.clone(), stop_rx));
+    let server = tokio::spawn(listen::serve(listener, app, limits, state.connection_slots.clone(), stop_rx));
 
     let mut loaded_rx = loaded_rx;
     let load_failed = tokio::select! {
