@@ -11,8 +11,7 @@ use cosy::flow::{
 use cosy::hift::{plan_hift_call, HiftStream};
 use ndarray::{Array1, Array2, Array3, ArrayView1, ArrayView2, ArrayView3, Axis};
 
-mod common;
-use common::reference_dir;
+use crate::common::reference_dir;
 
 const CASES: [&str; 5] = ["en", "zh", "num", "p16k", "stream"];
 

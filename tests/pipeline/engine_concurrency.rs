@@ -2,12 +2,11 @@
 //! output equals its solo run whatever else is in the batch; a cancelled request frees its slot;
 //! a failing one disturbs nobody.
 
-mod common;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{config_for, fixture_model, fixture_prompt};
+use crate::common::{config_for, fixture_model, fixture_prompt};
 use cosy::engine::{Engine, Event};
 use cosy::pipeline::{Request, Voice};
 use cosy::Error;
@@ -168,7 +167,7 @@ fn file_input_concurrently_writes_the_same_files_as_one_at_a_time() {
     let run = |concurrency: &str, out: &str| {
         let out = work.path().join(out);
         std::fs::create_dir(&out).expect("mkdir");
-        let st = common::cosy_command(&work.path().join("graphs"))
+        let st = crate::common::cosy_command(&work.path().join("graphs"))
             .arg("--model")
             .arg(fixture_model())
             .args(["--provider", "cpu", "--set", &format!("engine.file_concurrency={concurrency}"), "file", "--input"])

@@ -15,8 +15,7 @@ use std::process::{Command, Output};
 use std::sync::mpsc;
 use std::time::Duration;
 
-mod common;
-use common::{fixture_model, fixture_prompt};
+use crate::common::{fixture_model, fixture_prompt};
 
 const TRANSCRIPT: &str = "Good evening, this recording captures my natural voice.";
 const TEXT: &str = "The old lighthouse blinked twice before the fog rolled in.";

@@ -5,8 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-mod common;
-use common::{shared_dir, venv_dir};
+use crate::common::{shared_dir, venv_dir};
 
 #[test]
 fn all_golden_cases_pass_compare_py() {

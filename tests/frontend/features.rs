@@ -9,8 +9,7 @@ use cosy::frontend::features::{kaldi_fbank_cmn, mel_24k, whisper_log_mel};
 use cosy::npy;
 use ndarray::{Array2, ArrayD};
 
-mod common;
-use common::shared_dir;
+use crate::common::shared_dir;
 
 const CASES: [&str; 5] = ["en", "zh", "num", "p16k", "stream"];
 

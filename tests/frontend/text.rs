@@ -13,8 +13,7 @@ use cosy::frontend::text::{
 use cosy::frontend::tokenizer::TextTokenizer;
 use cosy::npy;
 
-mod common;
-use common::shared_dir;
+use crate::common::shared_dir;
 
 fn tokenizer() -> Option<TextTokenizer> {
     if let Some(path) = std::env::var_os("COSY_TOKENIZER_JSON") {
@@ -25,7 +24,7 @@ fn tokenizer() -> Option<TextTokenizer> {
     static BUILT: std::sync::OnceLock<Option<PathBuf>> = std::sync::OnceLock::new();
     let path = BUILT.get_or_init(|| {
         let shared = shared_dir()?;
-        let python = common::python()?;
+        let python = crate::common::python()?;
         let out = std::env::temp_dir().join(format!("cosy-tok-{}.json", std::process::id()));
         let blanken = shared.join("reference/tiny-official/CosyVoice-BlankEN");
         let status = std::process::Command::new(python)
@@ -197,6 +196,6 @@ fn tokenizer_matches_golden_ids() {
         }
         println!("corpus: {} texts match", data["cases"].as_array().unwrap().len());
     } else {
-        common::missing(&format!("no {} here; corpus check skipped", expected.display()));
+        crate::common::missing(&format!("no {} here; corpus check skipped", expected.display()));
     }
 }

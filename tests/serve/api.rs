@@ -1,9 +1,8 @@
 //! `cosy serve` end to end: a real server on a free loopback port, real HTTP and WebSocket
 //! clients. Output equality with `cosy file` is byte for byte: the same binary, model, seed and
 //! CPU produce the same samples (the engine's batching does not change a request's numbers, see
-//! tests/engine_concurrency.rs), and the server writes them with the same encoder.
+//! tests/pipeline/engine_concurrency.rs), and the server writes them with the same encoder.
 
-mod common;
 #[path = "common/serve.rs"]
 mod serve;
 
@@ -85,7 +84,7 @@ fn speech_matches_cosy_file_whole_streamed_and_sse() {
 #[test]
 fn cloning_fields_json_and_multipart() {
     let server = start_server(&[]);
-    let prompt = common::fixture_prompt();
+    let prompt = crate::common::fixture_prompt();
     let ref_text = "Hello there, this is a test.";
     let file = cosy_file(&server, &[TEXT, "--prompt-wav", prompt.to_str().unwrap(), "--prompt-text", ref_text, "--seed", "5"]);
     // voice is ignored when ref_audio is given (the openai client always sends one).
@@ -124,7 +123,7 @@ fn cloning_fields_json_and_multipart() {
 #[test]
 fn voices_over_http_are_the_cli_voice_files() {
     let server = start_server(&[]);
-    let prompt = common::fixture_prompt();
+    let prompt = crate::common::fixture_prompt();
     let r = server.request("GET", "/v1/audio/voices", &[], b"");
     assert_eq!(r.status, 200);
     let v = r.json();
@@ -181,7 +180,7 @@ fn voices_over_http_are_the_cli_voice_files() {
 #[test]
 fn bad_requests_get_clear_errors_and_the_server_keeps_serving() {
     let server = start_server(&["limits.max_text_chars=300", "server.max_body_bytes=3000000"]);
-    let prompt = common::fixture_prompt();
+    let prompt = crate::common::fixture_prompt();
     let long_audio = data_url_of(&tone_wav(31.0, 16_000));
     let json_ct = ("Content-Type", "application/json");
     let speech = |body: serde_json::Value| (body.to_string().into_bytes(), vec![json_ct]);
@@ -404,9 +403,9 @@ fn serve_refuses_bad_settings_before_listening() {
         (&["--set", "server.max_body_bytes=12", "serve"], "server.max_body_bytes"),
     ];
     for (args, needle) in cases {
-        let mut cmd = common::cosy_command(&gc);
+        let mut cmd = crate::common::cosy_command(&gc);
         if args[0] != "--model" {
-            cmd.arg("--model").arg(common::fixture_model());
+            cmd.arg("--model").arg(crate::common::fixture_model());
         }
         let out = cmd.args(args).current_dir(dir.path()).output().expect("run cosy serve");
         let stderr = String::from_utf8_lossy(&out.stderr);
@@ -425,13 +424,13 @@ fn serve_refuses_bad_settings_before_listening() {
 #[test]
 fn websocket_bistream_matches_the_official_code() {
     use tungstenite::Message;
-    let Some(reference) = common::reference_dir() else { return };
+    let Some(reference) = crate::common::reference_dir() else { return };
     let work = tempfile::tempdir().unwrap();
-    let Some(model) = common::export_reference_model(work.path()) else { return };
+    let Some(model) = crate::common::export_reference_model(work.path()) else { return };
     let server = serve::start_server_with(&model, &["text.normalizer=none", "limits.max_text_chars=400"]);
     let url = server.url("/v1/audio/speech/stream").replace("http://", "ws://");
     let send = |ws: &mut tungstenite::WebSocket<_>, v: serde_json::Value| ws.send(Message::text(v.to_string())).expect("send");
-    let config = |case: &common::BistreamCase| {
+    let config = |case: &crate::common::BistreamCase| {
         json!({"type": "session.config", "ref_audio": data_url(&case.prompt_wav(&reference)), "ref_text": case.prompt_text(), "seed": 0})
     };
     /// Reads audio frames until session.done.
@@ -455,7 +454,7 @@ fn websocket_bistream_matches_the_official_code() {
     let to_f32 = |pcm: &[u8]| -> Vec<f32> { pcm.chunks_exact(2).map(|b| f32::from(i16::from_le_bytes([b[0], b[1]])) / 32768.0).collect() };
 
     // The WebSocket streams (the streaming chunk schedule), as the official stream=True run.
-    let case = common::BistreamCase::load("en_short_stream");
+    let case = crate::common::BistreamCase::load("en_short_stream");
     let (mut ws, _) = tungstenite::connect(&url).expect("connect");
     send(&mut ws, config(&case));
     for piece in case.pieces() {
@@ -465,11 +464,11 @@ fn websocket_bistream_matches_the_official_code() {
     let audio = to_f32(&collect(&mut ws));
     let official = case.audio();
     assert_eq!(audio.len(), official.len(), "audio length");
-    let d = common::log_mel_distance(&audio, &official);
+    let d = crate::common::log_mel_distance(&audio, &official);
     assert!(d < 0.025, "mean |Δ log-mel| {d}");
 
     // Word by word: audio arrives while the input is still open.
-    let case = common::BistreamCase::load("en_long_stream");
+    let case = crate::common::BistreamCase::load("en_long_stream");
     let (mut ws, _) = tungstenite::connect(&url).expect("connect");
     send(&mut ws, config(&case));
     for piece in case.pieces() {
@@ -491,7 +490,7 @@ fn websocket_bistream_matches_the_official_code() {
     early.extend(collect(&mut ws));
     let official = case.audio();
     assert_eq!(early.len() / 2, official.len());
-    assert!(common::log_mel_distance(&to_f32(&early), &official) < 0.025);
+    assert!(crate::common::log_mel_distance(&to_f32(&early), &official) < 0.025);
 
     // A piece over the text limit: an error event; a request beside it is undisturbed.
     let (mut ws, _) = tungstenite::connect(&url).expect("connect");

@@ -10,8 +10,7 @@ use cosy::voice::{SavedVoice, VoiceStore};
 const TRANSCRIPT: &str = "Good evening, this recording captures my natural voice.";
 const TEXT: &str = "The old lighthouse blinked twice before the fog rolled in.";
 
-mod common;
-use common::{fixture_model as model, fixture_prompt as prompt};
+use crate::common::{fixture_model as model, fixture_prompt as prompt};
 
 /// `cosy --model MODEL --provider cpu --set voices.dir=<dir>/voices ARGS`, cwd = `dir`, no COSY_*.
 fn cosy_with(model: &Path, dir: &Path, args: &[&str]) -> Output {

@@ -3,13 +3,12 @@
 //! error; the key changes with each of its parts; an unwritable cache folder only warns; `cosy
 //! engines list|clean` and `cosy doctor` show the entries. Every test uses a private temp folder.
 
-mod common;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use assert_cmd::Command;
-use common::{config_for, fixture_model_dir, inputs_for};
+use crate::common::{config_for, fixture_model_dir, inputs_for};
 use cosy::config::{Config, Precision, ProviderKind};
 use cosy::model::{ModelDir, Variant};
 use cosy::runtime::engine_cache::{EngineCache, EntryState};
@@ -418,8 +417,8 @@ fn engines_list_clean_and_doctor_show_optimised_graphs() {
     assert!(!some.exists() && !interrupted.exists());
     // Entries for another model are stale: cleaned once the model they were made for is not the
     // configured one.
-    let other = common::writable_model_dir().expect("model copy");
-    common::edit_manifest(other.path(), |m| {
+    let other = crate::common::writable_model_dir().expect("model copy");
+    crate::common::edit_manifest(other.path(), |m| {
         m["graphs"]["dit"]["variants"]["fp32"]["sha256"] = serde_json::json!("00".repeat(32));
     });
     let out = cosy(cwd.path()).args(["engines", "clean", "--model"]).arg(other.path()).output().unwrap();

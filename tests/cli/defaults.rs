@@ -6,8 +6,7 @@
 use std::path::Path;
 use std::process::{Command, Output};
 
-mod common;
-use common::{fixture_model as model, fixture_prompt as prompt};
+use crate::common::{fixture_model as model, fixture_prompt as prompt};
 
 const TRANSCRIPT: &str = "This recording is the voice prompt.";
 const NULL_DEFAULT: &str = "pcm.!default { type null }\n";
@@ -166,8 +165,8 @@ fn streaming_enabled_is_the_default_schedule_of_file() {
 
 /// A writable copy of the fixture with `edit` applied to its manifest.
 fn broken_model(edit: impl FnOnce(&mut serde_json::Value)) -> tempfile::TempDir {
-    let dir = common::writable_model_dir().expect("fixture model");
-    common::edit_manifest(dir.path(), edit);
+    let dir = crate::common::writable_model_dir().expect("fixture model");
+    crate::common::edit_manifest(dir.path(), edit);
     dir
 }
 

@@ -14,13 +14,12 @@ use std::time::Instant;
 use cosy::frontend::tn::{TnLang, WetextNormalizer};
 use cosy::Error;
 
-mod common;
 
 fn wetext_package_dir() -> Result<PathBuf, String> {
     if let Ok(dir) = std::env::var("COSY_WETEXT_DIR") {
         return Ok(PathBuf::from(dir));
     }
-    let python = common::venv_dir()
+    let python = crate::common::venv_dir()
         .map(|v| v.join("bin/python"))
         .ok_or_else(|| "no exporter venv (COSY_VENV or ~/.cache/cosy/venv)".to_string())?;
     let out = Command::new(&python)
@@ -91,13 +90,13 @@ fn wetext_cases_match_python() {
     let package = match wetext_package_dir() {
         Ok(p) => p,
         Err(why) => {
-            common::missing(&format!("{why} (set COSY_WETEXT_DIR to the wetext package folder)"));
+            crate::common::missing(&format!("{why} (set COSY_WETEXT_DIR to the wetext package folder)"));
             return;
         }
     };
     let tmp = tempfile::tempdir().expect("tempdir");
     if let Err(why) = copy_grammars(&package, tmp.path()) {
-        common::missing(&format!("wetext grammars not found: {why}"));
+        crate::common::missing(&format!("wetext grammars not found: {why}"));
         return;
     }
 

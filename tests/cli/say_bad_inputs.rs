@@ -1,6 +1,6 @@
 //! Bad inputs end to end through the CLI, on the bundled tiny model: each is refused with one
 //! clear line on stderr, exit status 2, and no output file (nor voice file, nor playback).
-//! tests/pipeline_cli.rs covers some text cases against the exported reference model when Python
+//! tests/cli/pipeline.rs covers some text cases against the exported reference model when Python
 //! is available; these run everywhere.
 
 use std::path::{Path, PathBuf};

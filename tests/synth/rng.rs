@@ -6,8 +6,7 @@
 
 use cosy::rng::{sine_noise, sine_noise_offset, Mt19937, SineNoise};
 
-mod common;
-use common::reference_dir;
+use crate::common::reference_dir;
 
 const FULL_SIZE_K: u64 = 5_052_970;
 

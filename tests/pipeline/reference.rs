@@ -8,8 +8,7 @@
 use std::path::Path;
 use std::process::Command;
 
-mod common;
-use common::python;
+use crate::common::python;
 
 const TEXT: &str = "Parity check sentence for the tiny random model.";
 const PROMPT_TEXT: &str = "You are a helpful assistant.<|endofprompt|>This recording is the voice prompt.";

@@ -3,7 +3,6 @@
 //! hundred requests (bad ones mixed in) ends with nothing stuck and memory bounded; slow request
 //! heads are cut off and open connections are bounded.
 
-mod common;
 #[path = "common/serve.rs"]
 mod serve;
 
@@ -131,7 +130,7 @@ fn soak_ends_with_nothing_stuck_and_memory_bounded() {
         assert_eq!(server.post_json("/v1/audio/speech", &json!({"input": "Hello there.", "voice": "me"})).status, 200);
     }
     let rss_start = server.rss_bytes();
-    let prompt = serve::data_url(&common::fixture_prompt());
+    let prompt = serve::data_url(&crate::common::fixture_prompt());
     const CLIENTS: usize = 4;
     const PER_CLIENT: usize = 75;
     let port = server.port;

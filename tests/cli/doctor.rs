@@ -1,9 +1,8 @@
 //! `cosy doctor`, `cosy engines`, the stubs and error reporting, through the real binary.
 
-mod common;
 
 use assert_cmd::Command;
-use common::{edit_manifest, fixture_model_dir, writable_model_dir};
+use crate::common::{edit_manifest, fixture_model_dir, writable_model_dir};
 use predicates::prelude::*;
 
 /// `cosy` run in an empty folder (so no ./config.toml is picked up) with a private engine cache.

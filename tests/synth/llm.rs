@@ -10,8 +10,7 @@ use cosy::llm::{
 };
 use cosy::Result;
 
-mod common;
-use common::reference_dir;
+use crate::common::reference_dir;
 
 const CASES: [&str; 5] = ["en", "zh", "num", "p16k", "stream"];
 

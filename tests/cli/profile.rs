@@ -7,7 +7,6 @@
 use std::path::{Path, PathBuf};
 use std::process::Output;
 
-mod common;
 
 use cosy::profile::STAGE_KEYS;
 use serde_json::Value;
@@ -20,7 +19,7 @@ fn fixture() -> (PathBuf, PathBuf) {
 fn cosy(args: &[&str]) -> Output {
     let (model, _) = fixture();
     let cache = tempfile::tempdir().expect("temp dir");
-    let mut cmd = common::cosy_command(cache.path());
+    let mut cmd = crate::common::cosy_command(cache.path());
     cmd.arg("--model")
         .arg(model)
         .args(["--provider", "cpu"])

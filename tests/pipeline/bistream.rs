@@ -12,8 +12,7 @@ use std::sync::Mutex;
 use cosy::config::{Config, LoadOptions};
 use cosy::pipeline::{Request, SynthesisObserver, Synthesizer, Voice};
 
-mod common;
-use common::{export_reference_model, log_mel_distance, reference_dir, BistreamCase};
+use crate::common::{export_reference_model, log_mel_distance, reference_dir, BistreamCase};
 
 fn fixtures() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/bistream")
@@ -154,7 +153,7 @@ fn bistream_runs_in_the_engine_beside_other_requests() {
 fn normalize_sentences_regroups_and_normalises_settled_text() {
     let opts = LoadOptions {
         flags: vec![
-            ("model.dir".into(), common::fixture_model().display().to_string()),
+            ("model.dir".into(), crate::common::fixture_model().display().to_string()),
             ("runtime.providers".into(), "cpu".into()),
             ("text.normalizer".into(), "none".into()),
             ("runtime.graph_cache_enabled".into(), "false".into()),

@@ -12,13 +12,12 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-mod common;
-use common::{export_reference_model, log_mel_distance, reference_dir, BistreamCase};
+use crate::common::{export_reference_model, log_mel_distance, reference_dir, BistreamCase};
 
 /// `cosy --model MODEL` in a clean environment whose HOME plays on ALSA's null device.
 fn cosy(model: &Path, home: &Path) -> Command {
     std::fs::write(home.join(".asoundrc"), "pcm.!default { type null }\n").unwrap();
-    let mut cmd = common::cosy_command(&home.join("gc"));
+    let mut cmd = crate::common::cosy_command(&home.join("gc"));
     cmd.env("HOME", home).current_dir(home).arg("--model").arg(model).args(["--provider", "cpu", "--set", "text.normalizer=none"]);
     cmd
 }

@@ -4,7 +4,6 @@
 //! CLI tests run the real binary on the bundled tiny model; every child runs under a generous
 //! hang guard (it is killed and the test fails if it does not end).
 
-mod common;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -20,11 +19,11 @@ const TEXT: &str = "The old lighthouse blinked twice before the fog rolled in.";
 const GUARD: Duration = Duration::from_secs(180);
 
 fn prompt() -> PathBuf {
-    common::fixture_prompt()
+    crate::common::fixture_prompt()
 }
 
 fn command(dir: &Path, args: &[&str]) -> Command {
-    let mut cmd = Command::new(common::cosy_bin());
+    let mut cmd = Command::new(crate::common::cosy_bin());
     for (k, _) in std::env::vars() {
         if k.starts_with("COSY_") {
             cmd.env_remove(k);
@@ -34,7 +33,7 @@ fn command(dir: &Path, args: &[&str]) -> Command {
     cmd.env("HOME", dir)
         .current_dir(dir)
         .arg("--model")
-        .arg(common::fixture_model())
+        .arg(crate::common::fixture_model())
         .args(["--provider", "cpu", "--set"])
         .arg(format!("voices.dir={}", dir.join("voices").display()))
         .args(args)

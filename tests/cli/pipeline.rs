@@ -7,8 +7,7 @@ use std::process::Output;
 
 use std::sync::OnceLock;
 
-mod common;
-use common::shared_dir;
+use crate::common::shared_dir;
 
 /// The reference tiny model exported once per test run (None = skip).
 fn model() -> Option<&'static Path> {
@@ -16,7 +15,7 @@ fn model() -> Option<&'static Path> {
     MODEL
         .get_or_init(|| {
             let dir = tempfile::tempdir().expect("temp");
-            let out = common::export_reference_model(dir.path())?;
+            let out = crate::common::export_reference_model(dir.path())?;
             Some((dir, out))
         })
         .as_ref()
@@ -33,7 +32,7 @@ fn prompt() -> (PathBuf, &'static str) {
 
 fn cosy(model: &Path, args: &[&str]) -> Output {
     let cache = tempfile::tempdir().expect("temp dir");
-    let mut cmd = common::cosy_command(cache.path());
+    let mut cmd = crate::common::cosy_command(cache.path());
     cmd.arg("--model").arg(model).args(["--provider", "cpu"]).args(args).output().expect("run cosy")
 }
 
@@ -224,7 +223,7 @@ fn text_normalizer_choice_is_honoured() {
     assert_ne!(auto, none, "wetext reads \"555-0198\" and \"6:30\" differently from the inflect rule alone");
 
     // The bundled fixture has no tn/: wetext is refused, naming the fix.
-    let fixture = common::fixture_model();
+    let fixture = crate::common::fixture_model();
     let out = dir.path().join("refused.wav");
     let o = synth(&fixture, &["--set", "text.normalizer=wetext"], text, &out);
     refuses(&o, "wetext without grammars", &out);

@@ -11,8 +11,7 @@ use cosy::hift::{prepare_hift_inputs, F0Predictor, HiftStream, SourceGenerator, 
 use cosy::rng::sine_noise_offset;
 use ndarray::{Array2, Array3, Axis, Ix2, Ix3};
 
-mod common;
-use common::{config_for, fixture_model, reference_dir};
+use crate::common::{config_for, fixture_model, reference_dir};
 
 const CASES: [&str; 5] = ["en", "zh", "num", "p16k", "stream"];
 
@@ -216,7 +215,7 @@ fn stream_hift(
 fn windowed_streaming_hift_matches_whole_prefix() {
     let Some(dir) = reference_dir() else { return };
     let model = fixture_model();
-    let ctx = common::manifest(&model).config["hift"]["decode_left_context_frames"]
+    let ctx = crate::common::manifest(&model).config["hift"]["decode_left_context_frames"]
         .as_u64()
         .expect("decode_left_context_frames") as usize;
     let cache = tempfile::tempdir().expect("tmp");

@@ -1,11 +1,10 @@
 //! Session factory on the CPU library: every graph opens and runs, provider errors and fallback,
 //! IoBinding, and graph I/O validation.
 
-mod common;
 
 use std::sync::Arc;
 
-use common::{config_for, fixture_model_dir, inputs_for};
+use crate::common::{config_for, fixture_model_dir, inputs_for};
 use cosy::config::{Precision, ProviderKind};
 use cosy::model::{check_graph_io, ModelDir};
 use cosy::runtime::SessionFactory;

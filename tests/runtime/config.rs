@@ -5,7 +5,6 @@ use std::path::PathBuf;
 use cosy::config::{Config, LoadOptions, Precision, ProviderKind, StageGroup};
 use cosy::Error;
 
-mod common;
 
 fn write(dir: &std::path::Path, text: &str) -> PathBuf {
     let p = dir.join("cosy.toml");
@@ -152,8 +151,8 @@ fn int8_is_a_precision_from_every_source() {
 /// A copy of the bundled model whose manifest carries non-official sampling and streaming values,
 /// and its constants.
 fn model_with_unusual_values() -> (tempfile::TempDir, cosy::pipeline::constants::ModelConstants) {
-    let dir = common::writable_model_dir().expect("fixture model");
-    common::edit_manifest(dir.path(), |m| {
+    let dir = crate::common::writable_model_dir().expect("fixture model");
+    crate::common::edit_manifest(dir.path(), |m| {
         let k = &mut m["constants"];
         k["sampling"]["top_p"] = 0.5.into();
         k["sampling"]["top_k"] = 7.into();

@@ -13,8 +13,7 @@ use std::time::{Duration, Instant};
 const TRANSCRIPT: &str = "Good evening, this recording captures my natural voice.";
 const TEXT: &str = "The old lighthouse blinked twice before the fog rolled in.";
 
-mod common;
-use common::{fixture_model as model, fixture_prompt as prompt};
+use crate::common::{fixture_model as model, fixture_prompt as prompt};
 
 /// A HOME whose ALSA default output is `asoundrc`.
 fn home(asoundrc: &str) -> tempfile::TempDir {

@@ -1,0 +1,14 @@
+//! Integration tests: cli (one test binary per area, so a clean build links few binaries).
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod defaults;
+mod doctor;
+mod outputs;
+mod pipeline;
+mod profile;
+mod bistream;
+mod say_bad_inputs;
+mod say_playback;
+mod say_voices;

@@ -1,0 +1,7 @@
+//! Integration tests: serve (one test binary per area, so a clean build links few binaries).
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod api;
+mod limits;
