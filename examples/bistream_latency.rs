@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use clap::Parser;
 use cosy::config::{Config, LoadOptions};
 use cosy::engine::{BistreamOptions, Engine, Event};
-use cosy::pipeline::{Request, Voice};
+use cosy::request::{Request, Voice};
 
 #[derive(Parser)]
 struct Args {
@@ -74,6 +74,7 @@ fn main() -> anyhow::Result<()> {
         seed: Some(seed),
         stream: true,
         ignore_stop_until: None,
+        test_hooks: Default::default(),
     };
     // Warm-up.
     engine.submit(request(0))?.wait()?;

@@ -18,7 +18,7 @@ use clap::Parser;
 use cosy::config::{Config, LoadOptions};
 use cosy::engine::{Engine, Event};
 use cosy::llm::Termination;
-use cosy::pipeline::{Request, SynthesisObserver, Voice};
+use cosy::request::{Request, SynthesisObserver, Voice};
 
 #[derive(Parser)]
 struct Args {
@@ -92,15 +92,15 @@ fn main() -> anyhow::Result<()> {
     let load = Instant::now();
     let engine = Engine::load(&config)?;
     let load_s = load.elapsed().as_secs_f64();
-    let synth = engine.synthesizer().clone();
-    let voice = Arc::new(synth.make_voice("bench", &args.prompt_wav, &args.prompt_text)?);
+    let audio = cosy::frontend::audio::load_audio(&args.prompt_wav)?;
+    let voice = Arc::new(engine.make_voice("bench", &audio, &args.prompt_wav, &args.prompt_text)?);
     let (stream, llm_only) = match args.mode.as_str() {
         "offline" => (false, false),
         "streaming" => (true, false),
         "llm" => (false, true),
         other => anyhow::bail!("--mode {other}: use offline, streaming or llm"),
     };
-    let rate = f64::from(synth.constants.sample_rate);
+    let rate = f64::from(engine.sample_rate());
     let request = |seed: u64| Request {
         text: args.text.clone(),
         voice: Voice::Saved { voice: voice.clone(), instruction: None },
@@ -109,14 +109,15 @@ fn main() -> anyhow::Result<()> {
         seed: Some(seed),
         stream,
         ignore_stop_until: Some(args.tokens),
+        test_hooks: Default::default(),
     };
     // Warm-up: one request alone (first-run allocations, thread pools).
     let warm = Arc::new(Timer(Mutex::new(LlmTimes { stop_after_llm: llm_only, ..Default::default() })));
-    match engine.submit_observed(request(0), warm)?.wait() {
+    match engine.submit_observed(request(0), Some(warm))?.wait() {
         Ok(_) | Err(cosy::Error::Cancelled) => {}
         Err(e) => return Err(e.into()),
     }
-    let before = synth.batch_stats();
+    let before = engine.batch_stats();
 
     let start = Instant::now();
     let timers: Vec<Arc<Timer>> = (0..args.concurrency)
@@ -132,7 +133,7 @@ fn main() -> anyhow::Result<()> {
                 let timer = timer.clone();
                 scope.spawn(move || -> anyhow::Result<(f64, f64, usize)> {
                     let submitted = Instant::now();
-                    let mut handle = engine.submit_observed(req, timer)?;
+                    let mut handle = engine.submit_observed(req, Some(timer))?;
                     let mut first_audio = None;
                     let mut samples = 0usize;
                     loop {
@@ -165,7 +166,7 @@ fn main() -> anyhow::Result<()> {
     let llm_tokens: usize = times.iter().map(|t| t.2).sum();
     let llm_end = times.iter().filter_map(|t| t.1).max();
     let llm_s = llm_end.map(|e| e.duration_since(start).as_secs_f64()).unwrap_or(f64::NAN);
-    let after = synth.batch_stats();
+    let after = engine.batch_stats();
     let audio_s = audio_samples as f64 / rate;
     let report = serde_json::json!({
         "concurrency": args.concurrency,

@@ -106,14 +106,15 @@ fn paired(args: &Args, model: &std::path::Path, host_port: &str, body: &str, n: 
         let started = Instant::now();
         // As the server does per request: read the voice file, then submit.
         let voice = std::sync::Arc::new(store.load(&args.voice)?);
-        let request = cosy::pipeline::Request {
+        let request = cosy::request::Request {
             text: args.text.clone(),
-            voice: cosy::pipeline::Voice::Saved { voice, instruction: None },
+            voice: cosy::request::Voice::Saved { voice, instruction: None },
             text_frontend: true,
             speed: 1.0,
             seed: Some(0),
             stream: true,
             ignore_stop_until: None,
+            test_hooks: Default::default(),
         };
         let mut handle = engine.submit(request)?;
         let mut first = None;

@@ -242,12 +242,22 @@ pub struct LimitSettings {
 pub struct EngineSettings {
     /// Most sentences whose LLM decode steps run as one batched call.
     pub max_batch: usize,
-    /// Most requests in flight at once (queued + running); more are refused or wait.
+    /// Most requests synthesising at once; more wait in the queue.
     pub max_in_flight: usize,
+    /// Most requests waiting for a slot; more are refused ([`crate::Error::Busy`], HTTP 429).
+    pub max_queue: usize,
     /// Most requests whose flow (DiT) calls run as one batched call.
     pub dit_max_batch: usize,
     /// `cosy file --input`: lines synthesised at once.
     pub file_concurrency: usize,
+}
+
+/// `[debug]`: settings for tests and debugging only.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct DebugSettings {
+    /// Accept requests with test hooks (hold points: `cosy_test` in the HTTP API). Never in
+    /// production: a held request keeps its slot until its client hangs up.
+    pub test_hooks: bool,
 }
 
 /// `[server]`: `cosy serve` (the HTTP API). The library only carries these values; the server
@@ -258,10 +268,6 @@ pub struct ServerSettings {
     pub bind: String,
     /// Bearer token clients must send (`Authorization: Bearer KEY`); `None` = no authentication.
     pub api_key: Option<String>,
-    /// Requests synthesising at once (at most `engine.max_in_flight`).
-    pub max_concurrent: usize,
-    /// Requests waiting for a free slot; more are answered 429 with Retry-After.
-    pub max_queue: usize,
     /// The Retry-After of a 429, in seconds.
     pub retry_after_s: u64,
     /// Largest request body (JSON with a base64 prompt, or a multipart upload), in bytes.
@@ -289,8 +295,6 @@ impl fmt::Debug for ServerSettings {
         f.debug_struct("ServerSettings")
             .field("bind", &self.bind)
             .field("api_key", &self.api_key.as_ref().map(|_| "<set>"))
-            .field("max_concurrent", &self.max_concurrent)
-            .field("max_queue", &self.max_queue)
             .field("retry_after_s", &self.retry_after_s)
             .field("max_body_bytes", &self.max_body_bytes)
             .field("request_timeout_s", &self.request_timeout_s)
@@ -318,6 +322,7 @@ pub struct Config {
     pub engine: EngineSettings,
     pub text: TextSettings,
     pub server: ServerSettings,
+    pub debug: DebugSettings,
     /// The config file that was read, if any.
     pub source_file: Option<PathBuf>,
 }
@@ -350,13 +355,11 @@ impl Default for Config {
             output: OutputSettings { device: "default".into() },
             voices: VoiceSettings { dir: PathBuf::from("voices"), default: None },
             limits: LimitSettings { max_text_chars: 5000 },
-            engine: EngineSettings { max_batch: 16, max_in_flight: 64, dit_max_batch: 8, file_concurrency: 4 },
+            engine: EngineSettings { max_batch: 16, max_in_flight: 16, max_queue: 64, dit_max_batch: 8, file_concurrency: 4 },
             text: TextSettings { normalizer: NormalizerChoice::Auto },
             server: ServerSettings {
                 bind: "127.0.0.1:8080".into(),
                 api_key: None,
-                max_concurrent: 16,
-                max_queue: 64,
                 retry_after_s: 1,
                 max_body_bytes: 16 << 20,
                 request_timeout_s: 300,
@@ -366,6 +369,7 @@ impl Default for Config {
                 shutdown_grace_s: 30,
                 warmup: true,
             },
+            debug: DebugSettings::default(),
             source_file: None,
         }
     }
@@ -402,13 +406,12 @@ pub const KEYS: &[&str] = &[
     "limits.max_text_chars",
     "engine.max_batch",
     "engine.max_in_flight",
+    "engine.max_queue",
     "engine.dit_max_batch",
     "engine.file_concurrency",
     "text.normalizer",
     "server.bind",
     "server.api_key",
-    "server.max_concurrent",
-    "server.max_queue",
     "server.retry_after_s",
     "server.max_body_bytes",
     "server.request_timeout_s",
@@ -417,7 +420,11 @@ pub const KEYS: &[&str] = &[
     "server.max_connections",
     "server.shutdown_grace_s",
     "server.warmup",
+    "debug.test_hooks",
 ];
+
+/// Keys that were renamed: still read, with a warning naming the new key.
+pub const DEPRECATED_KEYS: &[(&str, &str)] = &[("server.max_concurrent", "engine.max_in_flight"), ("server.max_queue", "engine.max_queue")];
 
 /// Environment variables and the key each one sets.
 pub const ENV_VARS: &[(&str, &str)] = &[
@@ -670,6 +677,12 @@ impl Config {
             }
             "engine.max_batch" => self.engine.max_batch = up_to(256)?,
             "engine.max_in_flight" => self.engine.max_in_flight = up_to(65_536)?,
+            "engine.max_queue" => {
+                self.engine.max_queue = int_of(value)
+                    .and_then(|v| usize::try_from(v).ok())
+                    .filter(|&n| n <= 1 << 20)
+                    .ok_or_else(|| bad("an integer from 0 to 1048576"))?
+            }
             "engine.dit_max_batch" => self.engine.dit_max_batch = up_to(64)?,
             "engine.file_concurrency" => self.engine.file_concurrency = up_to(256)?,
             "server.bind" => {
@@ -691,12 +704,10 @@ impl Config {
                 }
                 self.server.api_key = (!s.is_empty()).then_some(s);
             }
-            "server.max_concurrent" => self.server.max_concurrent = up_to(65_536)?,
-            "server.max_queue" => {
-                self.server.max_queue = int_of(value)
-                    .and_then(|v| usize::try_from(v).ok())
-                    .filter(|&n| n <= 1 << 20)
-                    .ok_or_else(|| bad("an integer from 0 to 1048576"))?
+            "server.max_concurrent" | "server.max_queue" => {
+                let new = DEPRECATED_KEYS.iter().find(|(old, _)| *old == key).map_or("", |(_, new)| *new);
+                tracing::warn!("{origin}: {key} is deprecated; it now sets {new} (one limit for every front end): rename it");
+                return self.set(new, value, origin, None);
             }
             "server.retry_after_s" => self.server.retry_after_s = up_to(3600)? as u64,
             "server.max_body_bytes" => {
@@ -715,6 +726,7 @@ impl Config {
                     .ok_or_else(|| bad("an integer from 0 to 3600"))?
             }
             "server.warmup" => self.server.warmup = bool_of(value).ok_or_else(|| bad("true, false"))?,
+            "debug.test_hooks" => self.debug.test_hooks = bool_of(value).ok_or_else(|| bad("true, false"))?,
             "text.normalizer" => {
                 self.text.normalizer = text_of(value)
                     .and_then(|s| NormalizerChoice::parse(&s))

@@ -18,9 +18,12 @@ pub enum Error {
     /// A provider that was asked for is not usable.
     #[error("execution provider {provider}: {msg}")]
     Provider { provider: String, msg: String },
-    /// Bad user input (text, audio, voice, options).
-    #[error("{}", one_line(.0))]
-    Input(String),
+    /// Bad user input (text, audio, voice, options): what kind of mistake (`code`), the request
+    /// parameter it is about when there is one (`param`, as the HTTP API names it), and a message
+    /// that names the thing and the fix. Front ends map `code` to their own status (HTTP 400/404/
+    /// 409, exit 2) and show `message` as it is, so every front end says the same words.
+    #[error("{}", one_line(message))]
+    Input { code: InputCode, param: Option<&'static str>, message: String },
     /// A file could not be read or written.
     #[error("{}: {source}", one_line(&path.display().to_string()))]
     Io { path: PathBuf, #[source] source: std::io::Error },
@@ -32,6 +35,52 @@ pub enum Error {
     /// The user stopped the work (Ctrl-C).
     #[error("stopped (Ctrl-C)")]
     Cancelled,
+}
+
+/// What kind of input mistake an [`Error::Input`] is. The names ([`InputCode::as_str`]) are
+/// the HTTP API's error codes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InputCode {
+    /// Malformed or invalid input not covered by a more specific code.
+    Invalid,
+    /// The text is empty, too long, or has nothing speakable.
+    InvalidText,
+    /// A number outside its range (speed, seed, counts).
+    OutOfRange,
+    /// Options that cannot go together (a speed while streaming, text-in streaming without a transcript).
+    Conflict,
+    /// A prompt recording that cannot be used (format, length, content).
+    InvalidAudio,
+    /// A voice name that is not allowed.
+    InvalidVoiceName,
+    /// No saved voice of that name.
+    VoiceNotFound,
+    /// A saved voice of that name exists already.
+    VoiceExists,
+    /// No voice given and no default voice set.
+    NoVoice,
+    /// A saved voice made for another model (or broken).
+    InvalidVoice,
+    /// A request used a test hook, which the engine refuses unless started for tests.
+    TestHooksDisabled,
+}
+
+impl InputCode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            InputCode::Invalid => "invalid_input",
+            InputCode::InvalidText => "invalid_input",
+            InputCode::OutOfRange => "out_of_range",
+            InputCode::Conflict => "invalid_combination",
+            InputCode::InvalidAudio => "invalid_audio",
+            InputCode::InvalidVoiceName => "invalid_voice_name",
+            InputCode::VoiceNotFound => "voice_not_found",
+            InputCode::VoiceExists => "voice_exists",
+            InputCode::NoVoice => "no_voice",
+            InputCode::InvalidVoice => "invalid_voice",
+            InputCode::TestHooksDisabled => "test_hooks_disabled",
+        }
+    }
 }
 
 /// An error message on one line: control characters that came in with user input (a newline in
@@ -52,6 +101,21 @@ fn one_line(s: &str) -> std::borrow::Cow<'_, str> {
 }
 
 impl Error {
+    /// A bad-input error of kind `code`, about request parameter `param` (if any).
+    pub fn input(code: InputCode, param: Option<&'static str>, message: impl Into<String>) -> Self {
+        Error::Input { code, param, message: message.into() }
+    }
+    /// A bad-input error with no more specific kind or parameter.
+    pub fn invalid(message: impl Into<String>) -> Self {
+        Error::input(InputCode::Invalid, None, message)
+    }
+    /// The same input error about another parameter (a front end that knows which one).
+    pub fn about(self, param: &'static str) -> Self {
+        match self {
+            Error::Input { code, message, .. } => Error::Input { code, param: Some(param), message },
+            other => other,
+        }
+    }
     pub fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
         Error::Io { path: path.into(), source }
     }

@@ -108,7 +108,7 @@ pub fn solve_cfm<E: Estimator + ?Sized>(
             && r.noise.nrows() == MEL_DIM
             && r.noise.ncols() >= frames;
         if !ok {
-            return Err(Error::Input(format!(
+            return Err(Error::invalid(format!(
                 "flow request {i}: mu {:?}, cond {:?}, spks {}, noise {:?} do not fit {MEL_DIM}×{frames}",
                 r.mu.dim(),
                 r.cond.dim(),
@@ -180,7 +180,7 @@ pub fn solve_cfm<E: Estimator + ?Sized>(
 pub fn build_cond(prompt_mel: ArrayView2<f32>, total_frames: usize) -> Result<Array2<f32>> {
     let (p, dim) = prompt_mel.dim();
     if dim != MEL_DIM || p > total_frames {
-        return Err(Error::Input(format!(
+        return Err(Error::invalid(format!(
             "prompt mel {:?} does not fit a {MEL_DIM}×{total_frames} flow condition",
             prompt_mel.dim()
         )));
@@ -194,7 +194,7 @@ pub fn build_cond(prompt_mel: ArrayView2<f32>, total_frames: usize) -> Result<Ar
 /// `feat[:, :, mel_len1:]`).
 pub fn strip_prompt(mel: ArrayView2<f32>, prompt_frames: usize) -> Result<Array2<f32>> {
     if prompt_frames > mel.ncols() {
-        return Err(Error::Input(format!(
+        return Err(Error::invalid(format!(
             "prompt of {prompt_frames} frames is longer than the {}-frame flow output",
             mel.ncols()
         )));
@@ -341,7 +341,7 @@ impl StreamPlanner {
     /// The final call over all `n_total` tokens (full attention, zero look-ahead pad).
     pub fn final_chunk(&self, n_total: usize) -> Result<FlowChunk> {
         if n_total < self.token_offset {
-            return Err(Error::Input(format!(
+            return Err(Error::invalid(format!(
                 "{n_total} tokens is fewer than the {} already vocoded",
                 self.token_offset
             )));
@@ -381,12 +381,12 @@ pub fn speed_frames(frames: usize, speed: f64) -> usize {
 /// for a non-streaming (single, final) flow call.
 pub fn speed_interpolate(mel: ArrayView2<f32>, speed: f64) -> Result<Array2<f32>> {
     if !(speed.is_finite() && speed > 0.0) {
-        return Err(Error::Input(format!("speed must be a positive number, got {speed}")));
+        return Err(Error::invalid(format!("speed must be a positive number, got {speed}")));
     }
     let (channels, t_in) = mel.dim();
     let t_out = speed_frames(t_in, speed);
     if t_out == 0 || t_in == 0 {
-        return Err(Error::Input(format!("speed {speed} leaves no mel frames ({t_in} in)")));
+        return Err(Error::invalid(format!("speed {speed} leaves no mel frames ({t_in} in)")));
     }
     if t_out == t_in {
         return Ok(mel.to_owned());

@@ -29,7 +29,7 @@ impl F0Conv {
     fn new(name: &str, weight: ArrayView3<f64>, bias: &[f64]) -> Result<Self> {
         let (out_ch, in_ch, kernel) = weight.dim();
         if bias.len() != out_ch || kernel == 0 {
-            return Err(Error::Input(format!(
+            return Err(Error::invalid(format!(
                 "f0 predictor {name}: weight {:?} and bias [{}] disagree",
                 weight.dim(),
                 bias.len()
@@ -116,7 +116,7 @@ impl F0Predictor {
         classifier_b: f64,
     ) -> Result<Self> {
         if condnet.is_empty() {
-            return Err(Error::Input("f0 predictor: no condnet layers".into()));
+            return Err(Error::invalid("f0 predictor: no condnet layers"));
         }
         let mut convs = Vec::with_capacity(condnet.len());
         for (i, (w, b)) in condnet.iter().enumerate() {
@@ -124,7 +124,7 @@ impl F0Predictor {
             if let Some(prev) = convs.last() {
                 let prev: &F0Conv = prev;
                 if conv.in_channels != prev.out_channels() {
-                    return Err(Error::Input(format!(
+                    return Err(Error::invalid(format!(
                         "f0 predictor condnet.{}: {} input channels after {} outputs",
                         2 * i,
                         conv.in_channels,
@@ -136,7 +136,7 @@ impl F0Predictor {
         }
         let c = convs[convs.len() - 1].out_channels();
         if classifier_w.len() != c {
-            return Err(Error::Input(format!(
+            return Err(Error::invalid(format!(
                 "f0 predictor classifier has {} weights for {c} channels",
                 classifier_w.len()
             )));
@@ -161,10 +161,10 @@ impl F0Predictor {
         let (ch, t) = mel.dim();
         let look = self.look_right();
         if ch != self.in_channels() {
-            return Err(Error::Input(format!("f0 predictor: mel has {ch} channels, expected {}", self.in_channels())));
+            return Err(Error::invalid(format!("f0 predictor: mel has {ch} channels, expected {}", self.in_channels())));
         }
         if !finalize && t <= look {
-            return Err(Error::Input(format!("f0 predictor: {t} frames leave nothing after {look} frames of context")));
+            return Err(Error::invalid(format!("f0 predictor: {t} frames leave nothing after {look} frames of context")));
         }
         // Time-major float64 input with the right zero pad of a final call.
         let pad_right = if finalize { look } else { 0 };
@@ -241,7 +241,7 @@ impl SourceGenerator {
     pub fn new(params: SourceParams, l_linear_w: &[f32], l_linear_b: f32, noise_offset: u64) -> Result<Self> {
         let dim = params.nb_harmonics + 1;
         if l_linear_w.len() != dim || dim > SINE_NOISE_WIDTH {
-            return Err(Error::Input(format!(
+            return Err(Error::invalid(format!(
                 "source l_linear has {} weights for {dim} harmonics (at most {SINE_NOISE_WIDTH})",
                 l_linear_w.len()
             )));
@@ -359,7 +359,7 @@ pub fn plan_hift_call(
 ) -> Result<HiftCall> {
     if finalize {
         if acc_frames == 0 {
-            return Err(Error::Input("hift: no mel frames to decode".into()));
+            return Err(Error::invalid("hift: no mel frames to decode"));
         }
         return Ok(HiftCall {
             finalize,
@@ -374,7 +374,7 @@ pub fn plan_hift_call(
     }
     let held_back = f0_look_right + conv_pre_look_right + 1;
     if acc_frames <= held_back {
-        return Err(Error::Input(format!(
+        return Err(Error::invalid(format!(
             "hift: a non-final call needs more than {held_back} mel frames, got {acc_frames}"
         )));
     }
@@ -461,7 +461,7 @@ impl HiftStream {
 
     /// Appends the new frames `[80, n]` of a flow call.
     pub fn push_mel(&mut self, frames: ArrayView2<f32>) -> Result<()> {
-        self.mel.append(Axis(1), frames).map_err(|e| Error::Input(format!("hift mel append: {e}")))
+        self.mel.append(Axis(1), frames).map_err(|e| Error::invalid(format!("hift mel append: {e}")))
     }
 
     /// The accumulated mel `[80, T]`.
@@ -529,7 +529,7 @@ impl HiftStream {
         let src = self.source[first_frame * spf..plan.source_frames * spf].to_vec();
         let n = src.len();
         let source = Array3::from_shape_vec((1, 1, n), src)
-            .map_err(|e| Error::Input(format!("hift source shape: {e}")))?;
+            .map_err(|e| Error::invalid(format!("hift source shape: {e}")))?;
         Ok(HiftInputs { plan, first_frame, mel, source })
     }
 

@@ -25,7 +25,7 @@ pub fn install() -> Result<()> {
     INSTALLED
         .get_or_init(|| ctrlc::set_handler(on_ctrl_c).map_err(|e| e.to_string()))
         .clone()
-        .map_err(|e| Error::Input(format!("cannot install the Ctrl-C handler: {e}")))
+        .map_err(|e| Error::invalid(format!("cannot install the Ctrl-C handler: {e}")))
 }
 
 fn on_ctrl_c() {

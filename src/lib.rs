@@ -5,6 +5,7 @@
 //! → hift → pipeline (one request, streaming) → engine (many requests: batching, handles) → audio
 //! (wav, playback). The binary in `main.rs` is a thin CLI.
 
+pub mod app;
 pub mod audio;
 #[cfg(feature = "cli")]
 pub mod cli;
@@ -27,6 +28,7 @@ pub mod npy;
 pub mod output;
 pub mod pipeline;
 pub mod profile;
+pub mod request;
 pub mod rng;
 pub mod side;
 pub mod runtime;

@@ -90,7 +90,7 @@ impl DenseEmbeddings {
             .ok()
             .filter(|&r| r < rows)
             .map(|r| &table[r * hidden..(r + 1) * hidden])
-            .ok_or_else(|| Error::Input(format!("{what} id {id} is outside the {rows}-row embedding table")))
+            .ok_or_else(|| Error::invalid(format!("{what} id {id} is outside the {rows}-row embedding table")))
     }
 }
 
@@ -134,7 +134,7 @@ pub fn build_llm_input<E: EmbeddingLookup + ?Sized>(
     let has_endofprompt =
         prompt_text.iter().chain(tts_text).any(|&t| t == constants.endofprompt_id);
     if !has_endofprompt {
-        return Err(Error::Input(format!(
+        return Err(Error::invalid(format!(
             "<|endofprompt|> (id {}) is in neither the prompt text nor the text; CosyVoice3 needs \
              it (prefix the instruction, e.g. \"You are a helpful assistant.<|endofprompt|>\")",
             constants.endofprompt_id
@@ -144,7 +144,7 @@ pub fn build_llm_input<E: EmbeddingLookup + ?Sized>(
     let seq_len = 1 + prompt_text.len() + tts_text.len() + 1 + prompt_speech.len();
     let mut embeds = vec![0f32; seq_len * hidden];
     let mut rows = embeds.chunks_exact_mut(hidden);
-    let mut next = || rows.next().ok_or_else(|| Error::Input("embedding row count".into()));
+    let mut next = || rows.next().ok_or_else(|| Error::invalid("embedding row count"));
     tables.speech_row(constants.sos, next()?)?;
     for &id in prompt_text.iter().chain(tts_text) {
         tables.text_row(id, next()?)?;
@@ -236,7 +236,7 @@ impl Sampler {
     fn multinomial(&mut self, candidates: &[(usize, f32)]) -> Result<usize> {
         let positive: Vec<&(usize, f32)> = candidates.iter().filter(|(_, p)| *p > 0.0).collect();
         match positive.as_slice() {
-            [] => Err(Error::Input("sampling: every candidate has probability 0".into())),
+            [] => Err(Error::invalid("sampling: every candidate has probability 0")),
             [(only, _)] => Ok(*only),
             _ => {
                 let total: f64 = positive.iter().map(|(_, p)| f64::from(*p)).sum();
@@ -469,7 +469,7 @@ where
     let fill = constants.fill_token();
     let vocab = usize::try_from(constants.stop_token_end).unwrap_or(0);
     let Some(eop) = prompt_text.iter().position(|&t| t == constants.endofprompt_id) else {
-        return Err(Error::Input(format!(
+        return Err(Error::invalid(format!(
             "<|endofprompt|> (id {}) is not in the prompt text; text-in streaming needs it there (CosyVoice3 asserts it)",
             constants.endofprompt_id
         )));

@@ -67,13 +67,13 @@ impl NpyArray {
         match self {
             NpyArray::I32(a) => Ok(a.mapv(i64::from)),
             NpyArray::I64(a) => Ok(a.clone()),
-            _ => Err(Error::Input(format!("{}: expected an integer array", path.display()))),
+            _ => Err(Error::invalid(format!("{}: expected an integer array", path.display()))),
         }
     }
 }
 
 fn bad(path: &Path, msg: &str) -> Error {
-    Error::Input(format!("{}: not a supported .npy file ({msg})", path.display()))
+    Error::invalid(format!("{}: not a supported .npy file ({msg})", path.display()))
 }
 
 /// Reads an `.npy` file of f32, f64, i32 or i64 in C order.

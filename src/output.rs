@@ -236,7 +236,7 @@ fn writable(path: &Path) -> bool {
 /// Refuses an output file path before any work (see the module docs). `label` says where the
 /// path came from (e.g. `-o`, `--json`); the message is `LABEL PATH: what is wrong; the fix`.
 pub fn check_file(label: &str, path: &Path) -> Result<()> {
-    let fail = |p: Problem| Error::Input(format!("{label} {}: {}", shown(path), p.msg));
+    let fail = |p: Problem| Error::invalid(format!("{label} {}: {}", shown(path), p.msg));
     match resolve(path).map_err(fail)? {
         Target::Replace { real } => probe_folder(parent_of(&real)).map_err(fail),
         Target::Through { fifo } => {
@@ -253,7 +253,7 @@ pub fn check_file(label: &str, path: &Path) -> Result<()> {
 /// Refuses an output folder (`--dump`, `-o` with `--input`) before any work; with `create`, a
 /// missing folder is made (with its parents).
 pub fn check_folder(label: &str, dir: &Path, create: bool) -> Result<()> {
-    let fail = |msg: String| Error::Input(format!("{label} {}: {msg}", shown(dir)));
+    let fail = |msg: String| Error::invalid(format!("{label} {}: {msg}", shown(dir)));
     match fs::metadata(dir) {
         Ok(m) if m.is_dir() => {}
         Ok(_) => return Err(fail("is a file, not a folder; give a folder".into())),

@@ -27,7 +27,7 @@ use std::sync::{Arc, Mutex};
 use crate::audio::{cancel_on_ctrl_c, CancelHandle, Flow, PlaybackEvents, Player, MODEL_SAMPLE_RATE};
 use crate::error::{Error, Result};
 use crate::llm::Termination;
-use crate::pipeline::{Request, SynthesisObserver};
+use crate::request::{Request, SynthesisObserver};
 
 /// What `cosy say` plays to.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -61,7 +61,7 @@ pub struct EventLog {
 impl EventLog {
     pub fn create(path: &Path, events: Arc<PlaybackEvents>) -> Result<EventLog> {
         let file = std::fs::File::create(path)
-            .map_err(|e| Error::Input(format!("--event-log {}: cannot create ({e})", path.display())))?;
+            .map_err(|e| Error::invalid(format!("--event-log {}: cannot create ({e})", path.display())))?;
         Ok(EventLog { file: Mutex::new(file), events, first_samples_logged: AtomicBool::new(false) })
     }
 
@@ -173,7 +173,7 @@ fn say_until_stopped(
 
     // One request through the engine: its chunks arrive here as they are made.
     let engine = crate::engine::Engine::load(config)?;
-    let rate = engine.synthesizer().constants.sample_rate;
+    let rate = engine.sample_rate();
     if rate != MODEL_SAMPLE_RATE {
         if let Some(p) = &player {
             let device = p.config().device.clone();
@@ -184,8 +184,8 @@ fn say_until_stopped(
     }
     let observer = Arc::new(SayObserver { cancel: cancel.clone(), log: log.clone() });
     let mut chunks = 0u64;
-    let mut handle = match text {
-        SayText::Whole => engine.submit_observed(req.clone(), observer.clone())?,
+    let handle = match text {
+        SayText::Whole => engine.submit_observed(req.clone(), Some(observer.clone()))?,
         SayText::Stdin(options) => {
             let (feed, handle) = engine.submit_bistream(req.clone(), options, Some(observer.clone()))?;
             let log = log.clone();
@@ -231,20 +231,8 @@ fn say_until_stopped(
         }
         Ok(())
     };
-    let result = loop {
-        match handle.next_event() {
-            Some(crate::engine::Event::Audio(chunk)) => {
-                if let Err(e) = play(&chunk) {
-                    handle.cancel();
-                    break Err(e);
-                }
-            }
-            Some(crate::engine::Event::Done(summary)) => break Ok(summary),
-            Some(crate::engine::Event::Failed(e)) => break Err(e),
-            None => break Err(Error::Runtime("the request ended without a result".into())),
-        }
-    };
-    drop(handle);
+    // A failed push drops the handle, which cancels the request.
+    let result = crate::app::drain::drain(handle, &mut crate::app::drain::FnSink(&mut play));
     let cancelled = observer.cancelled();
     if cancelled || matches!(result, Err(Error::Cancelled)) {
         if let Some(log) = &log {

@@ -171,7 +171,7 @@ impl SideEmbeddings {
 
     fn check_out(&self, out: &[f32]) -> Result<()> {
         if out.len() != self.hidden {
-            return Err(Error::Input(format!("embedding row buffer has {} values, hidden is {}", out.len(), self.hidden)));
+            return Err(Error::invalid(format!("embedding row buffer has {} values, hidden is {}", out.len(), self.hidden)));
         }
         Ok(())
     }
@@ -186,12 +186,12 @@ impl EmbeddingLookup for SideEmbeddings {
         self.check_out(out)?;
         let row = match &self.text_ids {
             Some(ids) => ids.binary_search(&id).map_err(|_| {
-                Error::Input(format!(
+                Error::invalid(format!(
                     "text token id {id} has no row in this model's sparse text embedding (a test folder exported with --sparse-text-embedding)"
                 ))
             })?,
             None => usize::try_from(id).ok().filter(|&r| r < self.text.rows).ok_or_else(|| {
-                Error::Input(format!("text token id {id} is outside the {}-row text embedding", self.text.rows))
+                Error::invalid(format!("text token id {id} is outside the {}-row text embedding", self.text.rows))
             })?,
         };
         self.copy_row(self.text, row, out);
@@ -201,7 +201,7 @@ impl EmbeddingLookup for SideEmbeddings {
     fn speech_row(&self, id: i64, out: &mut [f32]) -> Result<()> {
         self.check_out(out)?;
         let row = usize::try_from(id).ok().filter(|&r| r < self.speech.rows).ok_or_else(|| {
-            Error::Input(format!("speech token id {id} is outside the {}-row speech embedding", self.speech.rows))
+            Error::invalid(format!("speech token id {id} is outside the {}-row speech embedding", self.speech.rows))
         })?;
         self.copy_row(self.speech, row, out);
         Ok(())

@@ -35,7 +35,7 @@ use ndarray::Array2;
 use safetensors::{Dtype, SafeTensors};
 use sha2::{Digest, Sha256};
 
-use crate::error::{Error, Result};
+use crate::error::{Error, InputCode, Result};
 use crate::model::ModelDir;
 
 /// The `format` metadata of a voice file.
@@ -127,9 +127,11 @@ fn canonical_json(v: &serde_json::Value, out: &mut String) {
 pub fn check_name(name: &str) -> Result<()> {
     let ok_chars = name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
     if name.is_empty() || name.len() > 64 || !ok_chars || name.starts_with(['.', '-']) {
-        return Err(Error::Input(format!(
-            "voice name {name:?} is not allowed; use 1-64 letters, digits, '.', '_' or '-' (not first)"
-        )));
+        return Err(Error::input(
+            InputCode::InvalidVoiceName,
+            Some("voice"),
+            format!("voice name {name:?} is not allowed; use 1-64 letters, digits, '.', '_' or '-' (not first)"),
+        ));
     }
     Ok(())
 }
@@ -173,7 +175,7 @@ impl SavedVoice {
     pub fn to_bytes(&self) -> Result<Vec<u8>> {
         let l = self.speech_token.len();
         if self.prompt_feat.dim() != (2 * l, self.prompt_feat.ncols()) {
-            return Err(Error::Input(format!(
+            return Err(Error::invalid(format!(
                 "voice {}: prompt_feat has {} frames for {l} tokens (expected {})",
                 self.name,
                 self.prompt_feat.nrows(),
@@ -186,7 +188,7 @@ impl SavedVoice {
         let embedding = le_bytes_f32(&self.embedding);
         let view = |dtype, shape: Vec<usize>, data| {
             safetensors::tensor::TensorView::new(dtype, shape, data)
-                .map_err(|e| Error::Input(format!("voice {}: {e}", self.name)))
+                .map_err(|e| Error::invalid(format!("voice {}: {e}", self.name)))
         };
         let tensors = vec![
             ("speech_token", view(Dtype::I64, vec![l], &tokens)?),
@@ -208,12 +210,12 @@ impl SavedVoice {
         .into_iter()
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect();
-        safetensors::serialize(tensors, Some(meta)).map_err(|e| Error::Input(format!("voice {}: {e}", self.name)))
+        safetensors::serialize(tensors, Some(meta)).map_err(|e| Error::invalid(format!("voice {}: {e}", self.name)))
     }
 
     /// Parses a voice file's bytes (`path` is for messages).
     pub fn from_bytes(bytes: &[u8], path: &Path) -> Result<SavedVoice> {
-        let bad = |msg: String| Error::Input(format!("voice file {}: {msg}; add the voice again (`cosy voice add`)", path.display()));
+        let bad = |msg: String| Error::invalid(format!("voice file {}: {msg}; add the voice again (`cosy voice add`)", path.display()));
         let (_, header) = SafeTensors::read_metadata(bytes).map_err(|e| bad(format!("not a voice file ({e})")))?;
         let meta = header.metadata().clone().unwrap_or_default();
         let get = |k: &str| meta.get(k).cloned().ok_or_else(|| bad(format!("metadata {k:?} missing")));
@@ -253,7 +255,7 @@ impl SavedVoice {
             ("prompt mel (prompt_feat)", prompt_feat.iter().any(|v| !v.is_finite())),
         ] {
             if bad_value {
-                return Err(Error::Input(format!(
+                return Err(Error::invalid(format!(
                     "voice {name:?} ({}): its {what} has NaN or infinite values (the file is damaged); re-create it with \
                      `cosy voice add {name} --wav FILE --text TEXT --force`",
                     path.display()
@@ -280,7 +282,7 @@ impl SavedVoice {
         if self.model_key == key {
             return Ok(());
         }
-        Err(Error::Input(format!(
+        Err(Error::input(InputCode::InvalidVoice, Some("voice"), format!(
             "voice {:?} was made for another model ({}, key {}) than the one in use ({}, key {}); add it again with this model (`cosy voice add {} --wav … --text …`)",
             self.name,
             self.model,
@@ -343,7 +345,11 @@ impl VoiceStore {
         } else {
             format!("saved voices in {}: {}", self.dir.display(), names.join(", "))
         };
-        Ok(Error::Input(format!("unknown voice {name:?}; {have} (add one with `cosy voice add NAME --wav FILE --text TEXT`)")))
+        Ok(Error::input(
+            InputCode::VoiceNotFound,
+            Some("voice"),
+            format!("voice {name:?} not found; {have} (save one first, e.g. `cosy voice add NAME --wav FILE --text TEXT`)"),
+        ))
     }
 
     /// Reads voice `name`; an unknown name lists the voices there are.
@@ -366,12 +372,16 @@ impl VoiceStore {
         check_name(&voice.name)?;
         let path = self.path_of(&voice.name);
         let exists = || {
-            Error::Input(format!(
-                "voice {:?} already exists ({}); remove it first (`cosy voice rm {}`) or pass --force",
-                voice.name,
-                path.display(),
-                voice.name
-            ))
+            Error::input(
+                InputCode::VoiceExists,
+                Some("name"),
+                format!(
+                    "voice {:?} already exists ({}); remove it first (`cosy voice rm {}`), or replace it (--force, or overwrite=true over HTTP)",
+                    voice.name,
+                    path.display(),
+                    voice.name
+                ),
+            )
         };
         if path.exists() && !replace {
             return Err(exists());
@@ -435,7 +445,7 @@ impl VoiceStore {
     fn not_a_folder(&self) -> Option<Error> {
         let file = self.dir.ancestors().find(|p| !p.as_os_str().is_empty() && p.exists() && !p.is_dir())?;
         let where_ = if file == self.dir { String::new() } else { format!(" ({} is a file)", file.display()) };
-        Some(Error::Input(format!(
+        Some(Error::invalid(format!(
             "voices.dir {} is a file, not a folder{where_}; set voices.dir to a folder (--set voices.dir=PATH or \
              config.toml), or move the file away",
             self.dir.display()
@@ -484,7 +494,7 @@ impl VoiceStore {
         };
         let name = text.trim();
         check_name(name).map_err(|_| {
-            Error::Input(format!(
+            Error::invalid(format!(
                 "{}: {name:?} is not a voice name; set the default again with `cosy voice default NAME`",
                 path.display()
             ))

@@ -73,15 +73,15 @@ fn fuzz_text_frontend() {
         };
         let text_frontend = rng.chance(9, 10);
         let _ = known_instruction(&text);
-        let _ = cosy::pipeline::shorten(&text, rng.len(50));
+        let _ = cosy::request::shorten(&text, rng.len(50));
         // What Pipeline::plan_text does: the checks, the prompt plan, then the frontend with
         // tokenizer lengths (sometimes character counts, which are cheaper).
         let use_tokens = rng.chance(1, 4);
         let count = |s: &str| if use_tokens { tok.count(s) } else { s.chars().count() };
         let plan_text = || -> cosy::Result<Vec<String>> {
             let text = text.trim_end_matches(['\n', '\r']);
-            cosy::pipeline::check_speakable(text)?;
-            cosy::pipeline::check_text_length(text, 5000)?;
+            cosy::request::check_speakable(text)?;
+            cosy::request::check_text_length(text, 5000)?;
             let p = plan(&mode, text, text_frontend);
             let segments = if p.text_frontend {
                 normalize(&p.tts_text, true, &IdentityNormalizer, &count).segments
@@ -90,7 +90,7 @@ fn fuzz_text_frontend() {
             };
             let segments: Vec<String> = segments.into_iter().filter(|s| !s.trim().is_empty()).collect();
             if segments.is_empty() || is_only_punctuation(text.trim()) {
-                return Err(cosy::Error::Input("nothing speakable".into()));
+                return Err(cosy::Error::invalid("nothing speakable"));
             }
             let _ = normalize(&p.prompt_text, true, &IdentityNormalizer, &count).text;
             Ok(segments)

@@ -238,7 +238,7 @@ impl Player {
 
     pub fn open_with(options: &PlayerOptions) -> Result<Player> {
         if options.sample_rate == 0 {
-            return Err(Error::Input("playback sample rate must be positive".into()));
+            return Err(Error::invalid("playback sample rate must be positive"));
         }
         silence_alsa_errors();
         let host = cpal::default_host();
@@ -254,13 +254,13 @@ impl Player {
             Ok(ranges) => ranges.collect(),
             Err(e) if options.device.is_none() => return Err(no_device_error_because(&e)),
             Err(e) => {
-                return Err(Error::Input(format!(
+                return Err(Error::invalid(format!(
                     "audio device {name:?} cannot be opened for output: {e}"
                 )))
             }
         };
         let chosen = choose_config(&ranges, options.sample_rate).ok_or_else(|| {
-            Error::Input(format!(
+            Error::invalid(format!(
                 "audio device {name:?} offers no output format cosy can produce (f32/i16/i32/u16/u8/i8/f64)"
             ))
         })?;
@@ -293,10 +293,10 @@ impl Player {
             SampleFormat::I8 => build_stream::<i8>(&device, stream_config, &shared),
             other => unreachable!("choose_config only returns handled formats, got {other}"),
         }
-        .map_err(|e| Error::Input(format!("audio device {name:?}: cannot start output: {e}")))?;
+        .map_err(|e| Error::invalid(format!("audio device {name:?}: cannot start output: {e}")))?;
         stream
             .play()
-            .map_err(|e| Error::Input(format!("audio device {name:?}: cannot start output: {e}")))?;
+            .map_err(|e| Error::invalid(format!("audio device {name:?}: cannot start output: {e}")))?;
         // Enough silence after the last sample to push it out of the device's own buffer (cpal's
         // ALSA default is two periods): four callbacks' worth, and at least 50 ms.
         let per_callback = stream.buffer_size().unwrap_or(0) as u64;
@@ -449,7 +449,7 @@ impl<'a> StallWatch<'a> {
             self.last_callbacks = now;
             self.since = Instant::now();
         } else if self.since.elapsed() > self.timeout {
-            return Err(Error::Input(format!(
+            return Err(Error::invalid(format!(
                 "audio device {device:?} stopped taking samples for {:.1} s; use `cosy file` to write a WAV file instead",
                 self.timeout.as_secs_f32()
             )));
@@ -459,7 +459,7 @@ impl<'a> StallWatch<'a> {
 }
 
 fn device_error(device: &str, msg: &str) -> Error {
-    Error::Input(format!("audio device {device:?} failed during playback: {msg}"))
+    Error::invalid(format!("audio device {device:?} failed during playback: {msg}"))
 }
 
 fn build_stream<T>(
@@ -577,14 +577,12 @@ pub fn silence_alsa_errors() {
 }
 
 fn no_device_error() -> Error {
-    Error::Input(
-        "no audio output device was found; use `cosy file` to write a WAV file instead (or pick one with --device)"
-            .into(),
-    )
+    Error::invalid(
+        "no audio output device was found; use `cosy file` to write a WAV file instead (or pick one with --device)")
 }
 
 fn no_device_error_because(e: &cpal::Error) -> Error {
-    Error::Input(format!(
+    Error::invalid(format!(
         "no audio output device was found (the default output is unusable: {e}); use `cosy file` to write a WAV file instead (or pick one with --device)"
     ))
 }
@@ -605,7 +603,7 @@ fn device_description(device: &cpal::Device) -> String {
 fn output_devices(host: &cpal::Host) -> Result<(Vec<cpal::Device>, Option<String>)> {
     let mut devices: Vec<cpal::Device> = host
         .output_devices()
-        .map_err(|e| Error::Input(format!("cannot list audio devices: {e}")))?
+        .map_err(|e| Error::invalid(format!("cannot list audio devices: {e}")))?
         .collect();
     let default = host.default_output_device();
     let default_name = default.as_ref().map(device_name);
@@ -636,7 +634,7 @@ fn find_device(host: &cpal::Host, wanted: &str) -> Result<(cpal::Device, String)
         return Ok((device, name));
     }
     let names: Vec<String> = devices.iter().map(device_name).collect();
-    Err(Error::Input(format!(
+    Err(Error::invalid(format!(
         "audio device {wanted:?} not found; available output devices: {}",
         if names.is_empty() {
             "none".to_string()

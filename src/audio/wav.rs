@@ -61,7 +61,7 @@ impl FromStr for OutputFormat {
             "wav16" => Ok(OutputFormat::Wav16),
             "wavf32" => Ok(OutputFormat::WavF32),
             "pcm" => Ok(OutputFormat::Pcm16),
-            _ => Err(Error::Input(format!(
+            _ => Err(Error::invalid(format!(
                 "unknown audio format {s:?}: use one of {}",
                 OutputFormat::NAMES.join(", ")
             ))),
@@ -293,7 +293,7 @@ impl<W: Write + Seek> WavStreamWriter<W> {
     /// Appends one chunk of mono samples.
     pub fn append(&mut self, chunk: &[f32]) -> Result<()> {
         let encoder = self.encoder.as_mut().ok_or_else(|| {
-            Error::Input(format!(
+            Error::invalid(format!(
                 "{}: the writer already failed; nothing more can be appended",
                 self.file.path().display()
             ))
@@ -321,7 +321,7 @@ impl<W: Write + Seek> WavStreamWriter<W> {
     pub fn finish(mut self) -> Result<()> {
         let final_path = self.file.path().to_path_buf();
         let encoder = self.encoder.take().ok_or_else(|| {
-            Error::Input(format!(
+            Error::invalid(format!(
                 "{}: the writer already failed; nothing was written",
                 final_path.display()
             ))

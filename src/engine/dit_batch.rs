@@ -87,6 +87,13 @@ impl DitBatcher {
     }
 }
 
+/// The pipeline's DiT stage: each solve runs through its own [`RemoteEstimator`].
+impl crate::pipeline::DitStage for std::sync::Arc<DitBatcher> {
+    fn estimator(&self, profiler: &Profiler) -> Result<Box<dyn Estimator + '_>> {
+        Ok(Box::new(self.client(profiler)?))
+    }
+}
+
 /// One request's estimator: its calls run in the batcher's groups.
 pub struct RemoteEstimator {
     tx: Sender<Call>,

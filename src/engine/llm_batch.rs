@@ -77,8 +77,11 @@ pub struct LlmScheduler {
 }
 
 impl LlmScheduler {
-    /// Starts the scheduler over `session` (the `llm` stage).
-    pub fn start(session: StageSession, shape: LlmShape, max_batch: usize) -> Result<LlmScheduler> {
+    /// Starts the scheduler over `session` (the `llm` stage). `gather_first` is a test hook
+    /// ([`crate::engine::EngineBuilder::llm_gather_first`]): the first prefill waits until that
+    /// many sentences are waiting, so their steps are batched whatever the machine's timing;
+    /// 0 or 1 = start at once (normal serving).
+    pub fn start(session: StageSession, shape: LlmShape, max_batch: usize, gather_first: usize) -> Result<LlmScheduler> {
         let names = session.input_names();
         let batched_graph = names.iter().any(|n| n == "attention_mask") && names.iter().any(|n| n == "position_ids");
         let max_batch = if batched_graph { max_batch.max(1) } else { 1 };
@@ -86,7 +89,7 @@ impl LlmScheduler {
             tracing::info!("llm graph has no attention_mask/position_ids (exported before batching): one sentence at a time; re-export to batch");
         }
         let mut state = Batch::new(session, shape, batched_graph)?;
-        let worker = Worker::spawn("llm-scheduler", move |rx, stats| state.serve(rx, max_batch, stats))?;
+        let worker = Worker::spawn("llm-scheduler", move |rx, stats| state.serve(rx, max_batch, gather_first, stats))?;
         Ok(LlmScheduler { worker, next_id: AtomicU64::new(1), max_batch, batched_graph })
     }
 
@@ -107,6 +110,13 @@ impl LlmScheduler {
     /// A copy of the counters so far.
     pub fn stats(&self) -> LlmBatchStats {
         self.worker.stats()
+    }
+}
+
+/// The pipeline's LLM stage: each sentence decodes through its own [`RemoteLlm`].
+impl crate::pipeline::LlmStage for std::sync::Arc<LlmScheduler> {
+    fn step(&self, profiler: &Profiler) -> Result<Box<dyn LlmStep + '_>> {
+        Ok(Box::new(self.client(profiler)?))
     }
 }
 
@@ -220,10 +230,12 @@ impl Batch {
         Ok(Batch { session, binding, host, shape, batched_graph, past_names, present_names, rows: Vec::new(), width: 0, cache: Vec::new() })
     }
 
-    fn serve(&mut self, rx: Receiver<Msg>, max_batch: usize, stats: &Mutex<LlmBatchStats>) {
+    fn serve(&mut self, rx: Receiver<Msg>, max_batch: usize, gather_first: usize, stats: &Mutex<LlmBatchStats>) {
         let mut waiting: VecDeque<Waiting> = VecDeque::new();
+        // Until the first prefill: how many sentences must be waiting (the test hook).
+        let mut gather = gather_first.min(max_batch);
         loop {
-            let can_prefill = !waiting.is_empty() && self.rows.len() < max_batch;
+            let can_prefill = !waiting.is_empty() && self.rows.len() < max_batch && waiting.len() >= gather;
             let can_step = !self.rows.is_empty() && self.rows.iter().all(|r| r.pending.is_some());
             if !can_prefill && !can_step {
                 match rx.recv() {
@@ -235,7 +247,8 @@ impl Batch {
             while let Ok(msg) = rx.try_recv() {
                 self.handle(msg, &mut waiting);
             }
-            if self.rows.len() < max_batch {
+            if self.rows.len() < max_batch && waiting.len() >= gather {
+                gather = 0;
                 if let Some(w) = waiting.pop_front() {
                     let started = std::time::Instant::now();
                     let result = self.prefill(&w);
@@ -348,7 +361,7 @@ impl Batch {
     /// A newcomer's prefill, alone; its cache row joins the shared cache.
     fn prefill(&mut self, w: &Waiting) -> Result<Vec<f32>> {
         if w.seq == 0 || w.embeds.len() != w.seq * self.shape.hidden {
-            return Err(Error::Input(format!("llm: {} embedding values for {}×{}", w.embeds.len(), w.seq, self.shape.hidden)));
+            return Err(Error::invalid(format!("llm: {} embedding values for {}×{}", w.embeds.len(), w.seq, self.shape.hidden)));
         }
         let positions: Vec<i64> = (0..w.seq as i64).collect();
         let (logits, present) = self.forward(w.embeds.clone(), 1, w.seq, vec![1; w.seq], positions, None, &w.profiler)?;
@@ -443,7 +456,7 @@ impl Batch {
         }
         if embeds.len() != b * hidden {
             for p in pendings {
-                let _ = p.reply.send(Err(Error::Input(format!("llm: step embedding of {} values, expected {hidden}", p.embed.len()))));
+                let _ = p.reply.send(Err(Error::invalid(format!("llm: step embedding of {} values, expected {hidden}", p.embed.len()))));
             }
             let _ = self.remove_rows(&(0..b).collect::<Vec<_>>());
             return Err(());

@@ -1,42 +1,51 @@
-//! The serving engine: one loaded model, many requests at once.
+//! The serving engine: one loaded model, many requests at once; the one way into synthesis.
 //!
 //! ```no_run
-//! # fn demo(config: &cosy::config::Config, req: cosy::pipeline::Request) -> cosy::Result<()> {
-//! let engine = cosy::engine::Engine::load(config)?;          // Send + Sync; share it in an Arc
-//! let handle = engine.submit(req)?;                           // runs at once, beside the others
-//! for chunk in handle.chunks() {                             // audio as it is made (24 kHz mono)
+//! # fn demo(config: &cosy::config::Config, req: cosy::request::Request) -> cosy::Result<()> {
+//! let engine = cosy::engine::Engine::builder(config).build()?; // Send + Sync; share it in an Arc
+//! let handle = engine.submit(req)?;                             // queued, then runs beside the others
+//! for chunk in handle.chunks() {                               // audio as it is made (24 kHz mono)
 //!     let samples = chunk?;
 //!     # let _ = samples;
 //! }
 //! # Ok(()) }
 //! ```
 //!
-//! Each request runs on a thread of its own (frontend, text planning, its sentences' token-to-wav
-//! work); the model's sessions are shared: the LLM's decode steps of every active sentence run
-//! as one batched call ([`llm_batch`], continuous batching), the DiT calls of requests in the
-//! flow stage at the same time run together ([`dit_batch`]), the small stages take turns. A
-//! request's own state (sampler and seed, KV-cache row, stream planner, HiFT state) lives with
-//! the request, so its output does not depend on what else runs.
+//! The engine owns the per-request pipeline ([`crate::pipeline::Synthesizer`]) and the stages'
+//! batchers, and joins them: the pipeline only knows the stage traits
+//! ([`crate::pipeline::LlmStage`], [`crate::pipeline::DitStage`]), which the batchers implement.
+//! Each request runs on a thread of its own (frontend, text planning, its sentences'
+//! token-to-wav work); the LLM's decode steps of every active sentence run as one batched call
+//! ([`llm_batch`], continuous batching), the DiT calls of requests in the flow stage at the same
+//! time run together ([`dit_batch`]), the small stages take turns. A request's own state (sampler
+//! and seed, KV-cache row, stream planner, HiFT state) lives with the request, so its output does
+//! not depend on what else runs.
 //!
-//! Dropping a [`RequestHandle`] (or [`RequestHandle::cancel`]) stops its request at the next
-//! token or chunk and frees its slot. At most `engine.max_in_flight` requests are in flight:
-//! [`Engine::try_submit`] refuses more with [`Error::Busy`], [`Engine::submit`] waits.
+//! Admission, in one place: at most `engine.max_in_flight` requests synthesise, at most
+//! `engine.max_queue` wait for a slot; [`Engine::submit`] refuses more with [`Error::Busy`]
+//! (the server's 429). Dropping a [`RequestHandle`] (or [`RequestHandle::cancel`]) stops its
+//! request at the next token or chunk, or takes it out of the queue, and frees its place.
 
 pub mod dit_batch;
 pub mod llm_batch;
+mod load;
 mod worker;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
-
-use crossbeam_channel::Receiver;
+use std::time::Duration;
 
 pub use dit_batch::{DitBatchStats, DitBatcher, RemoteEstimator};
 pub use llm_batch::{LlmBatchStats, LlmScheduler, RemoteLlm};
+pub use load::StageLoad;
 
 use crate::config::Config;
 use crate::error::{Error, Result};
-use crate::pipeline::{Request, Summary, SynthesisObserver, Synthesizer};
+use crate::frontend::audio::Audio;
+use crate::pipeline::{ModelData, Synthesizer};
+use crate::profile::Profiler;
+use crate::request::{Request, SentenceRecord, Summary, SynthesisObserver};
+use crate::voice::SavedVoice;
 
 /// What a request sends its handle.
 #[derive(Debug)]
@@ -49,49 +58,164 @@ pub enum Event {
     Failed(Error),
 }
 
-/// Counts requests in flight against `engine.max_in_flight`.
+/// How many requests synthesise and wait, against `engine.max_in_flight` and `engine.max_queue`.
 #[derive(Debug)]
-struct Slots {
-    used: Mutex<usize>,
+struct Admission {
+    counts: Mutex<Counts>,
     freed: Condvar,
-    max: usize,
+    max_running: usize,
+    max_queue: usize,
 }
 
-impl Slots {
-    fn take(self: &Arc<Self>, wait: bool) -> Result<SlotGuard> {
-        let mut used = self.used.lock().unwrap_or_else(|p| p.into_inner());
-        while *used >= self.max {
-            if !wait {
-                return Err(Error::Busy(format!(
-                    "{} requests are in flight, the most engine.max_in_flight allows; retry when one has finished",
-                    self.max
-                )));
-            }
-            used = self.freed.wait(used).unwrap_or_else(|p| p.into_inner());
+#[derive(Debug, Default, Clone, Copy)]
+struct Counts {
+    running: usize,
+    queued: usize,
+}
+
+impl Admission {
+    fn counts(&self) -> Counts {
+        *self.counts.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A place in the queue, or [`Error::Busy`] when every slot and every place is taken.
+    fn enter(self: &Arc<Self>) -> Result<Queued> {
+        let mut c = self.counts.lock().unwrap_or_else(|p| p.into_inner());
+        if c.running + c.queued >= self.max_running + self.max_queue {
+            return Err(Error::Busy(format!(
+                "{} requests are synthesising and {} waiting, the most engine.max_in_flight and engine.max_queue allow; retry when one has finished",
+                c.running, c.queued
+            )));
         }
-        *used += 1;
-        Ok(SlotGuard(self.clone()))
+        c.queued += 1;
+        Ok(Queued(Some(self.clone())))
+    }
+}
+
+/// A request's place in the queue; dropped (cancelled) it leaves the queue.
+struct Queued(Option<Arc<Admission>>);
+
+impl Queued {
+    /// Waits for a slot; gives up with [`Error::Cancelled`] once `cancel` is set (checked every
+    /// 50 ms while waiting, so a client that hangs up in the queue leaves it promptly).
+    fn run(mut self, cancel: &AtomicBool) -> Result<Running> {
+        let Some(a) = self.0.take() else { return Err(Error::Runtime("admission: no place in the queue".into())) };
+        let mut c = a.counts.lock().unwrap_or_else(|p| p.into_inner());
+        loop {
+            if cancel.load(Ordering::Relaxed) {
+                c.queued -= 1;
+                return Err(Error::Cancelled);
+            }
+            if c.running < a.max_running {
+                c.queued -= 1;
+                c.running += 1;
+                drop(c);
+                return Ok(Running(a));
+            }
+            c = a.freed.wait_timeout(c, Duration::from_millis(50)).unwrap_or_else(|p| p.into_inner()).0;
+        }
+    }
+}
+
+impl Drop for Queued {
+    fn drop(&mut self) {
+        if let Some(a) = self.0.take() {
+            let mut c = a.counts.lock().unwrap_or_else(|p| p.into_inner());
+            c.queued = c.queued.saturating_sub(1);
+        }
     }
 }
 
 /// A slot held by a running request; dropped when the request's thread ends.
-struct SlotGuard(Arc<Slots>);
+struct Running(Arc<Admission>);
 
-impl Drop for SlotGuard {
+impl Drop for Running {
     fn drop(&mut self) {
-        let mut used = self.0.used.lock().unwrap_or_else(|p| p.into_inner());
-        *used = used.saturating_sub(1);
-        self.0.freed.notify_one();
+        let mut c = self.0.counts.lock().unwrap_or_else(|p| p.into_inner());
+        c.running = c.running.saturating_sub(1);
+        self.0.freed.notify_all();
     }
 }
 
 /// One loaded model shared by every request (`Send + Sync`).
 pub struct Engine {
     synth: Arc<Synthesizer>,
-    slots: Arc<Slots>,
+    admission: Arc<Admission>,
+    llm: Arc<LlmScheduler>,
+    dit: Arc<DitBatcher>,
+    load_times: Vec<StageLoad>,
+    test_hooks: bool,
 }
 
-/// Cancellation flag plus an optional caller's observer.
+/// How to build an [`Engine`] ([`Engine::builder`]).
+pub struct EngineBuilder<'c> {
+    config: &'c Config,
+    profiler: Profiler,
+    warm_up: Option<Request>,
+    llm_gather_first: usize,
+    test_hooks: bool,
+}
+
+impl EngineBuilder<'_> {
+    /// Records spans of every request into `profiler` (`cosy profile`, the server's metrics).
+    pub fn profiler(mut self, profiler: Profiler) -> Self {
+        self.profiler = profiler;
+        self
+    }
+
+    /// Runs `request` to the end once the model is loaded (the first run of a session is slower:
+    /// allocations, kernel choice). A failed warm-up is logged, not an error.
+    pub fn warm_up(mut self, request: Request) -> Self {
+        self.warm_up = Some(request);
+        self
+    }
+
+    /// Test hook: the LLM scheduler's first prefill waits until `n` sentences wait for it, so
+    /// that their decode steps are batched whatever the machine's timing. For tests only: a
+    /// sentence that never comes holds the first ones back.
+    pub fn llm_gather_first(mut self, n: usize) -> Self {
+        self.llm_gather_first = n;
+        self
+    }
+
+    /// Accepts requests with [`crate::request::TestHooks`] (hold points); without it they are
+    /// refused. For tests and debugging only (`debug.test_hooks`).
+    pub fn test_hooks(mut self, allowed: bool) -> Self {
+        self.test_hooks = allowed;
+        self
+    }
+
+    /// Loads the model (its data, then every stage's session and the batching threads).
+    pub fn build(self) -> Result<Engine> {
+        let config = self.config;
+        let data = ModelData::load(config)?;
+        let opened = load::open_stages(config, data.model.clone(), &data.constants, self.llm_gather_first)?;
+        let synth = Synthesizer::new(config, data, opened.stages, self.profiler)?;
+        let engine = Engine {
+            synth: Arc::new(synth),
+            admission: Arc::new(Admission {
+                counts: Mutex::new(Counts::default()),
+                freed: Condvar::new(),
+                max_running: config.engine.max_in_flight.max(1),
+                max_queue: config.engine.max_queue,
+            }),
+            llm: opened.llm,
+            dit: opened.dit,
+            load_times: opened.load_times,
+            test_hooks: self.test_hooks || config.debug.test_hooks,
+        };
+        if let Some(request) = self.warm_up {
+            let started = std::time::Instant::now();
+            match engine.submit(request).and_then(|h| h.wait()) {
+                Ok(_) => tracing::info!("warmed up in {:.2} s", started.elapsed().as_secs_f64()),
+                Err(e) => tracing::warn!("warm-up failed (the model is still usable): {e}"),
+            }
+        }
+        Ok(engine)
+    }
+}
+
+/// Cancellation flag, the test hooks, plus an optional caller's observer.
 struct RequestObserver {
     cancel: Arc<AtomicBool>,
     inner: Option<Arc<dyn SynthesisObserver + Send>>,
@@ -111,54 +235,105 @@ impl SynthesisObserver for RequestObserver {
     fn cancelled(&self) -> bool {
         self.cancel.load(Ordering::Relaxed) || self.inner.as_ref().is_some_and(|o| o.cancelled())
     }
+    fn wants_trace(&self) -> bool {
+        self.inner.as_ref().is_some_and(|o| o.wants_trace())
+    }
+    fn sentence_done(&self, sentence: &SentenceRecord<'_>) -> Result<()> {
+        match &self.inner {
+            Some(o) => o.sentence_done(sentence),
+            None => Ok(()),
+        }
+    }
 }
 
 impl Engine {
-    /// Loads the model of `config` once (every stage's session, the batching threads).
+    /// A builder over `config` (profiler, warm-up, test hooks); [`EngineBuilder::build`] loads.
+    pub fn builder(config: &Config) -> EngineBuilder<'_> {
+        EngineBuilder { config, profiler: Profiler::disabled(), warm_up: None, llm_gather_first: 0, test_hooks: false }
+    }
+
+    /// Loads the model of `config` with the default options.
     pub fn load(config: &Config) -> Result<Engine> {
-        Ok(Engine::from_synthesizer(Synthesizer::load(config)?, config.engine.max_in_flight))
+        Engine::builder(config).build()
     }
 
-    /// An engine over an already loaded model.
-    pub fn from_synthesizer(synth: Synthesizer, max_in_flight: usize) -> Engine {
-        Engine {
-            synth: Arc::new(synth),
-            slots: Arc::new(Slots { used: Mutex::new(0), freed: Condvar::new(), max: max_in_flight.max(1) }),
-        }
+    /// The output sample rate (Hz) of the model.
+    pub fn sample_rate(&self) -> u32 {
+        self.synth.constants.sample_rate
     }
 
-    /// The loaded model (voices, tokenizer, constants, one-off synthesis on the caller's thread).
-    pub fn synthesizer(&self) -> &Arc<Synthesizer> {
-        &self.synth
+    /// The key saved voices of this model carry ([`crate::voice::model_key`]).
+    pub fn voice_key(&self) -> &str {
+        self.synth.voice_key()
     }
 
-    /// Requests in flight now.
+    /// The longest prompt recording this model takes, in seconds.
+    pub fn max_prompt_seconds(&self) -> f64 {
+        self.synth.max_prompt_seconds()
+    }
+
+    /// Computes a saved voice from a recording and its transcript: the frontend graphs run on the
+    /// caller's thread, in a slot of the engine's admission like any request (so voice uploads
+    /// count against `engine.max_in_flight` and `engine.max_queue`).
+    pub fn make_voice(&self, name: &str, audio: &Audio, label: &std::path::Path, transcript: &str) -> Result<SavedVoice> {
+        let _slot = self.admission.enter()?.run(&AtomicBool::new(false))?;
+        self.synth.make_voice_from(name, audio, label, transcript)
+    }
+
+    /// The normalising option of text-in streaming on its own: `pieces` regrouped into settled
+    /// sentences, each normalised ([`Synthesizer::normalize_sentences`]).
+    pub fn normalize_sentences<'a, I>(&'a self, pieces: I) -> impl Iterator<Item = Result<String>> + 'a
+    where
+        I: IntoIterator<Item = Result<String>>,
+        I::IntoIter: 'a,
+    {
+        self.synth.normalize_sentences(pieces)
+    }
+
+    /// How each stage's session was opened, and how long it took.
+    pub fn load_times(&self) -> &[StageLoad] {
+        &self.load_times
+    }
+
+    /// What the LLM scheduler and the DiT batcher have done so far (how much was batched).
+    pub fn batch_stats(&self) -> (LlmBatchStats, DitBatchStats) {
+        (self.llm.stats(), self.dit.stats())
+    }
+
+    /// Requests synthesising now.
     pub fn in_flight(&self) -> usize {
-        *self.slots.used.lock().unwrap_or_else(|p| p.into_inner())
+        self.admission.counts().running
     }
 
-    /// Starts `request`, waiting for a free slot when `engine.max_in_flight` are in flight.
+    /// Requests waiting for a slot now.
+    pub fn queued(&self) -> usize {
+        self.admission.counts().queued
+    }
+
+    /// `engine.max_in_flight` and `engine.max_queue` in effect.
+    pub fn limits(&self) -> (usize, usize) {
+        (self.admission.max_running, self.admission.max_queue)
+    }
+
+    /// Queues `request` (it starts when a slot is free), or refuses it with [`Error::Busy`] when
+    /// every slot and every place in the queue is taken.
     pub fn submit(&self, request: Request) -> Result<RequestHandle> {
-        self.start(request, None, true)
+        self.submit_observed(request, None)
     }
 
-    /// Starts `request`, or refuses it with [`Error::Busy`] when no slot is free.
-    pub fn try_submit(&self, request: Request) -> Result<RequestHandle> {
-        self.start(request, None, false)
+    /// [`Engine::submit`] with an observer of its tokens and sentences (its `cancelled` is
+    /// honoured too; `--dump` writes through one).
+    pub fn submit_observed(&self, mut request: Request, observer: Option<Arc<dyn SynthesisObserver + Send>>) -> Result<RequestHandle> {
+        let hooks = request.test_hooks.clone();
+        if let Some(n) = hooks.min_tokens {
+            request.ignore_stop_until = Some(n);
+        }
+        self.spawn(observer, hooks, move |synth, observer, on_chunk| synth.synthesize_observed(&request, observer, on_chunk))
     }
 
-    /// [`Engine::submit`] with an observer of its tokens (its `cancelled` is honoured too).
-    pub fn submit_observed(&self, request: Request, observer: Arc<dyn SynthesisObserver + Send>) -> Result<RequestHandle> {
-        self.start(request, Some(observer), true)
-    }
-
-    fn start(&self, request: Request, observer: Option<Arc<dyn SynthesisObserver + Send>>, wait: bool) -> Result<RequestHandle> {
-        self.spawn(observer, wait, move |synth, observer, on_chunk| synth.synthesize_observed(&request, None, observer, on_chunk))
-    }
-
-    /// Starts a text-in streaming request ([`Synthesizer::synthesize_bistream`]): `request.text`
+    /// Queues a text-in streaming request ([`Synthesizer::synthesize_bistream`]): `request.text`
     /// is not used; the text comes through the returned [`TextFeed`] while audio comes out of
-    /// the handle. Dropping the feed ends the text. Waits for a slot as [`Engine::submit`].
+    /// the handle. Dropping the feed ends the text. Refused as [`Engine::submit`].
     /// With `options.normalize_sentences`, settled sentences are normalised
     /// ([`Synthesizer::normalize_sentences`]); otherwise the text goes in as written (the
     /// official, exact mode).
@@ -168,33 +343,14 @@ impl Engine {
         options: BistreamOptions,
         observer: Option<Arc<dyn SynthesisObserver + Send>>,
     ) -> Result<(TextFeed, RequestHandle)> {
-        self.bistream(request, options, observer, true)
-    }
-
-    /// [`Engine::submit_bistream`], refused with [`Error::Busy`] when no slot is free.
-    pub fn try_submit_bistream(
-        &self,
-        request: Request,
-        options: BistreamOptions,
-        observer: Option<Arc<dyn SynthesisObserver + Send>>,
-    ) -> Result<(TextFeed, RequestHandle)> {
-        self.bistream(request, options, observer, false)
-    }
-
-    fn bistream(
-        &self,
-        request: Request,
-        options: BistreamOptions,
-        observer: Option<Arc<dyn SynthesisObserver + Send>>,
-        wait: bool,
-    ) -> Result<(TextFeed, RequestHandle)> {
         // Pieces queue here until the LLM takes them; a writer far ahead of the speech is held
         // back by the bound (the text limit bounds the whole anyway).
         let (tx, rx) = crossbeam_channel::bounded::<Result<String>>(1024);
-        let handle = self.spawn(observer, wait, move |synth, observer, on_chunk| {
+        let hooks = request.test_hooks.clone();
+        let handle = self.spawn(observer, hooks, move |synth, observer, on_chunk| {
             // While it waits for text, the request still notices a cancel.
             let pieces = std::iter::from_fn(|| loop {
-                match rx.recv_timeout(std::time::Duration::from_millis(50)) {
+                match rx.recv_timeout(Duration::from_millis(50)) {
                     Ok(piece) => return Some(piece),
                     Err(crossbeam_channel::RecvTimeoutError::Timeout) if observer.cancelled() => return Some(Err(Error::Cancelled)),
                     Err(crossbeam_channel::RecvTimeoutError::Timeout) => continue,
@@ -210,22 +366,43 @@ impl Engine {
         Ok((TextFeed { tx }, handle))
     }
 
-    fn spawn<J>(&self, observer: Option<Arc<dyn SynthesisObserver + Send>>, wait: bool, job: J) -> Result<RequestHandle>
+    fn spawn<J>(
+        &self,
+        observer: Option<Arc<dyn SynthesisObserver + Send>>,
+        hooks: crate::request::TestHooks,
+        job: J,
+    ) -> Result<RequestHandle>
     where
         J: FnOnce(&Synthesizer, &dyn SynthesisObserver, &mut (dyn FnMut(&[f32]) -> Result<()> + Send)) -> Result<Summary> + Send + 'static,
     {
-        let slot = self.slots.take(wait)?;
+        if hooks.is_set() && !self.test_hooks {
+            return Err(Error::input(
+                crate::error::InputCode::TestHooksDisabled,
+                Some("test_hooks"),
+                "test hooks are refused unless the engine is started for tests (debug.test_hooks = true)",
+            ));
+        }
+        let queued = self.admission.enter()?;
         let cancel = Arc::new(AtomicBool::new(false));
         // Audio waits here for the caller; a slow reader holds its request back (not the others).
-        let (tx, rx) = crossbeam_channel::bounded::<Event>(16);
+        let (tx, rx) = flume::bounded::<Event>(16);
         let synth = self.synth.clone();
         let observer = RequestObserver { cancel: cancel.clone(), inner: observer };
         std::thread::Builder::new()
             .name("request".into())
             .spawn(move || {
-                let _slot = slot;
-                let mut on_chunk = |chunk: &[f32]| tx.send(Event::Audio(chunk.to_vec())).map_err(|_| Error::Cancelled);
-                let result = job(&synth, &observer, &mut on_chunk);
+                let result = queued.run(&observer.cancel).and_then(|_slot| {
+                    let mut first = true;
+                    let mut on_chunk = |chunk: &[f32]| {
+                        tx.send(Event::Audio(chunk.to_vec())).map_err(|_| Error::Cancelled)?;
+                        if std::mem::take(&mut first) && hooks.hold_after_first_audio {
+                            hold_until_cancelled(&observer.cancel);
+                            return Err(Error::Cancelled);
+                        }
+                        Ok(())
+                    };
+                    job(&synth, &observer, &mut on_chunk)
+                });
                 let _ = tx.send(match result {
                     Ok(summary) => Event::Done(summary),
                     Err(e) => Event::Failed(e),
@@ -233,6 +410,14 @@ impl Engine {
             })
             .map_err(|e| Error::Runtime(format!("cannot start a request thread: {e}")))?;
         Ok(RequestHandle { rx, cancel, finished: false })
+    }
+}
+
+/// The hold point of [`crate::request::TestHooks::hold_after_first_audio`]: the request keeps its
+/// slot until it is cancelled (a hang-up, a timeout, a drain). Test-only, so a 10 ms poll is fine.
+fn hold_until_cancelled(cancel: &AtomicBool) {
+    while !cancel.load(Ordering::Relaxed) {
+        std::thread::sleep(Duration::from_millis(10));
     }
 }
 
@@ -266,7 +451,7 @@ impl TextFeed {
 
 /// A request in flight. Dropping it cancels the request.
 pub struct RequestHandle {
-    rx: Receiver<Event>,
+    rx: flume::Receiver<Event>,
     cancel: Arc<AtomicBool>,
     finished: bool,
 }
@@ -278,6 +463,19 @@ impl RequestHandle {
             return None;
         }
         let event = self.rx.recv().ok();
+        match &event {
+            Some(Event::Audio(_)) => {}
+            _ => self.finished = true,
+        }
+        event
+    }
+
+    /// [`RequestHandle::next_event`] for async callers (the server): awaits without a thread.
+    pub async fn next_event_async(&mut self) -> Option<Event> {
+        if self.finished {
+            return None;
+        }
+        let event = self.rx.recv_async().await.ok();
         match &event {
             Some(Event::Audio(_)) => {}
             _ => self.finished = true,

@@ -85,7 +85,7 @@ impl Audio {
 }
 
 fn input_err(path: &Path, msg: impl std::fmt::Display) -> Error {
-    Error::Input(format!("prompt audio {}: {msg}", path.display()))
+    Error::invalid(format!("prompt audio {}: {msg}", path.display()))
 }
 
 /// Decodes `path` (wav incl. float32, flac, mp3, ogg/vorbis), averages the channels and checks

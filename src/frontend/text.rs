@@ -256,14 +256,14 @@ pub fn read_pieces(mut reader: impl std::io::Read, what: &str, mut on_piece: imp
             Ok(0) => break,
             Ok(n) => n,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(crate::Error::Input(format!("{what}: cannot be read ({e})"))),
+            Err(e) => return Err(crate::Error::invalid(format!("{what}: cannot be read ({e})"))),
         };
         carry.extend_from_slice(&buf[..n]);
         let valid = match std::str::from_utf8(&carry) {
             Ok(_) => carry.len(),
             Err(e) if e.error_len().is_none() => e.valid_up_to(),
             Err(e) => {
-                return Err(crate::Error::Input(format!(
+                return Err(crate::Error::invalid(format!(
                     "{what}: invalid UTF-8 at byte {}; send UTF-8 text",
                     offset + e.valid_up_to() as u64
                 )))
@@ -277,7 +277,7 @@ pub fn read_pieces(mut reader: impl std::io::Read, what: &str, mut on_piece: imp
         }
     }
     if !carry.is_empty() {
-        return Err(crate::Error::Input(format!("{what}: the text ends inside a UTF-8 character (byte {offset}); send UTF-8 text")));
+        return Err(crate::Error::invalid(format!("{what}: the text ends inside a UTF-8 character (byte {offset}); send UTF-8 text")));
     }
     Ok(offset)
 }

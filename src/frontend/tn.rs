@@ -180,7 +180,7 @@ impl WetextNormalizer {
         // wetext asserts on an empty tag string (its token parser requires input), so the official
         // frontend raises here; we report it instead.
         if tagged.is_empty() {
-            return Err(Error::Input(format!(
+            return Err(Error::invalid(format!(
                 "text normalisation ({}): the tagger grammar {} produced nothing for {text:?}",
                 self.lang.as_str(),
                 self.tagger.path.display()
@@ -188,7 +188,7 @@ impl WetextNormalizer {
         }
         let tagged = self.utf8(tagged, "tagger")?;
         let reordered = reorder_tokens(&tagged, self.lang).map_err(|msg| {
-            Error::Input(format!(
+            Error::invalid(format!(
                 "text normalisation ({}): cannot parse the tagger output {tagged:?}: {msg}",
                 self.lang.as_str()
             ))
@@ -201,7 +201,7 @@ impl WetextNormalizer {
 
     fn utf8(&self, bytes: Vec<u8>, stage: &str) -> Result<String> {
         String::from_utf8(bytes).map_err(|e| {
-            Error::Input(format!(
+            Error::invalid(format!(
                 "text normalisation ({}): the {stage} output is not UTF-8 ({e})",
                 self.lang.as_str()
             ))

@@ -48,7 +48,7 @@ impl TextTokenizer {
         let enc = self
             .inner
             .encode(text, true)
-            .map_err(|e| Error::Input(format!("cannot tokenize text ({e}): {text:?}")))?;
+            .map_err(|e| Error::invalid(format!("cannot tokenize text ({e}): {text:?}")))?;
         Ok(enc.get_ids().to_vec())
     }
 
@@ -60,6 +60,6 @@ impl TextTokenizer {
 
     /// Text of `ids` (special tokens kept), for logs and debugging.
     pub fn decode(&self, ids: &[u32]) -> Result<String> {
-        self.inner.decode(ids, false).map_err(|e| Error::Input(format!("cannot decode ids ({e})")))
+        self.inner.decode(ids, false).map_err(|e| Error::invalid(format!("cannot decode ids ({e})")))
     }
 }

@@ -53,7 +53,7 @@ impl Synthesizer {
         let prompt_frames = (mel_frames - mel_frames % 2) as usize;
         let noise = self.noise.ncols();
         if prompt_frames + self.min_sentence_frames() > noise {
-            return Err(Error::Input(format!(
+            return Err(Error::invalid(format!(
                 "prompt audio {}: is {:.1} s long; this model takes at most {:.1} s of prompt (its flow noise covers \
                  {:.1} s of prompt and speech together); cut the prompt shorter",
                 wav.display(),
@@ -78,7 +78,7 @@ impl Synthesizer {
     pub(super) fn check_forced_tokens(&self, prompt: &PromptFeatures, forced: Option<usize>) -> Result<()> {
         let room = self.noise_room_tokens(prompt);
         match forced {
-            Some(n) if n > room => Err(Error::Input(format!(
+            Some(n) if n > room => Err(Error::invalid(format!(
                 "--min-tokens {n}: beside this {:.1} s prompt the model's flow noise ({:.1} s) leaves room for {room} \
                  speech tokens; ask for fewer",
                 (self.stream_params.token_mel_ratio * prompt.speech_token.len()) as f64 / self.mel_frame_rate(),
@@ -96,7 +96,7 @@ impl Synthesizer {
         let rate = self.mel_frame_rate();
         let prompt_frames = ratio * prompt.speech_token.len();
         let noise = self.noise.ncols();
-        Error::Input(format!(
+        Error::invalid(format!(
             "{sentence}: its speech ran past {:.1} s, all that the model's flow noise ({:.1} s) leaves beside the \
              {:.1} s prompt; split the text into shorter sentences, or use a shorter prompt",
             noise.saturating_sub(prompt_frames) as f64 / rate,
@@ -109,7 +109,7 @@ impl Synthesizer {
 /// Refuses a prompt feature that is not all finite (it would make a silent or NaN output).
 pub(super) fn check_finite<'a>(wav: &Path, what: &str, values: impl IntoIterator<Item = &'a f32>) -> Result<()> {
     if values.into_iter().any(|v| !v.is_finite()) {
-        return Err(Error::Input(format!(
+        return Err(Error::invalid(format!(
             "prompt audio {}: its {what} has NaN or infinite values; re-export the recording (16-bit wav) and try again",
             wav.display()
         )));

@@ -17,14 +17,12 @@
 //! (docs/fidelity.md, "What streaming reuses between chunks").
 
 pub mod constants;
-pub mod dump;
 mod limits;
 mod prompt;
-mod request;
 pub mod stages;
 mod token2wav;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use ndarray::Array2;
@@ -38,31 +36,42 @@ use crate::frontend::tn::WetextPair;
 use crate::frontend::tokenizer::TextTokenizer;
 use crate::hift::{F0Predictor, SourceGenerator};
 use crate::llm::{build_llm_input, decode_with, DecodeOptions, Sampler, SamplingParams, SilentTokenFilter, Termination};
-use crate::model::{ModelDir, Stage};
+use crate::llm::LlmStep;
+use crate::flow::Estimator;
+use crate::model::ModelDir;
 use crate::profile::Profiler;
-use crate::runtime::{SessionFactory, StageSession};
+use crate::runtime::StageSession;
 use crate::side::{SideEmbeddings, SideFile};
 
 pub use constants::ModelConstants;
-pub use dump::SegmentTrace;
-pub use request::{
-    check_options, check_speakable, check_speed, check_text_length, choose_streaming, shorten, NoObserver, PromptFeatures,
-    Request, Summary, SynthesisObserver, Voice, SPEED_RANGE,
-};
-use request::sentence_label;
+pub use crate::request::{PromptFeatures, SegmentTrace, SentenceRecord};
+use crate::request::{check_options, check_speakable, check_text_length, sentence_label, shorten, NoObserver, Request, Summary, SynthesisObserver, Voice};
 use token2wav::{RequestState, TokenToWav};
-use crate::engine::{DitBatcher, LlmScheduler};
 
-/// Open sessions, one per stage, shared by every request in flight: the LLM and the DiT each
-/// behind a thread that batches the calls of concurrent requests (src/engine), the others
-/// behind a lock (one call at a time; they are a small share of the work).
-struct Sessions {
-    llm: LlmScheduler,
-    flow_front: Mutex<StageSession>,
-    dit: DitBatcher,
-    hift: Mutex<StageSession>,
-    campplus: Mutex<StageSession>,
-    speech_tokenizer: Mutex<StageSession>,
+/// The LLM as the pipeline uses it: one [`LlmStep`] per sentence. The serving engine implements
+/// it with its continuous-batching scheduler; a test can give a fake.
+pub trait LlmStage: Send + Sync {
+    /// A fresh decode (prefill, then steps) for one sentence; its calls record into `profiler`.
+    fn step(&self, profiler: &Profiler) -> Result<Box<dyn LlmStep + '_>>;
+}
+
+/// The DiT as the pipeline uses it: one [`Estimator`] per CFM solve. The serving engine
+/// implements it with its batcher.
+pub trait DitStage: Send + Sync {
+    /// An estimator for one solve; its calls record into `profiler`.
+    fn estimator(&self, profiler: &Profiler) -> Result<Box<dyn Estimator + '_>>;
+}
+
+/// Open stages, shared by every request in flight: the LLM and the DiT behind whatever the
+/// caller gives (the engine's batchers), the others behind a lock (one call at a time; they are
+/// a small share of the work).
+pub struct Stages {
+    pub llm: Box<dyn LlmStage>,
+    pub flow_front: Mutex<StageSession>,
+    pub dit: Box<dyn DitStage>,
+    pub hift: Mutex<StageSession>,
+    pub campplus: Mutex<StageSession>,
+    pub speech_tokenizer: Mutex<StageSession>,
 }
 
 /// Locks a stage session; a panic in another request while it held the lock leaves the session
@@ -90,42 +99,39 @@ pub struct Synthesizer {
     /// wetext grammars from the model's `tn/` folder, or the identity (what the official frontend
     /// does when wetext is not installed) for folders exported without them.
     normalizer: Box<dyn Normalizer>,
-    sessions: Sessions,
+    sessions: Stages,
     /// [`crate::voice::model_key`] of this model (saved voices must carry the same).
     voice_key: String,
     /// `limits.max_text_chars`: longer texts are refused.
     max_text_chars: usize,
     /// Precision of the frontend graphs (recorded in saved voices).
     frontend_precision: crate::config::Precision,
-    /// Span recorder for `cosy profile`; disabled (free) unless [`Synthesizer::set_profiler`].
+    /// Span recorder for `cosy profile`; disabled (free) unless given to [`Synthesizer::new`].
     profiler: Profiler,
-    /// How long each session took to open, in the order they were opened.
-    load_times: Vec<StageLoad>,
 }
 
-/// How one stage's session was opened (for `cosy profile`).
-#[derive(Debug, Clone, PartialEq)]
-pub struct StageLoad {
-    /// Manifest stage name (`llm`, `flow_front`, `dit`, `hift_decode`, `campplus`, `speech_tokenizer`).
-    pub stage: String,
-    pub seconds: f64,
-    pub provider: crate::config::ProviderKind,
-    pub precision: crate::config::Precision,
-    /// `load` (engine cache hit), `build` (TensorRT built an engine), `cached graph` (the saved
-    /// optimised graph, not optimised again), `graph optimised and saved` (first CPU load) or
-    /// `session` (optimised at load, nothing saved).
-    pub kind: &'static str,
-    /// Providers asked for but not used, with the reason.
-    pub fallbacks: Vec<String>,
+/// A model folder's data, read and checked before any session is opened: everything the
+/// pipeline needs besides the stages themselves.
+pub struct ModelData {
+    pub model: Arc<ModelDir>,
+    pub constants: ModelConstants,
+    embeddings: SideEmbeddings,
+    noise: Array2<f32>,
+    f0: F0Predictor,
+    source_proto: SourceGenerator,
+    tokenizer: TextTokenizer,
+    normalizer: Box<dyn Normalizer>,
+    voice_key: String,
 }
 
 fn model_err(dir: &ModelDir, msg: impl Into<String>) -> Error {
     Error::model(&dir.root, msg)
 }
 
-impl Synthesizer {
-    /// Opens the model folder of `config` and every stage.
-    pub fn load(config: &Config) -> Result<Synthesizer> {
+impl ModelData {
+    /// Opens the model folder of `config`: its manifest, files, side tables, tokenizer and text
+    /// normaliser (no session).
+    pub fn load(config: &Config) -> Result<ModelData> {
         let dir = Arc::new(ModelDir::open(&config.model_dir)?);
         for stage in crate::model::STAGES {
             dir.graph(stage)?;
@@ -168,75 +174,44 @@ impl Synthesizer {
         )?;
         let tokenizer = TextTokenizer::from_file(&file_of("tokenizer")?)?;
         let voice_key = crate::voice::model_key(&dir)?;
-        let factory = SessionFactory::new(config, dir.clone())?;
-        let mut load_times = Vec::new();
-        let mut open = |stage: Stage| -> Result<StageSession> {
-            let started = std::time::Instant::now();
-            let session = factory.open(stage)?;
-            load_times.push(StageLoad {
-                stage: stage.name().to_string(),
-                seconds: started.elapsed().as_secs_f64(),
-                provider: session.provider_used,
-                precision: session.precision,
-                kind: match (session.engine_cached, session.graph_cache) {
-                    (Some(true), _) => "load",
-                    (Some(false), _) => "build",
-                    (None, crate::runtime::GraphCacheUse::Loaded) => "cached graph",
-                    (None, crate::runtime::GraphCacheUse::Saved) => "graph optimised and saved",
-                    (None, _) => "session",
-                },
-                fallbacks: session.fallbacks.clone(),
-            });
-            Ok(session)
-        };
-        let sessions = Sessions {
-            llm: LlmScheduler::start(open(Stage::Llm)?, constants.llm_shape, config.engine.max_batch)?,
-            flow_front: Mutex::new(open(Stage::FlowFront)?),
-            dit: DitBatcher::start(open(Stage::Dit)?, config.engine.dit_max_batch)?,
-            hift: Mutex::new(open(Stage::HiftDecode)?),
-            campplus: Mutex::new(open(Stage::Campplus)?),
-            speech_tokenizer: Mutex::new(open(Stage::SpeechTokenizer)?),
-        };
         let normalizer = load_normalizer(&dir, config.text.normalizer)?;
+        Ok(ModelData { model: dir, constants, embeddings, noise, f0, source_proto, tokenizer, normalizer, voice_key })
+    }
+}
+
+impl Synthesizer {
+    /// The pipeline over a model's data and its open stages; spans of every request go to
+    /// `profiler` (pass [`Profiler::disabled`] for none).
+    pub fn new(config: &Config, data: ModelData, stages: Stages, profiler: Profiler) -> Result<Synthesizer> {
+        let ModelData { model, constants, embeddings, noise, f0, source_proto, tokenizer, normalizer, voice_key } = data;
         Ok(Synthesizer {
             normalizer,
             sampling: constants.sampling_for(config),
             stream_params: constants.stream_for(config)?,
             seed: config.sampling.seed,
-            model: dir,
+            model,
             constants,
             embeddings,
             noise,
             f0,
             source_proto,
             tokenizer,
-            sessions,
+            sessions: stages,
             voice_key,
             max_text_chars: config.limits.max_text_chars,
             frontend_precision: config.precision_for(crate::config::StageGroup::Frontend),
-            profiler: Profiler::disabled(),
-            load_times,
+            profiler,
         })
     }
 
-    /// What the LLM scheduler and the DiT batcher have done so far (how much was batched).
-    pub fn batch_stats(&self) -> (crate::engine::LlmBatchStats, crate::engine::DitBatchStats) {
-        (self.sessions.llm.stats(), self.sessions.dit.stats())
+    /// The LLM and DiT stages this pipeline was built over (the engine reads its batchers' counters).
+    pub fn stages(&self) -> &Stages {
+        &self.sessions
     }
 
     /// The key saved voices of this model carry ([`crate::voice::model_key`]).
     pub fn voice_key(&self) -> &str {
         &self.voice_key
-    }
-
-    /// Records spans of every later request into `profiler` (see [`crate::profile::STAGE_KEYS`]).
-    pub fn set_profiler(&mut self, profiler: Profiler) {
-        self.profiler = profiler;
-    }
-
-    /// How each stage's session was opened, and how long it took.
-    pub fn load_times(&self) -> &[StageLoad] {
-        &self.load_times
     }
 
     /// The text tokenizer of the model.
@@ -258,7 +233,7 @@ impl Synthesizer {
         };
         let segments: Vec<String> = segments.into_iter().filter(|s| !s.trim().is_empty()).collect();
         if segments.is_empty() || is_only_punctuation(text.trim()) {
-            return Err(Error::Input(format!(
+            return Err(Error::invalid(format!(
                 "the text {:?} has nothing speakable (only punctuation, symbols, emoji or blanks); give some words",
                 shorten(text.trim(), 40)
             )));
@@ -276,23 +251,16 @@ impl Synthesizer {
         normalize(prompt_text, true, self.normalizer.as_ref(), &count).text
     }
 
-    /// Synthesises a request. `on_chunk` gets the audio (24 kHz mono f32) as it is produced; with
-    /// `dump`, every sentence's intermediates are written (one sentence: into `dump`; several:
-    /// into `dump/000`, `dump/001`, …).
-    pub fn synthesize(
-        &self,
-        req: &Request,
-        dump: Option<&Path>,
-        on_chunk: impl FnMut(&[f32]) -> Result<()> + Send,
-    ) -> Result<Summary> {
-        self.synthesize_observed(req, dump, &NoObserver, on_chunk)
+    /// Synthesises a request. `on_chunk` gets the audio (24 kHz mono f32) as it is produced.
+    pub fn synthesize(&self, req: &Request, on_chunk: impl FnMut(&[f32]) -> Result<()> + Send) -> Result<Summary> {
+        self.synthesize_observed(req, &NoObserver, on_chunk)
     }
 
-    /// [`Self::synthesize`] with an observer (token events, cancellation).
+    /// [`Self::synthesize`] with an observer (token events, cancellation, and each sentence's
+    /// intermediates when it [wants them](SynthesisObserver::wants_trace), as `--dump` does).
     pub fn synthesize_observed(
         &self,
         req: &Request,
-        dump: Option<&Path>,
         observer: &dyn SynthesisObserver,
         mut on_chunk: impl FnMut(&[f32]) -> Result<()> + Send,
     ) -> Result<Summary> {
@@ -324,9 +292,9 @@ impl Synthesizer {
                 self.encode(segment)?
             };
             if text_token.is_empty() {
-                return Err(Error::Input(format!("sentence {segment:?} gives no text tokens")));
+                return Err(Error::invalid(format!("sentence {segment:?} gives no text tokens")));
             }
-            let mut trace = dump.map(|_| SegmentTrace::default());
+            let mut trace = observer.wants_trace().then(SegmentTrace::default);
             let llm_speech: &[i64] = if p.llm_prompt_speech { &prompt.speech_token } else { &[] };
             let mut on = |c: &[f32]| {
                 summary.samples += c.len();
@@ -344,9 +312,17 @@ impl Synthesizer {
             };
             let emitted = self.run_segment(&seg, None, req, &mut state, observer, trace.as_mut(), &mut on)?;
             summary.speech_tokens += emitted;
-            if let (Some(root), Some(trace)) = (dump, trace) {
-                let dir = if segments.len() == 1 { root.to_path_buf() } else { root.join(format!("{i:03}")) };
-                dump::write_segment(&dir, &prompt, &prompt_text_token, &text_token, &trace, req.stream, self.constants.sample_rate)?;
+            if let Some(trace) = trace {
+                observer.sentence_done(&SentenceRecord {
+                    index: i,
+                    count: segments.len(),
+                    prompt: &prompt,
+                    prompt_text_token: &prompt_text_token,
+                    text_token: &text_token,
+                    trace: &trace,
+                    stream: req.stream,
+                    sample_rate: self.constants.sample_rate,
+                })?;
             }
         }
         Ok(summary)
@@ -366,12 +342,8 @@ impl Synthesizer {
         mut on_chunk: impl FnMut(&[f32]) -> Result<()> + Send,
     ) -> Result<Summary> {
         check_options(req.speed, req.stream)?;
+        crate::request::check_text_streaming(&req.voice)?;
         let p = plan(&req.voice.mode(), "", req.text_frontend);
-        if p.prompt_text.is_empty() {
-            return Err(Error::Input(
-                "text-in streaming needs a voice with a transcript (zero-shot) or an instruction: cross-lingual mode has no prompt text for <|endofprompt|>".into(),
-            ));
-        }
         let prompt_text_token = self.encode(&self.prompt_text_of(&p.prompt_text, req.text_frontend))?;
         let prompt = self.prompt_for(&req.voice)?;
         let mut state = RequestState {
@@ -393,7 +365,7 @@ impl Synthesizer {
             };
             chars += piece.chars().count();
             if chars > limit {
-                return Some(Err(Error::Input(format!(
+                return Some(Err(Error::invalid(format!(
                     "the streamed text has more than {limit} characters (limits.max_text_chars); split it, or raise the limit"
                 ))));
             }
@@ -405,7 +377,7 @@ impl Synthesizer {
         // Nothing is said before the first text token is there: a stream that closes empty (or
         // fails at once) is an error, not speech made from the prompt alone.
         let first = match tokens.next() {
-            None => return Err(Error::Input("the streamed text was empty: the input closed without any text to say".into())),
+            None => return Err(Error::invalid("the streamed text was empty: the input closed without any text to say")),
             Some(first) => first?,
         };
         let mut tokens = std::iter::once(Ok(first)).chain(tokens);
@@ -516,7 +488,7 @@ impl Synthesizer {
         let llm_failed = std::sync::atomic::AtomicBool::new(false);
         let t2w = TokenToWav {
             flow_front: &self.sessions.flow_front,
-            dit: &self.sessions.dit,
+            dit: self.sessions.dit.as_ref(),
             hift: &self.sessions.hift,
             prompt,
             noise: self.noise.view(),
@@ -534,7 +506,7 @@ impl Synthesizer {
             record: trace.is_some(),
             llm_failed: &llm_failed,
         };
-        let scheduler = &self.sessions.llm;
+        let llm = self.sessions.llm.as_ref();
         let sampler = &mut state.sampler;
         let (tok_tx, tok_rx) = crossbeam_channel::unbounded::<i64>();
         std::thread::scope(|scope| -> Result<usize> {
@@ -544,7 +516,7 @@ impl Synthesizer {
                 .map_err(|e| Error::Runtime(format!("cannot start the token-to-wav thread: {e}")))?;
             let outcome = (|| -> Result<crate::llm::DecodeOutcome> {
                 let _span = profiler.span("llm");
-                let mut step = scheduler.client(profiler)?;
+                let mut step = llm.step(profiler)?;
                 let mut emitted = 0usize;
                 let on_token = |t: i64| {
                     observer.llm_token(sentence, emitted, t);
@@ -552,9 +524,9 @@ impl Synthesizer {
                     tok_tx.send(t).is_ok() && !observer.cancelled()
                 };
                 let outcome = match (&input, text_source) {
-                    (Some(input), _) => decode_with(&mut step, input, embeddings, sampler, llm_constants, &options, profiler, on_token)?,
+                    (Some(input), _) => decode_with(step.as_mut(), input, embeddings, sampler, llm_constants, &options, profiler, on_token)?,
                     (None, Some(text)) => crate::llm::decode_bistream(
-                        &mut step,
+                        step.as_mut(),
                         embeddings,
                         sampler,
                         llm_constants,
@@ -619,8 +591,8 @@ fn load_f0(side: &SideFile) -> Result<F0Predictor> {
             .shape
             .as_slice()
             .try_into()
-            .map_err(|_| Error::Input(format!("hift.f0.condnet.{i}.weight has shape {:?}", w.shape)))?;
-        let w = ndarray::Array3::from_shape_vec((o, c, k), w.data).map_err(|e| Error::Input(format!("condnet.{i}: {e}")))?;
+            .map_err(|_| Error::invalid(format!("hift.f0.condnet.{i}.weight has shape {:?}", w.shape)))?;
+        let w = ndarray::Array3::from_shape_vec((o, c, k), w.data).map_err(|e| Error::invalid(format!("condnet.{i}: {e}")))?;
         weights.push((w, b.data));
     }
     let views: Vec<(ndarray::ArrayView3<f64>, &[f64])> = weights.iter().map(|(w, b)| (w.view(), b.as_slice())).collect();

@@ -53,7 +53,7 @@ impl Synthesizer {
             Voice::Saved { voice, .. } => {
                 voice.check_model(&self.voice_key, &self.model.root)?;
                 if voice.prompt_feat.ncols() != self.constants.mel_dim || voice.speech_token.is_empty() {
-                    return Err(Error::Input(format!("voice {:?}: stored features do not fit this model", voice.name)));
+                    return Err(Error::invalid(format!("voice {:?}: stored features do not fit this model", voice.name)));
                 }
                 Ok(PromptFeatures {
                     whisper_mel: Array2::zeros((0, 0)),
@@ -67,7 +67,7 @@ impl Synthesizer {
             }
             Voice::Recording { audio, label, .. } => self.prompt_features_of(audio, label),
             other => {
-                let wav = other.wav().ok_or_else(|| Error::Input("the voice has no prompt recording".into()))?;
+                let wav = other.wav().ok_or_else(|| Error::invalid("the voice has no prompt recording"))?;
                 self.prompt_features(wav)
             }
         }
@@ -99,7 +99,7 @@ impl Synthesizer {
         limits::check_finite(wav, "prompt mel", feat_raw.iter())?;
         let (speech_token, feat) = align_prompt(&speech_token_raw, &feat_raw);
         if speech_token.is_empty() {
-            return Err(Error::Input(format!("prompt audio {}: too short to give any speech token", wav.display())));
+            return Err(Error::invalid(format!("prompt audio {}: too short to give any speech token", wav.display())));
         }
         Ok(PromptFeatures { whisper_mel, speech_token_raw, speech_token, fbank, embedding, feat_raw, feat })
     }
@@ -109,7 +109,7 @@ impl Synthesizer {
 fn check_voice_args(name: &str, transcript: &str) -> Result<()> {
     crate::voice::check_name(name)?;
     if transcript.trim().is_empty() {
-        return Err(Error::Input("the transcript (--text) is empty; give the words spoken in the recording".into()));
+        return Err(Error::invalid("the transcript (--text) is empty; give the words spoken in the recording"));
     }
     Ok(())
 }

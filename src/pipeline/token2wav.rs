@@ -1,12 +1,11 @@
 //! The token-to-wav worker of one sentence: silent-token pruning, the streaming schedule, the flow
-//! (flow_front + the CFM solve through the engine's DiT batcher) and HiFT per chunk.
+//! (flow_front + the CFM solve through the [`DitStage`] it is given: the engine's DiT batcher) and HiFT per chunk.
 
 use std::sync::Mutex;
 
 use ndarray::{s, ArrayView2};
 
-use super::{lock, PromptFeatures, SegmentTrace, SynthesisObserver};
-use crate::engine::DitBatcher;
+use super::{lock, DitStage, PromptFeatures, SegmentTrace, SynthesisObserver};
 use crate::error::{Error, Result};
 use crate::flow::{build_cond, flow_front_tokens, solve_cfm, speed_interpolate, strip_prompt, CfmRequest, FlowChunk, StreamParams, StreamPlanner};
 use crate::hift::{F0Predictor, HiftStream, SourceGenerator};
@@ -25,7 +24,7 @@ pub(super) struct RequestState {
 /// The token-to-wav worker of one sentence.
 pub(super) struct TokenToWav<'a> {
     pub(super) flow_front: &'a Mutex<StageSession>,
-    pub(super) dit: &'a DitBatcher,
+    pub(super) dit: &'a dyn DitStage,
     pub(super) hift: &'a Mutex<StageSession>,
     pub(super) prompt: &'a PromptFeatures,
     pub(super) noise: ArrayView2<'a, f32>,
@@ -84,7 +83,7 @@ impl TokenToWav<'_> {
             return Err(Error::Cancelled);
         }
         if tokens.is_empty() {
-            return Err(Error::Input(format!(
+            return Err(Error::invalid(format!(
                 "{}: the LLM produced no speech tokens (it stopped at once); try other text",
                 self.sentence
             )));
@@ -134,7 +133,7 @@ impl TokenToWav<'_> {
             )));
         }
         if self.noise.ncols() < total {
-            return Err(Error::Input(format!(
+            return Err(Error::invalid(format!(
                 "{total} mel frames exceed the model's {}-frame flow noise; use shorter sentences",
                 self.noise.ncols()
             )));
@@ -142,8 +141,8 @@ impl TokenToWav<'_> {
         let cond = build_cond(self.prompt.feat.view(), total)?;
         let spks = ndarray::Array1::from_vec(spks);
         let request = CfmRequest { mu: mu.view(), spks: spks.view(), cond: cond.view(), noise: self.noise };
-        let mut estimator = self.dit.client(prof)?;
-        let mut solved = solve_cfm(&mut estimator, &[request], &c.cfm, chunk.block_frames as i64)?;
+        let mut estimator = self.dit.estimator(prof)?;
+        let mut solved = solve_cfm(estimator.as_mut(), &[request], &c.cfm, chunk.block_frames as i64)?;
         let mel_all = solved.pop().ok_or_else(|| Error::Runtime("flow solver returned nothing".into()))?;
         let mel = strip_prompt(mel_all.view(), prompt_frames)?;
         let mut new = mel.slice(s![.., chunk.first_new_frame..]).to_owned();

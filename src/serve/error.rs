@@ -57,12 +57,22 @@ impl ApiError {
         }
     }
 
-    /// An engine or library error as an API error: bad input is the client's (400), a full engine
-    /// is 429, everything else is the server's (500).
+    /// An engine or library error as an API error, by variant and input code (the library
+    /// checks, the server only maps): bad input is the client's (400; 404 for a voice that does
+    /// not exist, 409 for a name that is taken), a full engine is 429 (the caller adds
+    /// Retry-After), everything else is the server's (500).
     pub fn from_engine(err: cosy::Error) -> ApiError {
+        use cosy::error::InputCode;
         match err {
-            cosy::Error::Input(msg) => ApiError::bad_request("invalid_input", msg),
-            cosy::Error::Busy(msg) => ApiError::new(StatusCode::TOO_MANY_REQUESTS, "server_busy", msg),
+            cosy::Error::Input { code, param, message } => {
+                let status = match code {
+                    InputCode::VoiceNotFound => StatusCode::NOT_FOUND,
+                    InputCode::VoiceExists => StatusCode::CONFLICT,
+                    _ => StatusCode::BAD_REQUEST,
+                };
+                ApiError { param, ..ApiError::new(status, code.as_str(), message) }
+            }
+            cosy::Error::Busy(msg) => ApiError::new(StatusCode::TOO_MANY_REQUESTS, "server_busy", format!("the server is busy: {msg}")),
             cosy::Error::Cancelled => ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "cancelled", "the request was cancelled"),
             other => ApiError::internal(other.to_string()),
         }

@@ -2,9 +2,10 @@
 //!
 //! This module belongs to the binary: the library (`cosy::engine`) knows nothing of HTTP. The
 //! server listens at once (`/health` answers while the model loads), loads the engine on a
-//! blocking thread, warms it up, and only then says yes on `/ready`. Every synthesis passes
-//! [`Admission`]: at most `server.max_concurrent` run, at most `server.max_queue` wait, the rest
-//! get 429 with Retry-After. Audio leaves as it is made; a client that goes away cancels its
+//! blocking thread, warms it up, and only then says yes on `/ready`. Every synthesis passes the
+//! engine's one admission (`engine.max_in_flight` run, `engine.max_queue` wait): a refusal is
+//! 429 with Retry-After. The routes translate HTTP into the application layer's calls
+//! (`cosy::app`) and its typed errors into statuses; they decide nothing themselves. Audio leaves as it is made; a client that goes away cancels its
 //! request (the engine stops at the next token). SIGTERM or Ctrl-C: stop accepting, let the work
 //! in flight finish within `server.shutdown_grace_s`, exit.
 
@@ -26,13 +27,13 @@ use axum::middleware::{from_fn_with_state, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post};
 use axum::Router;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::sync::Semaphore;
 use tracing::Instrument;
 
 use cosy::config::Config;
 use cosy::engine::Engine;
+use cosy::app::voices::Voices;
 use cosy::profile::Profiler;
-use cosy::voice::VoiceStore;
 
 use error::ApiError;
 use metrics::Metrics;
@@ -50,9 +51,8 @@ pub struct AppState {
     profiler: Profiler,
     ready: AtomicBool,
     draining: AtomicBool,
-    pub admission: Admission,
     pub metrics: Metrics,
-    pub store: VoiceStore,
+    pub voices: Voices,
     next_id: AtomicU64,
     /// Syntheses and WebSocket sessions not yet finished (what a shutdown waits for).
     active: AtomicUsize,
@@ -67,23 +67,8 @@ pub struct RequestId(pub String);
 
 impl AppState {
     fn new(config: Config) -> AppState {
-        let max_concurrent = config.server.max_concurrent.min(config.engine.max_in_flight).max(1);
-        if max_concurrent < config.server.max_concurrent {
-            tracing::warn!(
-                "server.max_concurrent = {} is more than engine.max_in_flight = {}; using {max_concurrent}",
-                config.server.max_concurrent,
-                config.engine.max_in_flight
-            );
-        }
         AppState {
-            store: VoiceStore::new(&config.voices.dir),
-            admission: Admission {
-                slots: Arc::new(Semaphore::new(max_concurrent)),
-                max_concurrent,
-                waiting: AtomicUsize::new(0),
-                max_queue: config.server.max_queue,
-                retry_after: config.server.retry_after_s,
-            },
+            voices: Voices::new(&config),
             connection_slots: Arc::new(Semaphore::new(config.server.max_connections)),
             config,
             engine: OnceLock::new(),
@@ -128,53 +113,40 @@ impl AppState {
     /// Loads the model, then warms it up (one short synthesis with the default voice).
     fn load(&self) -> cosy::Result<()> {
         let started = Instant::now();
-        let mut synth = cosy::pipeline::Synthesizer::load(&self.config)?;
-        synth.set_profiler(self.profiler.clone());
-        let engine = Arc::new(Engine::from_synthesizer(synth, self.config.engine.max_in_flight));
-        tracing::info!("model {} loaded in {:.1} s", self.config.model_dir.display(), started.elapsed().as_secs_f64());
+        let mut builder = Engine::builder(&self.config).profiler(self.profiler.clone());
         if self.config.server.warmup {
-            self.warm_up(&engine);
+            match self.voices.resolve(cosy::app::voices::VoiceChoice::default(), None) {
+                Ok(voice) => {
+                    let mut warm_up = cosy::request::Request::new("Hello.", voice);
+                    warm_up.stream = true;
+                    builder = builder.warm_up(warm_up);
+                }
+                Err(e) => tracing::info!("warm-up skipped (server.warmup needs a usable default voice): {e}"),
+            }
         }
+        let engine = Arc::new(builder.build()?);
+        tracing::info!("model {} loaded in {:.1} s", self.config.model_dir.display(), started.elapsed().as_secs_f64());
         let _ = self.engine.set(engine);
         self.ready.store(true, Ordering::SeqCst);
         tracing::info!("ready");
         Ok(())
     }
 
-    fn warm_up(&self, engine: &Engine) {
-        let started = Instant::now();
-        let voice = match self.store.default_name(self.config.voices.default.as_deref()) {
-            Ok(Some((name, _))) => match self.store.load(&name) {
-                Ok(v) => v,
-                Err(e) => {
-                    tracing::warn!("warm-up skipped: default voice {name:?}: {e}");
-                    return;
-                }
-            },
-            _ => {
-                tracing::info!("warm-up skipped: no default voice (server.warmup needs one)");
-                return;
-            }
-        };
-        let request = cosy::pipeline::Request {
-            text: "Hello.".into(),
-            voice: cosy::pipeline::Voice::Saved { voice: Arc::new(voice), instruction: None },
-            text_frontend: true,
-            speed: 1.0,
-            seed: None,
-            stream: true,
-            ignore_stop_until: None,
-        };
-        match engine.submit(request).and_then(|h| h.wait()) {
-            Ok(_) => tracing::info!("warmed up in {:.2} s", started.elapsed().as_secs_f64()),
-            Err(e) => tracing::warn!("warm-up failed (the server still starts): {e}"),
+    /// An engine or library error as an API error, with Retry-After on 429 (counted as rejected).
+    pub fn api_error(&self, e: cosy::Error) -> ApiError {
+        let busy = matches!(e, cosy::Error::Busy(_));
+        let err = ApiError::from_engine(e);
+        if busy {
+            self.metrics.rejected.fetch_add(1, Ordering::Relaxed);
+            return err.retry_after(self.config.server.retry_after_s);
         }
+        err
     }
 
     fn gauges(&self) -> metrics::Gauges {
         let (llm, dit) = match self.engine.get() {
             Some(e) => {
-                let (l, d) = e.synthesizer().batch_stats();
+                let (l, d) = e.batch_stats();
                 (Some(l), Some(d))
             }
             None => (None, None),
@@ -182,10 +154,10 @@ impl AppState {
         metrics::Gauges {
             ready: self.ready.load(Ordering::Relaxed) && !self.draining.load(Ordering::Relaxed),
             draining: self.draining.load(Ordering::Relaxed),
-            in_flight: self.admission.max_concurrent - self.admission.slots.available_permits().min(self.admission.max_concurrent),
-            queued: self.admission.waiting.load(Ordering::Relaxed),
-            max_concurrent: self.admission.max_concurrent,
-            max_queue: self.admission.max_queue,
+            in_flight: self.engine.get().map_or(0, |e| e.in_flight()),
+            queued: self.engine.get().map_or(0, |e| e.queued()),
+            max_concurrent: self.config.engine.max_in_flight,
+            max_queue: self.config.engine.max_queue,
             connections: self.config.server.max_connections - self.connection_slots.available_permits(),
             stages: self.profiler.totals(),
             llm,
@@ -203,68 +175,13 @@ impl Drop for ActiveGuard {
     }
 }
 
-/// The synthesis slots and the queue in front of them.
-pub struct Admission {
-    slots: Arc<Semaphore>,
-    max_concurrent: usize,
-    waiting: AtomicUsize,
-    max_queue: usize,
-    retry_after: u64,
-}
-
-/// A synthesis slot; released when the engine's work for it has ended.
-pub struct Slot {
-    _permit: OwnedSemaphorePermit,
-    _active: ActiveGuard,
-}
-
-struct Waiting<'a>(&'a AtomicUsize);
-impl Drop for Waiting<'_> {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::SeqCst);
-    }
-}
-
-impl AppState {
-    /// A free slot now, or a place in the queue until one frees (or the deadline passes); 429
-    /// with Retry-After when the slots and the queue are full.
-    pub async fn admit(self: &Arc<Self>, deadline: tokio::time::Instant) -> Result<Slot, ApiError> {
-        let a = &self.admission;
-        if let Ok(permit) = a.slots.clone().try_acquire_owned() {
-            return Ok(Slot { _permit: permit, _active: self.track() });
-        }
-        if a.waiting.fetch_add(1, Ordering::SeqCst) >= a.max_queue {
-            a.waiting.fetch_sub(1, Ordering::SeqCst);
-            self.metrics.rejected.fetch_add(1, Ordering::Relaxed);
-            return Err(ApiError::new(
-                StatusCode::TOO_MANY_REQUESTS,
-                "server_busy",
-                format!(
-                    "the server is busy: {} requests are synthesising and {} waiting (server.max_concurrent, server.max_queue); retry after {} s",
-                    a.max_concurrent, a.max_queue, a.retry_after
-                ),
-            )
-            .retry_after(a.retry_after));
-        }
-        let _waiting = Waiting(&a.waiting);
-        match tokio::time::timeout_at(deadline, a.slots.clone().acquire_owned()).await {
-            Ok(Ok(permit)) => Ok(Slot { _permit: permit, _active: self.track() }),
-            Ok(Err(_)) => Err(ApiError::unavailable("shutting_down", "the server is shutting down")),
-            Err(_) => {
-                self.metrics.timeouts.fetch_add(1, Ordering::Relaxed);
-                Err(ApiError::timeout(self.config.server.request_timeout_s))
-            }
-        }
-    }
-}
-
 /// `cosy serve`: runs until SIGTERM or Ctrl-C and the drain that follows.
 pub fn run(mut config: Config, bind: Option<String>) -> anyhow::Result<()> {
     if let Some(b) = bind {
         config.set("server.bind", &cosy::config::RawValue::Text(b), &cosy::config::Origin::Flag("--bind".into()), None)?;
     }
     // What can be checked at once is, before the port opens (loading the graphs comes after).
-    VoiceStore::new(&config.voices.dir).check_dir()?;
+    Voices::new(&config).store().check_dir()?;
     cosy::model::ModelDir::open(&config.model_dir)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -2,7 +2,6 @@
 //! `ref_text`, `instructions`, `seed`), as JSON or multipart; the answer whole, as a stream of
 //! audio bytes, or as server-sent events.
 
-use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
@@ -13,14 +12,15 @@ use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Extension;
 use base64::Engine as _;
-use cosy::engine::{CancelToken, Engine, Event};
-use cosy::pipeline::Voice;
+use cosy::app::speech::{build_request, SpeechOptions};
+use cosy::app::voices::{Recording, VoiceChoice};
+use cosy::engine::{Engine, Event, RequestHandle};
+use cosy::request::{TestHooks, Voice};
 use serde::Deserialize;
-use tokio::sync::mpsc;
 
 use super::encode::AudioFormat;
 use super::error::ApiError;
-use super::{AppState, RequestId, Slot, SAMPLE_RATE};
+use super::{ActiveGuard, AppState, RequestId, SAMPLE_RATE};
 
 /// The fields a speech request may carry (JSON names; multipart uses the same names).
 #[derive(Debug, Default, Deserialize)]
@@ -44,6 +44,25 @@ pub struct SpeechParams {
     /// A style instruction (instruct mode), with `ref_audio` or a saved voice.
     pub instructions: Option<String>,
     pub seed: Option<u64>,
+    /// Test hooks, accepted only when the server runs with `debug.test_hooks = true` (tests).
+    pub cosy_test: Option<TestHooksParams>,
+}
+
+/// `cosy_test`: the test hooks of a request (docs/server.md, "For tests").
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TestHooksParams {
+    /// Hold the request after its first audio until the client hangs up (or it times out).
+    #[serde(default)]
+    pub hold_after_first_audio: bool,
+    /// Decode exactly this many speech tokens per sentence.
+    pub min_tokens: Option<usize>,
+}
+
+/// The test hooks of a request; the engine refuses them (one rule, one message) unless the server
+/// runs with `debug.test_hooks`.
+pub fn test_hooks_of(p: Option<TestHooksParams>) -> TestHooks {
+    p.map(|p| TestHooks { hold_after_first_audio: p.hold_after_first_audio, min_tokens: p.min_tokens }).unwrap_or_default()
 }
 
 /// A checked request, ready for the engine (but for the voice, resolved on a blocking thread).
@@ -55,12 +74,17 @@ pub struct Plan {
     pub sse: bool,
     pub seed: Option<u64>,
     pub voice: VoiceSpec,
+    pub test_hooks: TestHooks,
 }
 
-/// Where the voice comes from.
-pub enum VoiceSpec {
-    Recording { bytes: Vec<u8>, ref_text: Option<String>, instructions: Option<String> },
-    Saved { name: String, instructions: Option<String> },
+/// What the request says of its voice, as received (the recording still encoded).
+#[derive(Debug, Default)]
+pub struct VoiceSpec {
+    /// A saved voice; `None` = the default ("default", or no `voice`).
+    pub name: Option<String>,
+    pub recording: Option<Vec<u8>>,
+    pub transcript: Option<String>,
+    pub instruction: Option<String>,
 }
 
 pub async fn handle(State(state): State<Arc<AppState>>, Extension(id): Extension<RequestId>, req: Request) -> Response {
@@ -83,17 +107,13 @@ async fn speech(state: &Arc<AppState>, id: &RequestId, req: Request, started: In
         .map_err(|_| ApiError::timeout(state.config.server.request_timeout_s))??;
     let plan = check(state, params, upload)?;
     let voice = resolve_voice(state, plan.voice).await?;
-    let request = cosy::pipeline::Request {
-        text: plan.text,
-        voice,
-        text_frontend: true,
-        speed: plan.speed,
-        seed: plan.seed,
-        stream: plan.stream,
-        ignore_stop_until: None,
-    };
-    let slot = state.admit(deadline).await?;
-    let mut running = start(state, &engine, request, slot)?;
+    let mut options = SpeechOptions::new(plan.text, voice, false);
+    options.speed = plan.speed;
+    options.stream = Some(plan.stream);
+    options.seed = plan.seed;
+    options.test_hooks = plan.test_hooks;
+    let request = build_request(&state.config, options).map_err(|e| state.api_error(e))?;
+    let mut running = start(state, &engine, request)?;
     tracing::debug!("submitted after {:.1} ms", started.elapsed().as_secs_f64() * 1e3);
     // The first event decides the status: a request that fails before any audio gets a real
     // error status even when streamed.
@@ -256,12 +276,15 @@ pub fn multipart_error(e: axum::extract::multipart::MultipartError, limit: usize
     ApiError::bad_request("invalid_multipart", format!("multipart body: {}", e.body_text()))
 }
 
-/// Everything that can be checked without the model.
+/// Reads the HTTP-only parts of a request (format, stream format, where the voice comes from);
+/// the rules every front end shares (text, speed, streaming, voices) are the application
+/// layer's, applied when the request is built.
 fn check(state: &AppState, p: SpeechParams, upload: Option<Vec<u8>>) -> Result<Plan, ApiError> {
     let Some(text) = p.input else {
         return Err(ApiError::bad_request("missing_input", "the field `input` (the text to say) is missing").param("input"));
     };
-    check_text(&text, state.config.limits.max_text_chars).map_err(|e| e.param("input"))?;
+    // The text rules before any audio is decoded (a bad text costs nothing).
+    cosy::app::speech::check_text(&state.config, &text).map_err(ApiError::from_engine)?;
     let format = AudioFormat::parse(p.response_format.as_deref().unwrap_or("wav"))?;
     let sse = match p.stream_format.as_deref().map(str::trim) {
         None | Some("audio") => false,
@@ -273,21 +296,7 @@ fn check(state: &AppState, p: SpeechParams, upload: Option<Vec<u8>>) -> Result<P
     };
     let stream = p.stream.unwrap_or(sse);
     let speed = p.speed.unwrap_or(1.0);
-    cosy::pipeline::check_speed(speed)
-        .map_err(|_| {
-            ApiError::bad_request(
-                "invalid_speed",
-                format!("speed {speed} is out of range: use 0.5 to 2.0 (1 = normal; the OpenAI range 0.25-4.0 is wider than this model's)"),
-            )
-        })
-        .map_err(|e| e.param("speed"))?;
-    if stream && speed != 1.0 {
-        return Err(ApiError::bad_request(
-            "invalid_speed",
-            "speed works only without streaming (the streaming schedule cannot time-stretch; the official code refuses it too): drop stream or speed",
-        )
-        .param("speed"));
-    }
+    cosy::request::check_options(speed, stream).map_err(ApiError::from_engine)?;
     if (stream || sse) && format == AudioFormat::Flac {
         return Err(ApiError::bad_request(
             "unsupported_response_format",
@@ -295,68 +304,32 @@ fn check(state: &AppState, p: SpeechParams, upload: Option<Vec<u8>>) -> Result<P
         )
         .param("response_format"));
     }
-    if p.ref_text.is_some() && p.instructions.is_some() {
-        return Err(ApiError::bad_request(
-            "conflicting_fields",
-            "give ref_text (zero-shot: what ref_audio says) or instructions (instruct mode), not both",
-        )
-        .param("instructions"));
-    }
-    for (field, value) in [("ref_text", &p.ref_text), ("instructions", &p.instructions)] {
-        if let Some(v) = value {
-            if v.trim().is_empty() {
-                return Err(ApiError::bad_request("invalid_input", format!("{field} is empty; leave it out or give the text")));
-            }
-            if v.chars().count() > state.config.limits.max_text_chars {
-                return Err(ApiError::bad_request(
-                    "text_too_long",
-                    format!("{field} is longer than limits.max_text_chars = {}", state.config.limits.max_text_chars),
-                ));
-            }
-        }
-    }
-    let audio = match (upload, &p.ref_audio) {
+    let recording = match (upload, &p.ref_audio) {
         (Some(bytes), _) => Some(bytes),
         (None, Some(data)) => Some(decode_data_url(data)?),
         (None, None) => None,
     };
-    let voice = match audio {
-        Some(bytes) => VoiceSpec::Recording { bytes, ref_text: p.ref_text, instructions: p.instructions },
-        None => {
-            if p.ref_text.is_some() {
-                return Err(ApiError::bad_request("missing_ref_audio", "ref_text describes ref_audio, which is missing; send both")
-                    .param("ref_audio"));
-            }
-            let name = voice_name(p.voice)?;
-            VoiceSpec::Saved { name, instructions: p.instructions }
-        }
+    let name = match recording {
+        Some(_) => None,
+        None => voice_name(p.voice)?,
     };
     let _ = p.model;
-    Ok(Plan { text, format, speed, stream, sse, seed: p.seed, voice })
+    let test_hooks = test_hooks_of(p.cosy_test);
+    let voice = VoiceSpec { name, recording, transcript: p.ref_text, instruction: p.instructions };
+    Ok(Plan { text, format, speed, stream, sse, seed: p.seed, voice, test_hooks })
 }
 
-/// The text rules of the command line, as 400s.
-pub fn check_text(text: &str, max_chars: usize) -> Result<(), ApiError> {
-    cosy::pipeline::check_speakable(text).map_err(|e| ApiError::bad_request("invalid_input", format!("input: {e}")))?;
-    let n = text.chars().count();
-    if n > max_chars {
-        return Err(ApiError::bad_request(
-            "text_too_long",
-            format!("input has {n} characters, more than limits.max_text_chars = {max_chars}; split it into several requests"),
-        ));
-    }
-    Ok(())
-}
-
-/// `voice` as a name: a string, or an object with an `id` (newer OpenAI clients); absent = "default".
-pub fn voice_name(v: Option<serde_json::Value>) -> Result<String, ApiError> {
+/// `voice` as a name: a string, or an object with an `id` (newer OpenAI clients); absent or
+/// "default" = the default voice (`None`).
+pub fn voice_name(v: Option<serde_json::Value>) -> Result<Option<String>, ApiError> {
     let bad = || ApiError::bad_request("invalid_voice", "voice must be a saved voice's name (a string) or {\"id\": NAME}").param("voice");
-    match v {
-        None | Some(serde_json::Value::Null) => Ok("default".into()),
-        Some(serde_json::Value::String(s)) => Ok(s),
-        Some(serde_json::Value::Object(o)) => o.get("id").and_then(|i| i.as_str()).map(str::to_string).ok_or_else(bad),
-        Some(_) => Err(bad()),
-    }
+    let name = match v {
+        None | Some(serde_json::Value::Null) => return Ok(None),
+        Some(serde_json::Value::String(s)) => s,
+        Some(serde_json::Value::Object(o)) => o.get("id").and_then(|i| i.as_str()).map(str::to_string).ok_or_else(bad)?,
+        Some(_) => return Err(bad()),
+    };
+    Ok((name != "default").then_some(name))
 }
 
 /// A base64 data URL (`data:audio/wav;base64,...`) or bare base64, decoded. URLs are refused:
@@ -395,109 +368,49 @@ pub fn decode_data_url(data: &str) -> Result<Vec<u8>, ApiError> {
     Ok(bytes)
 }
 
-/// The voice, on a blocking thread (decoding a recording, reading a voice file).
+/// The voice, through the application layer, on a blocking thread (decoding a recording,
+/// reading a voice file).
 pub async fn resolve_voice(state: &Arc<AppState>, spec: VoiceSpec) -> Result<Voice, ApiError> {
     let state = state.clone();
-    tokio::task::spawn_blocking(move || resolve_voice_now(&state, spec))
-        .await
-        .map_err(|e| ApiError::internal(format!("voice: {e}")))?
+    tokio::task::spawn_blocking(move || -> Result<Voice, ApiError> {
+        let key = state.engine()?.voice_key().to_string();
+        let recording = spec.recording.map(|bytes| Recording::from_bytes("ref_audio", bytes)).transpose().map_err(ApiError::from_engine)?;
+        let choice = VoiceChoice { name: spec.name, recording, transcript: spec.transcript, instruction: spec.instruction };
+        state.voices.resolve(choice, Some(&key)).map_err(ApiError::from_engine)
+    })
+    .await
+    .map_err(|e| ApiError::internal(format!("voice: {e}")))?
 }
 
-fn resolve_voice_now(state: &AppState, spec: VoiceSpec) -> Result<Voice, ApiError> {
-    match spec {
-        VoiceSpec::Recording { bytes, ref_text, instructions } => {
-            let label = PathBuf::from("ref_audio");
-            let audio = cosy::frontend::audio::decode_bytes(&label, bytes)
-                .map_err(|e| ApiError::bad_request("invalid_ref_audio", e.to_string()).param("ref_audio"))?;
-            cosy::frontend::audio::check_length(&audio, &label, cosy::frontend::audio::MAX_TOKENIZER_SECONDS)
-                .map_err(|e| ApiError::bad_request("invalid_ref_audio", e.to_string()).param("ref_audio"))?;
-            Ok(Voice::Recording { audio: Arc::new(audio), label, transcript: ref_text, instruction: instructions })
-        }
-        VoiceSpec::Saved { name, instructions } => {
-            let voice = load_saved_voice(state, &name)?;
-            Ok(Voice::Saved { voice: Arc::new(voice), instruction: instructions })
-        }
-    }
-}
-
-/// A saved voice by name ("default" = the configured default): 404 names an unknown one.
-pub fn load_saved_voice(state: &AppState, name: &str) -> Result<cosy::voice::SavedVoice, ApiError> {
-    let store = &state.store;
-    let name = if name == "default" {
-        match store.default_name(state.config.voices.default.as_deref()) {
-            Ok(Some((n, _))) => n,
-            Ok(None) => {
-                return Err(ApiError::not_found(
-                    "voice_not_found",
-                    "voice \"default\": no default voice is set; save one (POST /v1/audio/voices with default=true), name a saved voice, or send ref_audio",
-                )
-                .param("voice"))
-            }
-            Err(e) => return Err(ApiError::internal(e.to_string())),
-        }
-    } else {
-        name.to_string()
-    };
-    cosy::voice::check_name(&name).map_err(|e| ApiError::bad_request("invalid_voice", e.to_string()).param("voice"))?;
-    if !store.path_of(&name).is_file() {
-        let names = store.names().unwrap_or_default();
-        let have = if names.is_empty() { "there are no saved voices".to_string() } else { format!("saved voices: {}", names.join(", ")) };
-        return Err(ApiError::not_found("voice_not_found", format!("voice {name:?} not found; {have} (or send ref_audio)")).param("voice"));
-    }
-    let voice = store.load(&name).map_err(|e| ApiError::internal(format!("voice {name:?}: {e}")))?;
-    let engine = state.engine()?;
-    voice
-        .check_model(engine.synthesizer().voice_key(), &state.config.model_dir)
-        .map_err(|e| ApiError::bad_request("voice_model_mismatch", e.to_string()).param("voice"))?;
-    Ok(voice)
-}
-
-/// A request running in the engine: its events arrive on `rx`; dropping it cancels the request.
+/// A request in the engine, awaited from the async side (no thread of its own); dropping it
+/// cancels the request.
 pub struct Running {
-    rx: mpsc::Receiver<Event>,
-    guard: CancelOnDrop,
-}
-
-/// Cancels the engine request when the client's side goes away first.
-struct CancelOnDrop {
-    token: CancelToken,
+    handle: RequestHandle,
     finished: bool,
     state: Arc<AppState>,
+    /// Counts the request for the shutdown until it is dropped.
+    _active: ActiveGuard,
 }
 
-impl Drop for CancelOnDrop {
+impl Drop for Running {
     fn drop(&mut self) {
         if !self.finished {
-            self.token.cancel();
+            self.handle.cancel();
             self.state.metrics.cancelled.fetch_add(1, Ordering::Relaxed);
             tracing::info!("client gone: request cancelled");
         }
     }
 }
 
-/// Submits `request`; a blocking thread carries its events to the async side and holds the slot
-/// until the engine has let go of the request.
-pub fn start(state: &Arc<AppState>, engine: &Arc<Engine>, request: cosy::pipeline::Request, slot: Slot) -> Result<Running, ApiError> {
-    let handle = engine.try_submit(request).map_err(ApiError::from_engine)?;
-    Ok(follow(state, handle, slot))
+/// Submits `request` to the engine (its one admission: 429 when every slot and queue place is taken).
+pub fn start(state: &Arc<AppState>, engine: &Arc<Engine>, request: cosy::request::Request) -> Result<Running, ApiError> {
+    let handle = engine.submit(request).map_err(|e| state.api_error(e))?;
+    Ok(follow(state, handle))
 }
 
-/// Carries a started request's events to the async side (see [`start`]).
-pub fn follow(state: &Arc<AppState>, mut handle: cosy::engine::RequestHandle, slot: Slot) -> Running {
-    let token = handle.cancel_token();
-    let (tx, rx) = mpsc::channel::<Event>(8);
-    tokio::task::spawn_blocking(move || {
-        let _slot = slot;
-        while let Some(event) = handle.next_event() {
-            if tx.blocking_send(event).is_err() {
-                handle.cancel();
-                // Drain so the slot frees only once the engine has stopped.
-                while handle.next_event().is_some() {}
-                break;
-            }
-        }
-    });
-    Running { rx, guard: CancelOnDrop { token, finished: false, state: state.clone() } }
+/// Follows a started request's events from the async side.
+pub fn follow(state: &Arc<AppState>, handle: RequestHandle) -> Running {
+    Running { handle, finished: false, _active: state.track(), state: state.clone() }
 }
 
 impl Running {
@@ -511,25 +424,25 @@ impl Running {
 
     /// The next chunk, `None` when the request is done.
     pub async fn next_or_done(&mut self, deadline: tokio::time::Instant) -> Result<Option<Vec<f32>>, ApiError> {
-        match tokio::time::timeout_at(deadline, self.rx.recv()).await {
+        match tokio::time::timeout_at(deadline, self.handle.next_event_async()).await {
             Err(_) => {
                 // Stopped by the server, not by the client: cancel it here, counted as a timeout.
-                self.guard.token.cancel();
-                self.guard.finished = true;
-                self.guard.state.metrics.timeouts.fetch_add(1, Ordering::Relaxed);
-                Err(ApiError::timeout(self.guard.state.config.server.request_timeout_s))
+                self.handle.cancel();
+                self.finished = true;
+                self.state.metrics.timeouts.fetch_add(1, Ordering::Relaxed);
+                Err(ApiError::timeout(self.state.config.server.request_timeout_s))
             }
             Ok(Some(Event::Audio(chunk))) => Ok(Some(chunk)),
             Ok(Some(Event::Done(_))) => {
-                self.guard.finished = true;
+                self.finished = true;
                 Ok(None)
             }
             Ok(Some(Event::Failed(e))) => {
-                self.guard.finished = true;
-                Err(ApiError::from_engine(e))
+                self.finished = true;
+                Err(self.state.api_error(e))
             }
             Ok(None) => {
-                self.guard.finished = true;
+                self.finished = true;
                 Err(ApiError::internal("the request ended without a result"))
             }
         }

@@ -1,9 +1,9 @@
 //! Saved voices over HTTP: the same files as `cosy voice add|list|rm` (the voices folder, which
 //! replicas may share on one volume).
 
-use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Instant;
+
+use cosy::app::voices::Recording;
 
 use axum::extract::{FromRequest, Multipart, Path, Request, State};
 use axum::http::{header, StatusCode};
@@ -18,22 +18,22 @@ use super::AppState;
 pub async fn list(State(state): State<Arc<AppState>>) -> Response {
     let st = state.clone();
     let listed = tokio::task::spawn_blocking(move || -> Result<serde_json::Value, ApiError> {
-        let store = &st.store;
-        let names = store.names().map_err(|e| ApiError::internal(e.to_string()))?;
-        let default = store.default_name(st.config.voices.default.as_deref()).ok().flatten().map(|(n, _)| n);
-        let key = st.engine.get().map(|e| e.synthesizer().voice_key().to_string());
-        let data: Vec<serde_json::Value> = names
+        let key = st.engine.get().map(|e| e.voice_key().to_string());
+        let entries = st.voices.list(key.as_deref()).map_err(ApiError::from_engine)?;
+        let default = entries.iter().find(|e| e.is_default).map(|e| e.name.clone());
+        let names: Vec<&str> = entries.iter().map(|e| e.name.as_str()).collect();
+        let data: Vec<serde_json::Value> = entries
             .iter()
-            .map(|name| match store.load(name) {
+            .map(|e| match &e.voice {
                 Ok(v) => serde_json::json!({
-                    "name": name,
+                    "name": e.name,
                     "transcript": v.transcript,
-                    "seconds": v.speech_token.len() as f64 / 25.0,
+                    "seconds": cosy::app::voices::voice_seconds(v),
                     "created": v.created,
-                    "default": default.as_deref() == Some(name.as_str()),
-                    "usable": key.as_deref().map(|k| k == v.model_key),
+                    "default": e.is_default,
+                    "usable": e.fits_model,
                 }),
-                Err(e) => serde_json::json!({ "name": name, "usable": false, "error": e.to_string() }),
+                Err(problem) => serde_json::json!({ "name": e.name, "usable": false, "error": problem }),
             })
             .collect();
         Ok(serde_json::json!({ "object": "list", "voices": names, "default": default, "data": data }))
@@ -107,7 +107,6 @@ async fn create_voice(state: &Arc<AppState>, req: Request) -> Result<Response, A
     let Some(name) = form.name.filter(|n| !n.is_empty()) else {
         return Err(ApiError::bad_request("missing_name", "the voice's `name` is missing").param("name"));
     };
-    cosy::voice::check_name(&name).map_err(|e| ApiError::bad_request("invalid_voice_name", e.to_string()).param("name"))?;
     if name == "default" {
         return Err(ApiError::bad_request(
             "invalid_voice_name",
@@ -127,37 +126,24 @@ async fn create_voice(state: &Arc<AppState>, req: Request) -> Result<Response, A
     };
     let overwrite = form.overwrite.unwrap_or(false);
     let make_default = form.default.unwrap_or(false);
-    if state.store.path_of(&name).exists() && !overwrite {
-        return Err(ApiError::new(
-            StatusCode::CONFLICT,
-            "voice_exists",
-            format!("voice {name:?} already exists; DELETE /v1/audio/voices/{name} first, or send overwrite=true"),
-        )
-        .param("name"));
-    }
-    let deadline = state.request_deadline(Instant::now());
-    let slot = state.admit(deadline).await?;
+    // Name, transcript and a taken name are refused before the upload is decoded.
+    state.voices.check_new(&name, &transcript, overwrite).map_err(ApiError::from_engine)?;
     let st = state.clone();
     let made = tokio::task::spawn_blocking(move || -> Result<serde_json::Value, ApiError> {
-        let _slot = slot;
-        let label = PathBuf::from("audio_sample");
-        let audio = cosy::frontend::audio::decode_bytes(&label, bytes)
-            .map_err(|e| ApiError::bad_request("invalid_audio", e.to_string()).param("audio_sample"))?;
-        cosy::frontend::audio::check_length(&audio, &label, cosy::frontend::audio::MAX_TOKENIZER_SECONDS)
-            .map_err(|e| ApiError::bad_request("invalid_audio", e.to_string()).param("audio_sample"))?;
-        let voice = engine.synthesizer().make_voice_from(&name, &audio, &label, &transcript).map_err(ApiError::from_engine)?;
-        st.store.save(&voice, overwrite).map_err(|e| match e {
-            cosy::Error::Input(m) if m.contains("already exists") => ApiError::new(StatusCode::CONFLICT, "voice_exists", m).param("name"),
-            other => ApiError::internal(other.to_string()),
-        })?;
-        if make_default {
-            st.store.set_default(&name).map_err(|e| ApiError::internal(e.to_string()))?;
-        }
+        let _active = st.track();
+        // The upload is the HTTP API's `audio_sample`: errors about it name that field.
+        let about_upload = |err: ApiError| match err.param {
+            Some("ref_audio") => ApiError { code: "invalid_audio", ..err }.param("audio_sample"),
+            _ => err,
+        };
+        let recording = Recording::from_bytes("audio_sample", bytes).map_err(|e| about_upload(ApiError::from_engine(e)))?;
+        let (voice, _) =
+            st.voices.add(&engine, &name, &recording, &transcript, overwrite, make_default).map_err(|e| about_upload(st.api_error(e)))?;
         tracing::info!("saved voice {name} ({} prompt tokens)", voice.speech_token.len());
         Ok(serde_json::json!({
             "name": name,
             "transcript": voice.transcript,
-            "seconds": voice.speech_token.len() as f64 / 25.0,
+            "seconds": cosy::app::voices::voice_seconds(&voice),
             "created": voice.created,
             "default": make_default,
         }))
@@ -169,20 +155,11 @@ async fn create_voice(state: &Arc<AppState>, req: Request) -> Result<Response, A
 
 /// `DELETE /v1/audio/voices/{name}`
 pub async fn remove(State(state): State<Arc<AppState>>, Path(name): Path<String>) -> Response {
-    let removed = (|| -> Result<serde_json::Value, ApiError> {
-        cosy::voice::check_name(&name).map_err(|e| ApiError::bad_request("invalid_voice_name", e.to_string()))?;
-        if !state.store.path_of(&name).is_file() {
-            return Err(ApiError::not_found("voice_not_found", format!("voice {name:?} not found")));
+    match state.voices.remove(&name) {
+        Ok(_) => {
+            tracing::info!("removed voice {name}");
+            axum::Json(serde_json::json!({ "name": name, "deleted": true })).into_response()
         }
-        state.store.remove(&name).map_err(|e| ApiError::internal(e.to_string()))?;
-        if state.store.folder_default().ok().flatten().as_deref() == Some(name.as_str()) {
-            state.store.clear_default().map_err(|e| ApiError::internal(e.to_string()))?;
-        }
-        tracing::info!("removed voice {name}");
-        Ok(serde_json::json!({ "name": name, "deleted": true }))
-    })();
-    match removed {
-        Ok(v) => axum::Json(v).into_response(),
-        Err(e) => e.into_response(),
+        Err(e) => ApiError::from_engine(e).into_response(),
     }
 }

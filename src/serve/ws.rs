@@ -27,7 +27,7 @@ use serde::Deserialize;
 use tokio::sync::mpsc;
 
 use super::error::ApiError;
-use super::speech::{check_text, decode_data_url, resolve_voice, voice_name, Finish, Running, VoiceSpec};
+use super::speech::{decode_data_url, resolve_voice, voice_name, Finish, Running, VoiceSpec};
 use super::{AppState, RequestId, SAMPLE_RATE};
 
 pub async fn handle(
@@ -174,22 +174,11 @@ async fn run_session(
             .param("response_format"))
         }
     }
-    if config.ref_text.is_some() && config.instructions.is_some() {
-        return Err(ApiError::bad_request("conflicting_fields", "give ref_text or instructions, not both"));
-    }
-    let spec = match &config.ref_audio {
-        Some(data) => VoiceSpec::Recording {
-            bytes: decode_data_url(data)?,
-            ref_text: config.ref_text.clone(),
-            instructions: config.instructions.clone(),
-        },
-        None if config.ref_text.is_some() => {
-            return Err(ApiError::bad_request("missing_ref_audio", "ref_text describes ref_audio, which is missing"))
-        }
-        None => VoiceSpec::Saved { name: voice_name(config.voice.clone())?, instructions: config.instructions.clone() },
-    };
+    let recording = config.ref_audio.as_deref().map(decode_data_url).transpose()?;
+    let name = if recording.is_some() { None } else { voice_name(config.voice.clone())? };
+    let spec = VoiceSpec { name, recording, transcript: config.ref_text.clone(), instruction: config.instructions.clone() };
     let voice = resolve_voice(state, spec).await?;
-    let has_prompt_text = !matches!(&voice, cosy::pipeline::Voice::Recording { transcript: None, instruction: None, .. });
+    let has_prompt_text = cosy::app::speech::can_stream_text(&voice, 1.0);
     let bistream = match config.text_streaming.as_deref().map(str::trim) {
         None => has_prompt_text,
         Some("bistream") if has_prompt_text => true,
@@ -232,17 +221,11 @@ async fn run_session(
                 let engine = state.engine()?;
                 let started = Instant::now();
                 let deadline = state.request_deadline(started);
-                let slot = state.admit(deadline).await?;
-                let request = cosy::pipeline::Request {
-                    text: text.clone(),
-                    voice: voice.clone(),
-                    text_frontend: true,
-                    speed: 1.0,
-                    seed: config.seed,
-                    stream: true,
-                    ignore_stop_until: None,
-                };
-                let running = super::speech::start(state, &engine, request, slot)?;
+                let _ = deadline;
+                let mut options = cosy::app::speech::SpeechOptions::new(text.clone(), voice.clone(), true);
+                options.seed = config.seed;
+                let request = cosy::app::speech::build_request(&state.config, options).map_err(|e| state.api_error(e))?;
+                let running = super::speech::start(state, &engine, request)?;
                 send(sink, event(serde_json::json!({ "type": "audio.start", "segment": segment_count, "text": text }))).await?;
                 let finish = Finish { state: state.clone(), started, ttfb: 0.0, id: id.to_string() };
                 current = Some((running, segment_count, 0, finish));
@@ -271,7 +254,7 @@ async fn run_session(
                         if let Some(end) = cosy::frontend::text::settled_end(&buffer) {
                             let settled: String = buffer.drain(..end).collect();
                             // Text with nothing to say (only punctuation) joins the next segment.
-                            if cosy::pipeline::check_speakable(&settled).is_ok() {
+                            if cosy::request::check_speakable(&settled).is_ok() {
                                 segments.push_back(settled);
                             } else {
                                 buffer.insert_str(0, &settled);
@@ -281,10 +264,10 @@ async fn run_session(
                     Incoming::Done => {
                         input_done = true;
                         let rest = std::mem::take(&mut buffer);
-                        if cosy::pipeline::check_speakable(&rest).is_ok() {
+                        if cosy::request::check_speakable(&rest).is_ok() {
                             segments.push_back(rest);
                         } else if segment_count == 0 && segments.is_empty() {
-                            check_text(&rest, max_chars)?;
+                            cosy::app::speech::check_text(&state.config, &rest).map_err(ApiError::from_engine)?;
                         }
                     }
                 }
@@ -357,7 +340,7 @@ async fn run_bistream(
     client: &mut mpsc::Receiver<Result<ClientMessage, ApiError>>,
     state: &Arc<AppState>,
     id: &str,
-    voice: cosy::pipeline::Voice,
+    voice: cosy::request::Voice,
     seed: Option<u64>,
     options: cosy::engine::BistreamOptions,
 ) -> Result<(), ApiError> {
@@ -365,18 +348,11 @@ async fn run_bistream(
     let max_chars = state.config.limits.max_text_chars;
     let engine = state.engine()?;
     let started = Instant::now();
-    let slot = state.admit(state.request_deadline(started)).await?;
-    let request = cosy::pipeline::Request {
-        text: String::new(),
-        voice,
-        text_frontend: true,
-        speed: 1.0,
-        seed,
-        stream: true,
-        ignore_stop_until: None,
-    };
-    let (feed, handle) = engine.try_submit_bistream(request, options, None).map_err(ApiError::from_engine)?;
-    let mut running = super::speech::follow(state, handle, slot);
+    let mut speech = cosy::app::speech::SpeechOptions::new(String::new(), voice, true);
+    speech.seed = seed;
+    let request = cosy::app::speech::build_streaming_request(speech).map_err(|e| state.api_error(e))?;
+    let (feed, handle) = engine.submit_bistream(request, options, None).map_err(|e| state.api_error(e))?;
+    let mut running = super::speech::follow(state, handle);
     let mut feed = Some(feed);
     let mut finish = Finish { state: state.clone(), started, ttfb: 0.0, id: id.to_string() };
     let mut received_chars = 0usize;

@@ -278,7 +278,7 @@ fn speed_outside_half_to_double_is_refused_with_the_range() {
         let help = String::from_utf8_lossy(&o.stdout).replace('\n', " ");
         assert!(help.contains("0.5 to 2.0"), "{cmd} --help does not give the speed range: {help}");
     }
-    assert!(cosy::pipeline::check_speed(0.5).is_ok() && cosy::pipeline::check_speed(2.0).is_ok());
+    assert!(cosy::request::check_speed(0.5).is_ok() && cosy::request::check_speed(2.0).is_ok());
 }
 
 #[test]
@@ -306,8 +306,8 @@ fn invisible_and_emoji_only_texts_are_refused_accurately() {
         refused(&o, &format!("file {text:?}"), &["nothing speakable", "emoji"]);
     }
     // Words with invisible characters in them are speech.
-    assert!(cosy::pipeline::check_speakable("a\u{200B}b").is_ok());
-    assert!(cosy::pipeline::check_speakable("1️⃣").is_ok());
+    assert!(cosy::request::check_speakable("a\u{200B}b").is_ok());
+    assert!(cosy::request::check_speakable("1️⃣").is_ok());
     assert!(!dir.join("o.wav").exists());
 }
 

@@ -23,6 +23,16 @@ pub struct Server {
     pub log: Arc<Mutex<String>>,
 }
 
+/// A WebSocket client connected to `url` whose reads give up after 60 s (a hang guard: a server
+/// that stops answering fails the test instead of hanging CI).
+pub fn ws_connect(url: &str) -> (tungstenite::WebSocket<tungstenite::stream::MaybeTlsStream<TcpStream>>, tungstenite::handshake::client::Response) {
+    let (ws, response) = tungstenite::connect(url).unwrap_or_else(|e| panic!("connect {url}: {e}"));
+    if let tungstenite::stream::MaybeTlsStream::Plain(s) = ws.get_ref() {
+        s.set_read_timeout(Some(Duration::from_secs(60))).expect("read timeout");
+    }
+    (ws, response)
+}
+
 /// The tiny model, a voices folder with a default voice "me", and these `--set` pairs.
 pub fn start_server(settings: &[&str]) -> Server {
     start_server_with(&fixture_model(), settings)

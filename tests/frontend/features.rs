@@ -92,7 +92,7 @@ fn write_wav_i16(path: &Path, rate: u32, channels: u16, samples: &[i16]) {
 
 fn expect_input_error(path: &Path, needle: &str) {
     match load_audio(path) {
-        Err(cosy::Error::Input(msg)) => {
+        Err(cosy::Error::Input { message: msg, .. }) => {
             assert!(msg.contains(needle), "message {msg:?} lacks {needle:?}");
             assert!(msg.contains(&path.display().to_string()), "message {msg:?} does not name the file");
             assert!(!msg.contains('\n'), "message is not one line: {msg:?}");
@@ -150,7 +150,7 @@ fn bad_inputs_give_clear_errors() {
     write_wav_i16(&long, 16000, 1, &long_tone);
     assert!(load_at(&long, 16000, None).is_ok());
     match load_at(&long, 16000, Some(MAX_TOKENIZER_SECONDS)) {
-        Err(cosy::Error::Input(msg)) => assert!(msg.contains("at most 30 s"), "{msg}"),
+        Err(cosy::Error::Input { message: msg, .. }) => assert!(msg.contains("at most 30 s"), "{msg}"),
         other => panic!("expected a length error, got {other:?}"),
     }
 }

@@ -10,7 +10,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use cosy::config::{Config, LoadOptions};
-use cosy::pipeline::{Request, SynthesisObserver, Synthesizer, Voice};
+use cosy::engine::{BistreamOptions, Engine};
+use cosy::request::{Request, SynthesisObserver, Voice};
 
 use crate::common::{export_reference_model, log_mel_distance, reference_dir, BistreamCase};
 
@@ -45,7 +46,7 @@ fn bistream_matches_the_official_tokens_and_audio() {
     let work = tempfile::tempdir().unwrap();
     let Some(model) = export_reference_model(work.path()) else { return };
     let config = reference_config(&model);
-    let synth = Synthesizer::load(&config).expect("load the exported reference model");
+    let engine = Engine::load(&config).expect("load the exported reference model");
     let mut cases: Vec<PathBuf> = std::fs::read_dir(fixtures()).unwrap().map(|e| e.unwrap().path()).filter(|p| p.is_dir()).collect();
     cases.sort();
     assert!(cases.len() >= 5, "the recorded cases are there");
@@ -61,24 +62,18 @@ fn bistream_matches_the_official_tokens_and_audio() {
             Some("instruct2") => Voice::Instruct { wav, instruction: prompt_text },
             other => panic!("{name}: mode {other:?}"),
         };
-        let req = Request {
-            text: String::new(),
-            voice,
-            text_frontend: meta["text_frontend"].as_bool().unwrap_or(true),
-            speed: 1.0,
-            seed: meta["seed"].as_u64(),
-            stream: meta["stream"].as_bool().unwrap_or(false),
-            ignore_stop_until: None,
-        };
-        let observer = Tokens(Mutex::new(Vec::new()));
-        let mut audio = Vec::new();
-        let summary = synth
-            .synthesize_bistream(&req, pieces.iter().cloned().map(Ok), &observer, |c| {
-                audio.extend_from_slice(c);
-                Ok(())
-            })
-            .unwrap_or_else(|e| panic!("{name}: {e}"));
-        let got = observer.0.into_inner().unwrap();
+        let mut req = Request::new(String::new(), voice);
+        req.text_frontend = meta["text_frontend"].as_bool().unwrap_or(true);
+        req.seed = meta["seed"].as_u64();
+        req.stream = meta["stream"].as_bool().unwrap_or(false);
+        let observer = std::sync::Arc::new(Tokens(Mutex::new(Vec::new())));
+        let (feed, handle) = engine.submit_bistream(req, BistreamOptions::default(), Some(observer.clone())).unwrap();
+        for piece in &pieces {
+            feed.send(piece.clone()).unwrap();
+        }
+        feed.finish();
+        let (audio, summary) = handle.wait().unwrap_or_else(|e| panic!("{name}: {e}"));
+        let got = observer.0.lock().unwrap().clone();
         let want = case.tokens();
         assert_eq!(got, want, "{name}: the speech tokens differ from the official bi-streaming output");
         assert_eq!(summary.speech_tokens, want.len(), "{name}");
@@ -91,41 +86,39 @@ fn bistream_matches_the_official_tokens_and_audio() {
 }
 
 /// Text-in streaming inside the engine, beside other requests: a streamed request, a whole-text
-/// request and a streamed request whose text fails midway run at once; the first gives the
-/// official tokens, the second the same audio as alone, the third its error, and the LLM steps
-/// were batched.
+/// request and a streamed request whose text fails before it is spoken run at once; the first
+/// gives the official tokens, the second the same audio as alone, the third its error, and the
+/// LLM steps were batched. The engine's test hook makes the first prefill wait for two sentences,
+/// so the batching does not depend on how fast the machine is.
 #[test]
 fn bistream_runs_in_the_engine_beside_other_requests() {
-    use cosy::engine::{BistreamOptions, Engine};
     use std::sync::Arc;
     let Some(reference) = reference_dir() else { return };
     let work = tempfile::tempdir().unwrap();
     let Some(model) = export_reference_model(work.path()) else { return };
     let config = reference_config(&model);
-    let engine = Engine::load(&config).expect("engine");
+    let engine = Engine::builder(&config).llm_gather_first(2).build().expect("engine");
     let case = BistreamCase::load("en_short");
     let voice = Voice::ZeroShot { wav: case.prompt_wav(&reference), transcript: case.prompt_text() };
-    let request = |text: &str, seed: u64| Request {
-        text: text.to_string(),
-        voice: voice.clone(),
-        text_frontend: false,
-        speed: 1.0,
-        seed: Some(seed),
-        stream: false,
-        ignore_stop_until: None,
+    let request = |text: &str, seed: u64| {
+        let mut r = Request::new(text, voice.clone());
+        r.text_frontend = false;
+        r.seed = Some(seed);
+        r
     };
     let whole_text = "The fishermen turned their boats toward the shore.";
-    let (solo, _) = engine.submit(request(whole_text, 7)).unwrap().wait().unwrap();
 
     let tokens = Arc::new(Tokens(Mutex::new(Vec::new())));
     let (feed, streamed) = engine.submit_bistream(request("", 0), BistreamOptions::default(), Some(tokens.clone())).unwrap();
     let (bad_feed, failing) = engine.submit_bistream(request("", 0), BistreamOptions::default(), None).unwrap();
     let whole = engine.submit(request(whole_text, 7)).unwrap();
-    bad_feed.send("The old lighthouse").unwrap();
+    // Fewer text tokens than the first prompt-mixing round takes, then the error: the failing
+    // request never reaches the LLM, so the two sentences the hook waits for are the others.
+    bad_feed.send("The old").unwrap();
+    bad_feed.fail(cosy::Error::invalid("<stdin>: invalid UTF-8 at byte 20; send UTF-8 text"));
     for piece in case.pieces() {
         feed.send(piece).unwrap();
     }
-    bad_feed.fail(cosy::Error::Input("<stdin>: invalid UTF-8 at byte 20; send UTF-8 text".into()));
     feed.finish();
     let (streamed_audio, _) = streamed.wait().expect("the streamed request");
     let (whole_audio, _) = whole.wait().expect("the whole-text request");
@@ -133,18 +126,16 @@ fn bistream_runs_in_the_engine_beside_other_requests() {
     assert!(err.to_string().contains("invalid UTF-8"), "{err}");
     assert_eq!(tokens.0.lock().unwrap().clone(), case.tokens(), "official tokens beside other requests");
     assert!(log_mel_distance(&streamed_audio, &case.audio()) < 0.025);
+    // The same request alone, after the others (the hook only holds the first prefill).
+    let (solo, _) = engine.submit(request(whole_text, 7)).unwrap().wait().unwrap();
     assert_eq!(whole_audio.len(), solo.len());
     let peak = solo.iter().fold(0f32, |m, x| m.max(x.abs())).max(1e-6);
     let worst = whole_audio.iter().zip(&solo).fold(0f32, |m, (a, b)| m.max((a - b).abs()));
     assert!(worst <= 2e-3 * peak, "the whole-text request is undisturbed: {worst} vs peak {peak}");
-    let (llm, _) = engine.synthesizer().batch_stats();
+    let (llm, _) = engine.batch_stats();
     assert!(llm.max_rows >= 2, "LLM steps were batched: {llm:?}");
-    // Each request's slot frees when its thread ends, just after its last event.
-    let started = std::time::Instant::now();
-    while engine.in_flight() > 0 {
-        assert!(started.elapsed() < std::time::Duration::from_secs(10), "slots freed");
-        std::thread::sleep(std::time::Duration::from_millis(5));
-    }
+    // A request's slot is given back before its last event is sent.
+    assert_eq!((engine.in_flight(), engine.queued()), (0, 0), "slots freed");
 }
 
 /// The normalising option regroups streamed text into settled sentences and normalises each
@@ -160,14 +151,14 @@ fn normalize_sentences_regroups_and_normalises_settled_text() {
         ],
         ..LoadOptions::default()
     };
-    let synth = Synthesizer::load(&Config::load(&opts).unwrap()).unwrap();
+    let synth = Engine::load(&Config::load(&opts).unwrap()).unwrap();
     let pieces = ["I have 3 ", "apples. And", " 12 more"].map(|p| Ok(p.to_string()));
     let out: Vec<String> = synth.normalize_sentences(pieces).collect::<cosy::Result<_>>().unwrap();
     assert_eq!(out.len(), 2, "{out:?}");
     assert!(out[0].contains("three") && out[0].ends_with("apples."), "{out:?}");
     assert!(out[1].starts_with(' ') && out[1].contains("twelve"), "{out:?}");
     // An error in the stream comes through.
-    let failing = vec![Ok("Hi. ".to_string()), Err(cosy::Error::Input("broken".into()))];
+    let failing = vec![Ok("Hi. ".to_string()), Err(cosy::Error::invalid("broken"))];
     let r: cosy::Result<Vec<String>> = synth.normalize_sentences(failing).collect();
     assert!(r.is_err());
 }

@@ -3,13 +3,11 @@
 //! CPU produce the same samples (the engine's batching does not change a request's numbers, see
 //! tests/pipeline/engine_concurrency.rs), and the server writes them with the same encoder.
 
-#[path = "common/serve.rs"]
-mod serve;
 
 use std::time::Duration;
 
 use serde_json::json;
-use serve::{base64, cosy_file, data_url, data_url_of, start_server, tone_wav, unbase64, Server};
+use crate::serve::{base64, cosy_file, data_url, data_url_of, start_server, tone_wav, unbase64, Server};
 
 const TEXT: &str = "Hello world, how are you today? The weather is fine.";
 
@@ -205,6 +203,8 @@ fn bad_requests_get_clear_errors_and_the_server_keeps_serving() {
         ("speed with stream", "POST", "/v1/audio/speech", speech(json!({"input": "Hi.", "speed": 1.5, "stream": true})), 400, "stream"),
         ("negative seed", "POST", "/v1/audio/speech", speech(json!({"input": "Hi.", "seed": -1})), 400, "seed"),
         ("unknown field", "POST", "/v1/audio/speech", speech(json!({"input": "Hi.", "temperature": 0.3})), 400, "temperature"),
+        ("test hook without debug.test_hooks", "POST", "/v1/audio/speech",
+            speech(json!({"input": "Hi.", "cosy_test": {"hold_after_first_audio": true}})), 400, "debug.test_hooks"),
         ("bad base64", "POST", "/v1/audio/speech", speech(json!({"input": "Hi.", "ref_audio": "data:audio/wav;base64,@@@@"})), 400, "base64"),
         ("corrupt audio", "POST", "/v1/audio/speech", speech(json!({"input": "Hi.", "ref_audio": data_url_of(&[7u8; 3000])})), 400, "ref_audio"),
         ("audio too long", "POST", "/v1/audio/speech", speech(json!({"input": "Hi.", "ref_audio": long_audio})), 400, "30"),
@@ -250,7 +250,7 @@ fn bad_requests_get_clear_errors_and_the_server_keeps_serving() {
 fn websocket_session_streams_audio_per_segment() {
     use tungstenite::Message;
     let server = start_server(&[]);
-    let (mut ws, _) = tungstenite::connect(server.url("/v1/audio/speech/stream").replace("http://", "ws://")).expect("connect");
+    let (mut ws, _) = crate::serve::ws_connect(&server.url("/v1/audio/speech/stream").replace("http://", "ws://"));
     let send = |ws: &mut tungstenite::WebSocket<_>, v: serde_json::Value| ws.send(Message::text(v.to_string())).expect("send");
     send(&mut ws, json!({"type": "session.config", "voice": "me", "seed": 3, "text_streaming": "sentences"}));
     // One sentence in pieces; it is spoken at input.done, as `cosy file --stream` speaks it.
@@ -287,7 +287,7 @@ fn websocket_session_streams_audio_per_segment() {
     assert!(pcm == file, "WebSocket audio differs from `cosy file --stream` ({} vs {} bytes)", pcm.len(), file.len());
 
     // Two settled sentences become two segments, the first started before input.done.
-    let (mut ws, _) = tungstenite::connect(server.url("/v1/audio/speech/stream").replace("http://", "ws://")).expect("connect");
+    let (mut ws, _) = crate::serve::ws_connect(&server.url("/v1/audio/speech/stream").replace("http://", "ws://"));
     send(&mut ws, json!({"type": "session.config", "voice": "me", "text_streaming": "sentences"}));
     send(&mut ws, json!({"type": "input.text", "text": "First sentence here. Second"}));
     // Audio of the settled first sentence arrives while the input is still open.
@@ -330,7 +330,7 @@ fn websocket_session_streams_audio_per_segment() {
         (json!({"type": "session.config", "text_streaming": "paragraphs"}), "bistream"),
         (json!({"type": "nonsense"}), "session.config"),
     ] {
-        let (mut ws, _) = tungstenite::connect(server.url("/v1/audio/speech/stream").replace("http://", "ws://")).expect("connect");
+        let (mut ws, _) = crate::serve::ws_connect(&server.url("/v1/audio/speech/stream").replace("http://", "ws://"));
         send(&mut ws, first.clone());
         let mut saw_error = false;
         loop {
@@ -350,7 +350,7 @@ fn websocket_session_streams_audio_per_segment() {
         assert!(saw_error, "{first}: no error event");
     }
     // input.done with nothing to say.
-    let (mut ws, _) = tungstenite::connect(server.url("/v1/audio/speech/stream").replace("http://", "ws://")).expect("connect");
+    let (mut ws, _) = crate::serve::ws_connect(&server.url("/v1/audio/speech/stream").replace("http://", "ws://"));
     send(&mut ws, json!({"type": "session.config"}));
     send(&mut ws, json!({"type": "input.done"}));
     let mut saw_error = false;
@@ -427,7 +427,7 @@ fn websocket_bistream_matches_the_official_code() {
     let Some(reference) = crate::common::reference_dir() else { return };
     let work = tempfile::tempdir().unwrap();
     let Some(model) = crate::common::export_reference_model(work.path()) else { return };
-    let server = serve::start_server_with(&model, &["text.normalizer=none", "limits.max_text_chars=400"]);
+    let server = crate::serve::start_server_with(&model, &["text.normalizer=none", "limits.max_text_chars=400"]);
     let url = server.url("/v1/audio/speech/stream").replace("http://", "ws://");
     let send = |ws: &mut tungstenite::WebSocket<_>, v: serde_json::Value| ws.send(Message::text(v.to_string())).expect("send");
     let config = |case: &crate::common::BistreamCase| {
@@ -455,7 +455,7 @@ fn websocket_bistream_matches_the_official_code() {
 
     // The WebSocket streams (the streaming chunk schedule), as the official stream=True run.
     let case = crate::common::BistreamCase::load("en_short_stream");
-    let (mut ws, _) = tungstenite::connect(&url).expect("connect");
+    let (mut ws, _) = crate::serve::ws_connect(&url);
     send(&mut ws, config(&case));
     for piece in case.pieces() {
         send(&mut ws, json!({"type": "input.text", "text": piece}));
@@ -469,7 +469,7 @@ fn websocket_bistream_matches_the_official_code() {
 
     // Word by word: audio arrives while the input is still open.
     let case = crate::common::BistreamCase::load("en_long_stream");
-    let (mut ws, _) = tungstenite::connect(&url).expect("connect");
+    let (mut ws, _) = crate::serve::ws_connect(&url);
     send(&mut ws, config(&case));
     for piece in case.pieces() {
         send(&mut ws, json!({"type": "input.text", "text": piece}));
@@ -493,7 +493,7 @@ fn websocket_bistream_matches_the_official_code() {
     assert!(crate::common::log_mel_distance(&to_f32(&early), &official) < 0.025);
 
     // A piece over the text limit: an error event; a request beside it is undisturbed.
-    let (mut ws, _) = tungstenite::connect(&url).expect("connect");
+    let (mut ws, _) = crate::serve::ws_connect(&url);
     send(&mut ws, config(&case));
     send(&mut ws, json!({"type": "input.text", "text": "word ".repeat(100)}));
     let mut error = None;

@@ -2,26 +2,34 @@
 //! cancels its work and frees its slot, SIGTERM drains the work in flight, and a soak of a few
 //! hundred requests (bad ones mixed in) ends with nothing stuck and memory bounded; slow request
 //! heads are cut off and open connections are bounded.
+//!
+//! Nothing here depends on how long a synthesis takes: a request that must still be running is
+//! held by the server's test hook (`cosy_test.hold_after_first_audio`, accepted because these
+//! servers run with `debug.test_hooks=true`) until its client hangs up or the server cuts it; a
+//! request that must be in flight is one whose first audio the client has read.
 
-#[path = "common/serve.rs"]
-mod serve;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use serve::{start_server, Server};
+use crate::serve::{start_server, Server};
 
-/// Enough text to keep the tiny model busy for a few seconds.
-fn long_text() -> String {
-    "This sentence keeps the model busy for a while, with many words in it. ".repeat(12)
+/// The settings of a server whose requests may use test hooks, plus `extra`.
+fn with_hooks<'a>(extra: &[&'a str]) -> Vec<&'a str> {
+    let mut v = vec!["debug.test_hooks=true"];
+    v.extend_from_slice(extra);
+    v
 }
 
-/// Sends a streaming request and reads its response head and first body bytes; returns the open
-/// connection (the request keeps running until it is dropped).
+/// Sends a streaming request held by the test hook after its first audio, and reads its response
+/// head and first body bytes; returns the open connection (the request holds its slot until the
+/// connection is dropped, or the server cuts it).
 fn open_stream(port: u16, text: &str) -> TcpStream {
-    let body = json!({"input": text, "voice": "me", "stream": true, "response_format": "pcm"}).to_string();
+    let body = json!({"input": text, "voice": "me", "stream": true, "response_format": "pcm",
+        "cosy_test": {"hold_after_first_audio": true}})
+    .to_string();
     let mut s = TcpStream::connect(("127.0.0.1", port)).expect("connect");
     s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
     write!(
@@ -39,16 +47,16 @@ fn open_stream(port: u16, text: &str) -> TcpStream {
 
 #[test]
 fn overload_gets_429_and_a_disconnect_frees_the_slot() {
-    let server = start_server(&["server.max_concurrent=1", "server.max_queue=0", "server.retry_after_s=2"]);
-    let busy = open_stream(server.port, &long_text());
+    let server = start_server(&with_hooks(&["engine.max_in_flight=1", "engine.max_queue=0", "server.retry_after_s=2"]));
+    let busy = open_stream(server.port, "Held after its first audio.");
     assert_eq!(server.metric("cosy_requests_in_flight"), 1.0);
     let r = server.post_json("/v1/audio/speech", &json!({"input": "Hi.", "voice": "me"}));
     assert_eq!(r.status, 429, "{}", r.text());
     assert_eq!(r.header("retry-after"), Some("2"));
-    assert!(r.error_message().contains("server.max_concurrent"));
+    assert!(r.error_message().contains("engine.max_in_flight"), "{}", r.error_message());
     assert_eq!(r.json()["error"]["type"], "rate_limit_error");
-    // The client hangs up: its request is cancelled and the slot frees at once (not after the
-    // long text would have been spoken).
+    // The client hangs up: its request is cancelled and the slot frees (a held request frees
+    // only that way).
     let hung_up = Instant::now();
     drop(busy);
     server.wait_for("slot freed", Duration::from_secs(10), |s| s.metric("cosy_requests_in_flight") == 0.0);
@@ -59,9 +67,11 @@ fn overload_gets_429_and_a_disconnect_frees_the_slot() {
     assert!(server.metric("cosy_requests_rejected_total") >= 1.0);
     eprintln!("slot freed {freed_after:?} after the hang-up");
 
-    // A queue of one: the second request waits for the slot instead of being refused.
-    let server = start_server(&["server.max_concurrent=1", "server.max_queue=1"]);
-    let busy = open_stream(server.port, &long_text());
+    // A queue of one: the second request waits for the slot instead of being refused. (The old
+    // names of the two limits still work.)
+    let server = start_server(&with_hooks(&["server.max_concurrent=1", "server.max_queue=1"]));
+    assert!(server.log.lock().unwrap().contains("server.max_concurrent is deprecated"), "a warning names the new key");
+    let busy = open_stream(server.port, "Held after its first audio.");
     let waiter = {
         let port = server.port;
         std::thread::spawn(move || {
@@ -70,7 +80,7 @@ fn overload_gets_429_and_a_disconnect_frees_the_slot() {
             write!(s, "POST /v1/audio/speech HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nConnection: close\r\nContent-Length: {}\r\n\r\n{body}", body.len()).unwrap();
             let mut raw = Vec::new();
             s.read_to_end(&mut raw).unwrap();
-            serve::parse_reply(&raw).expect("reply").status
+            crate::serve::parse_reply(&raw).expect("reply").status
         })
     };
     server.wait_for("one queued", Duration::from_secs(10), |s| s.metric("cosy_queue_depth") == 1.0);
@@ -82,22 +92,29 @@ fn overload_gets_429_and_a_disconnect_frees_the_slot() {
 
 #[test]
 fn sigterm_drains_the_work_in_flight() {
-    let mut server = start_server(&["server.shutdown_grace_s=60"]);
+    let mut server = start_server(&with_hooks(&["server.shutdown_grace_s=60"]));
     let port = server.port;
-    let text = long_text();
+    // A streamed request of 300 forced tokens: once its first audio is read it is in flight,
+    // and it ends by itself (whether before or after the signal, it must end whole).
+    let body = json!({"input": "Drained, not cut.", "voice": "me", "stream": true, "response_format": "pcm",
+        "cosy_test": {"min_tokens": 300}})
+    .to_string();
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(120))).unwrap();
+    write!(s, "POST /v1/audio/speech HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nConnection: close\r\nContent-Length: {}\r\n\r\n{body}", body.len()).unwrap();
+    let mut raw = vec![0u8; 512];
+    let n = s.read(&mut raw).expect("first bytes");
+    raw.truncate(n);
+    assert!(raw.starts_with(b"HTTP/1.1 200"), "{}", String::from_utf8_lossy(&raw));
     let runner = std::thread::spawn(move || {
-        let body = json!({"input": text, "voice": "me", "response_format": "pcm"}).to_string();
-        let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
-        write!(s, "POST /v1/audio/speech HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nConnection: close\r\nContent-Length: {}\r\n\r\n{body}", body.len()).unwrap();
-        let mut raw = Vec::new();
-        s.read_to_end(&mut raw).unwrap();
-        serve::parse_reply(&raw).expect("reply")
+        s.read_to_end(&mut raw).expect("the rest of the reply");
+        crate::serve::parse_reply(&raw).expect("reply")
     });
-    server.wait_for("request running", Duration::from_secs(10), |s| s.metric("cosy_requests_in_flight") == 1.0);
     let status = server.terminate(Duration::from_secs(120));
     let reply = runner.join().unwrap();
     assert_eq!(reply.status, 200, "the request in flight finished: {}", reply.text());
-    assert!(reply.body.len() > 24_000 * 2, "and it is whole ({} bytes)", reply.body.len());
+    // 300 tokens at 25 per second: 12 s of 16-bit audio (the last chunk of a chunked body is there).
+    assert!(reply.body.len() >= 24_000 * 2 * 10, "and it is whole ({} bytes)", reply.body.len());
     assert!(status.success(), "exit status after a clean drain: {status:?}; log: {}", server.log.lock().unwrap());
     assert!(TcpStream::connect(("127.0.0.1", port)).is_err(), "no longer accepting");
     let log = server.log.lock().unwrap().clone();
@@ -106,8 +123,9 @@ fn sigterm_drains_the_work_in_flight() {
 
 #[test]
 fn sigterm_with_a_short_grace_stops_and_says_so() {
-    let mut server = start_server(&["server.shutdown_grace_s=1"]);
-    let mut busy = open_stream(server.port, &long_text().repeat(3));
+    let mut server = start_server(&with_hooks(&["server.shutdown_grace_s=1"]));
+    // Held: still running when the grace period ends, whatever the machine.
+    let mut busy = open_stream(server.port, "Held until the server cuts it.");
     // The 30 s limit only keeps a broken shutdown from hanging the test.
     let status = server.terminate(Duration::from_secs(30));
     assert_eq!(status.code(), Some(1), "work was cut short: exit 1");
@@ -124,13 +142,13 @@ fn sigterm_with_a_short_grace_stops_and_says_so() {
 /// leak of one prompt recording or response per request would exceed it).
 #[test]
 fn soak_ends_with_nothing_stuck_and_memory_bounded() {
-    let server = start_server(&["server.max_concurrent=4", "server.max_queue=64"]);
+    let server = start_server(&with_hooks(&["engine.max_in_flight=4", "engine.max_queue=64"]));
     // Warm the allocator with a few requests of each kind before measuring.
     for _ in 0..3 {
         assert_eq!(server.post_json("/v1/audio/speech", &json!({"input": "Hello there.", "voice": "me"})).status, 200);
     }
     let rss_start = server.rss_bytes();
-    let prompt = serve::data_url(&crate::common::fixture_prompt());
+    let prompt = crate::serve::data_url(&crate::common::fixture_prompt());
     const CLIENTS: usize = 4;
     const PER_CLIENT: usize = 75;
     let port = server.port;
@@ -193,8 +211,9 @@ fn soak_ends_with_nothing_stuck_and_memory_bounded() {
 
 #[test]
 fn a_request_past_its_timeout_gets_503_and_frees_its_slot() {
-    let server = start_server(&["server.request_timeout_s=1"]);
-    let r = server.post_json("/v1/audio/speech", &json!({"input": long_text().repeat(2), "voice": "me"}));
+    let server = start_server(&with_hooks(&["server.request_timeout_s=1"]));
+    // Held after its first audio: past the deadline whatever the machine.
+    let r = server.post_json("/v1/audio/speech", &json!({"input": "Held.", "voice": "me", "cosy_test": {"hold_after_first_audio": true}}));
     assert_eq!(r.status, 503, "{}", r.text());
     assert!(r.error_message().contains("server.request_timeout_s"));
     assert_eq!(r.json()["error"]["code"], "timeout");
@@ -248,7 +267,7 @@ fn slow_request_heads_are_cut_off_and_connections_are_bounded() {
 fn a_websocket_session_counts_as_a_connection_until_it_ends() {
     let server = start_server(&["server.max_connections=2"]);
     let (mut ws, _) =
-        tungstenite::connect(server.url("/v1/audio/speech/stream").replace("http://", "ws://")).expect("connect");
+        crate::serve::ws_connect(&server.url("/v1/audio/speech/stream").replace("http://", "ws://"));
     // The session and the metrics request itself.
     assert_eq!(server.metric("cosy_open_connections"), 2.0);
     ws.close(None).expect("close");

@@ -2,6 +2,8 @@
 
 #[path = "../common/mod.rs"]
 mod common;
+#[path = "../common/serve.rs"]
+mod serve;
 
 mod api;
 mod limits;

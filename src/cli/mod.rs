@@ -1,5 +1,7 @@
 //! The `cosy` command line: argument parsing and thin handlers over the library.
 
+pub mod profile_report;
+
 use std::io::Write;
 use std::path::PathBuf;
 
@@ -437,7 +439,7 @@ pub fn exit_code(err: &anyhow::Error) -> i32 {
     for cause in err.chain() {
         if let Some(e) = cause.downcast_ref::<Error>() {
             return match e {
-                Error::Config(_) | Error::Model { .. } | Error::Input(_) => 2,
+                Error::Config(_) | Error::Model { .. } | Error::Input { .. } => 2,
                 // As a shell reports a process ended by SIGINT.
                 Error::Cancelled => 130,
                 _ => 1,
@@ -468,14 +470,14 @@ pub const MAX_INDEX_WIDTH: usize = 9;
 /// result must be a file name (no `/`) of at most 255 bytes; anything else is refused, naming the
 /// template.
 pub fn render_name(template: &str, index: usize) -> Result<String, Error> {
-    let bad = |why: String| Error::Input(format!("--name-template {template:?}: {why}"));
-    let re = regex::Regex::new(r"\{index(?::(\d+))?\}").map_err(|e| Error::Input(e.to_string()))?;
+    let bad = |why: String| Error::invalid(format!("--name-template {template:?}: {why}"));
+    let re = regex::Regex::new(r"\{index(?::(\d+))?\}").map_err(|e| Error::invalid(e.to_string()))?;
     if template.contains('/') {
         return Err(bad("must be a file name, not a path (no '/'); give the folder with -o".into()));
     }
     let placeholders: Vec<regex::Captures> = re.captures_iter(template).collect();
     if placeholders.is_empty() {
-        return Err(Error::Input(format!("--name-template {template:?} has no {{index}} (e.g. {{index:03}}.wav)")));
+        return Err(Error::invalid(format!("--name-template {template:?} has no {{index}} (e.g. {{index:03}}.wav)")));
     }
     if template.matches("{index").count() != placeholders.len() {
         return Err(bad(format!("write the line number as {{index}} or {{index:0N}} with N from 1 to {MAX_INDEX_WIDTH}")));
@@ -513,10 +515,9 @@ pub fn render_name(template: &str, index: usize) -> Result<String, Error> {
     Ok(name)
 }
 
-/// `--stream` / `--no-stream`, else the config's `streaming.enabled` ([`crate::pipeline::choose_streaming`]).
-fn use_streaming(config: &Config, stream: bool, no_stream: bool, speed: f64) -> bool {
-    let asked = (stream || no_stream).then_some(stream);
-    crate::pipeline::choose_streaming(asked, config.streaming.enabled, speed)
+/// `--stream` / `--no-stream` as asked (`None`: the default applies).
+fn asked_streaming(stream: bool, no_stream: bool) -> Option<bool> {
+    (stream || no_stream).then_some(stream)
 }
 
 fn read_stdin() -> Result<String, Error> {
@@ -527,9 +528,8 @@ fn read_stdin() -> Result<String, Error> {
 
 fn file_command(config: &Config, args: &FileArgs) -> anyhow::Result<()> {
     use crate::audio::{write_audio_atomic, OutputFormat};
-    use crate::pipeline::Request;
 
-    crate::pipeline::check_speed(args.speed)?;
+    crate::request::check_speed(args.speed)?;
     let format: OutputFormat = args.format.parse()?;
     if args.bistream {
         return file_bistream(config, args, format);
@@ -541,11 +541,11 @@ fn file_command(config: &Config, args: &FileArgs) -> anyhow::Result<()> {
         let text = if input.as_os_str() == "-" {
             read_stdin()?
         } else {
-            std::fs::read_to_string(input).map_err(|e| Error::Input(format!("--input {}: {e}", input.display())))?
+            std::fs::read_to_string(input).map_err(|e| Error::invalid(format!("--input {}: {e}", input.display())))?
         };
         let folder = args.output.clone().unwrap_or_else(|| PathBuf::from("."));
         if args.format == "pcm" || to_stdout(&args.output) {
-            return Err(Error::Input("--input writes one file per line; use a wav format and -o FOLDER".into()).into());
+            return Err(Error::invalid("--input writes one file per line; use a wav format and -o FOLDER").into());
         }
         crate::output::check_folder("-o", &folder, false)?;
         let lines = text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty());
@@ -554,11 +554,11 @@ fn file_command(config: &Config, args: &FileArgs) -> anyhow::Result<()> {
             jobs.push((index, text.to_string(), Some(out), Some(line + 1)));
         }
         if jobs.is_empty() {
-            return Err(Error::Input(format!("--input {}: no non-empty lines", input.display())).into());
+            return Err(Error::invalid(format!("--input {}: no non-empty lines", input.display())).into());
         }
     } else {
         let text = match args.text.as_deref() {
-            None => return Err(Error::Input("give the text to say (or `-` for stdin, or --input FILE)".into()).into()),
+            None => return Err(Error::invalid("give the text to say (or `-` for stdin, or --input FILE)").into()),
             Some("-") => read_stdin()?,
             Some(t) => t.to_string(),
         };
@@ -571,9 +571,11 @@ fn file_command(config: &Config, args: &FileArgs) -> anyhow::Result<()> {
     }
     // Everything that can be checked is checked before the model is loaded.
     for (_, text, out, line) in &jobs {
-        check_text(config, text).map_err(|e| match (line, &args.input) {
-            (Some(n), Some(input)) => Error::Input(format!("--input {} line {n}: {e}", input.display())),
-            _ => e,
+        crate::app::speech::check_text(config, text).map_err(|e| match (line, &args.input, e) {
+            (Some(n), Some(input), Error::Input { code, param, message }) => {
+                Error::Input { code, param, message: format!("--input {} line {n}: {message}", input.display()) }
+            }
+            (_, _, e) => e,
         })?;
         if let Some(p) = out {
             crate::output::check_file("-o", p)?;
@@ -585,26 +587,25 @@ fn file_command(config: &Config, args: &FileArgs) -> anyhow::Result<()> {
     }
 
     let engine = crate::engine::Engine::load(config)?;
-    let rate = engine.synthesizer().constants.sample_rate;
+    let rate = engine.sample_rate();
     let several = jobs.len() > 1;
-    let request = |text: String| Request {
-        text,
-        voice: voice.clone(),
-        text_frontend: !args.no_text_frontend,
-        speed: args.speed,
-        seed: args.seed,
-        stream: use_streaming(config, args.stream, args.no_stream, args.speed),
-        ignore_stop_until: args.min_tokens,
+    let request = |text: String| {
+        let mut o = crate::app::speech::SpeechOptions::new(text, voice.clone(), config.streaming.enabled);
+        o.text_frontend = !args.no_text_frontend;
+        o.speed = args.speed;
+        o.seed = args.seed;
+        o.stream = asked_streaming(args.stream, args.no_stream);
+        o.min_tokens = args.min_tokens;
+        crate::app::speech::build_request(config, o)
     };
     if let Some(dump_root) = &args.dump {
-        // Intermediates are recorded on this thread, one utterance at a time.
+        // With --dump, one utterance at a time, each sentence's intermediates written as it ends.
         for (index, text, out, _) in jobs {
             let dump = if several { dump_root.join(format!("{index:03}")) } else { dump_root.clone() };
+            let observer = std::sync::Arc::new(crate::app::dump::DumpObserver::new(dump));
+            let handle = engine.submit_observed(request(text)?, Some(observer))?;
             let mut samples: Vec<f32> = Vec::new();
-            engine.synthesizer().synthesize(&request(text), Some(&dump), |chunk| {
-                samples.extend_from_slice(chunk);
-                Ok(())
-            })?;
+            crate::app::drain::drain(handle, &mut samples)?;
             match out {
                 Some(path) => write_audio_atomic(&path, &samples, rate, format)?,
                 None => write_pcm_stdout(&samples)?,
@@ -629,10 +630,10 @@ fn file_command(config: &Config, args: &FileArgs) -> anyhow::Result<()> {
     loop {
         while running.len() < window {
             let Some((_, text, out, _)) = pending.next() else { break };
-            running.push_back((out, engine.submit(request(text))?));
+            running.push_back((out, engine.submit(request(text)?)?));
         }
-        let Some((out, mut handle)) = running.pop_front() else { break };
-        let samples = collect_audio(&mut handle, out.is_none())?;
+        let Some((out, handle)) = running.pop_front() else { break };
+        let samples = collect_audio(handle, out.is_none())?;
         if let Some(path) = out {
             write_audio_atomic(&path, &samples, rate, format)?;
             tracing::info!("wrote {} ({:.2} s)", path.display(), samples.len() as f64 / f64::from(rate));
@@ -651,10 +652,10 @@ fn file_command(config: &Config, args: &FileArgs) -> anyhow::Result<()> {
 /// streamed pcm on stdout), the same audio `cosy say -` plays.
 fn file_bistream(config: &Config, args: &FileArgs, format: crate::audio::OutputFormat) -> anyhow::Result<()> {
     if args.text.as_deref() != Some("-") || args.input.is_some() {
-        return Err(Error::Input("--bistream reads the text from standard input as it arrives: give `-` as the text".into()).into());
+        return Err(Error::invalid("--bistream reads the text from standard input as it arrives: give `-` as the text").into());
     }
     if args.dump.is_some() || args.min_tokens.is_some() || args.speed != 1.0 {
-        return Err(Error::Input("--bistream does not take --dump, --min-tokens or --speed".into()).into());
+        return Err(Error::invalid("--bistream does not take --dump, --min-tokens or --speed").into());
     }
     let to_stdout = args.output.as_deref().is_some_and(|p| p.as_os_str() == "-") || (args.format == "pcm" && args.output.is_none());
     let out = (!to_stdout).then(|| args.output.clone().unwrap_or_else(|| PathBuf::from("out.wav")));
@@ -662,25 +663,15 @@ fn file_bistream(config: &Config, args: &FileArgs, format: crate::audio::OutputF
         crate::output::check_file("-o", p)?;
     }
     let voice = resolve_voice(config, &args.voice)?;
-    if is_cross_lingual(&voice) {
-        return Err(Error::Input(
-            "--bistream needs a voice with a transcript (--voice NAME, or --prompt-wav with --prompt-text) or --instruct: cross-lingual mode has no prompt text".into(),
-        )
-        .into());
-    }
-    let req = crate::pipeline::Request {
-        text: String::new(),
-        voice,
-        text_frontend: !args.no_text_frontend,
-        speed: 1.0,
-        seed: args.seed,
-        stream: use_streaming(config, args.stream, args.no_stream, 1.0),
-        ignore_stop_until: None,
-    };
+    let mut o = crate::app::speech::SpeechOptions::new(String::new(), voice, config.streaming.enabled);
+    o.text_frontend = !args.no_text_frontend;
+    o.seed = args.seed;
+    o.stream = asked_streaming(args.stream, args.no_stream);
+    let req = crate::app::speech::build_streaming_request(o)?;
     let engine = crate::engine::Engine::load(config)?;
-    let rate = engine.synthesizer().constants.sample_rate;
+    let rate = engine.sample_rate();
     let options = crate::engine::BistreamOptions { normalize_sentences: args.normalize_sentences };
-    let (feed, mut handle) = engine.submit_bistream(req, options, None)?;
+    let (feed, handle) = engine.submit_bistream(req, options, None)?;
     let reader = std::thread::Builder::new()
         .name("stdin-text".into())
         .spawn(move || match crate::frontend::text::read_pieces(std::io::stdin().lock(), "<stdin>", |p| feed.send(p)) {
@@ -688,7 +679,7 @@ fn file_bistream(config: &Config, args: &FileArgs, format: crate::audio::OutputF
             Err(e) => feed.fail(e),
         })
         .map_err(|e| Error::Runtime(format!("cannot start the stdin reader: {e}")))?;
-    let samples = collect_audio(&mut handle, out.is_none())?;
+    let samples = collect_audio(handle, out.is_none())?;
     let _ = reader.join();
     if let Some(path) = out {
         crate::audio::write_audio_atomic(&path, &samples, rate, format)?;
@@ -699,16 +690,14 @@ fn file_bistream(config: &Config, args: &FileArgs, format: crate::audio::OutputF
 
 /// A request's audio: written to standard output as it comes (`to_stdout`: streamed pcm, nothing
 /// kept), or collected; the request's error if it fails.
-fn collect_audio(handle: &mut crate::engine::RequestHandle, to_stdout: bool) -> Result<Vec<f32>, Error> {
+fn collect_audio(handle: crate::engine::RequestHandle, to_stdout: bool) -> Result<Vec<f32>, Error> {
     let mut samples: Vec<f32> = Vec::new();
-    loop {
-        match handle.next_event() {
-            Some(crate::engine::Event::Audio(chunk)) if to_stdout => write_pcm_stdout(&chunk)?,
-            Some(crate::engine::Event::Audio(chunk)) => samples.extend_from_slice(&chunk),
-            Some(crate::engine::Event::Done(_)) | None => return Ok(samples),
-            Some(crate::engine::Event::Failed(e)) => return Err(e),
-        }
+    if to_stdout {
+        crate::app::drain::drain(handle, &mut crate::app::drain::FnSink(|chunk: &[f32]| write_pcm_stdout(chunk)))?;
+    } else {
+        crate::app::drain::drain(handle, &mut samples)?;
     }
+    Ok(samples)
 }
 
 /// Writes samples to standard output as s16le and flushes (streamed pcm).
@@ -718,78 +707,19 @@ fn write_pcm_stdout(samples: &[f32]) -> Result<(), Error> {
     stdout.write_all(&bytes).and_then(|_| stdout.flush()).map_err(|e| Error::io("<stdout>", e))
 }
 
-/// Refuses text that cannot be said: empty (also only invisible characters such as zero-width
-/// spaces), nothing speakable (only punctuation, symbols or emoji), over `limits.max_text_chars`.
-fn check_text(config: &Config, text: &str) -> Result<(), Error> {
-    crate::pipeline::check_speakable(text)?;
-    crate::pipeline::check_text_length(text, config.limits.max_text_chars)
-}
-
-/// The pipeline voice from the command line. A saved voice is read (unknown names list the saved
-/// ones) and checked against the configured model before anything heavy is loaded.
-fn resolve_voice(config: &Config, c: &VoiceArgs) -> Result<crate::pipeline::Voice, Error> {
-    use crate::pipeline::Voice;
-    let store = crate::voice::VoiceStore::new(&config.voices.dir);
-    let default_voice = if c.name.is_none() && c.prompt_wav.is_none() {
-        if c.prompt_text.is_some() {
-            return Err(Error::Input("--prompt-text needs --prompt-wav FILE (the recording it transcribes)".into()));
-        }
-        match store.default_name(config.voices.default.as_deref())? {
-            Some(found) => Some(found),
-            None => {
-                return Err(Error::Input(format!(
-                    "no voice given and no default voice: pass --voice NAME or --prompt-wav FILE, or make a default \
-                     with `cosy voice add NAME --wav FILE --text TEXT --default` (voices in {})",
-                    store.dir.display()
-                )))
-            }
-        }
-    } else {
-        None
+/// The voice from the command line, through the application layer ([`crate::app::voices`]): a
+/// saved voice is read and checked against the configured model before anything heavy is loaded.
+fn resolve_voice(config: &Config, c: &VoiceArgs) -> Result<crate::request::Voice, Error> {
+    use crate::app::voices::{Recording, VoiceChoice, Voices};
+    let voices = Voices::new(config);
+    let choice = VoiceChoice {
+        name: c.name.clone(),
+        recording: c.prompt_wav.clone().map(Recording::File),
+        transcript: c.prompt_text.clone(),
+        instruction: c.instruct.clone(),
     };
-    let name = c.name.clone().or_else(|| default_voice.as_ref().map(|(n, _)| n.clone()));
-    if let Some(name) = &name {
-        let saved = store.load(name).map_err(|e| match &default_voice {
-            Some((_, source)) => {
-                let from = match source {
-                    crate::voice::DefaultSource::Config => "voices.default in the config".to_string(),
-                    crate::voice::DefaultSource::Folder(p) => p.display().to_string(),
-                };
-                Error::Input(format!(
-                    "default voice {name:?} (from {from}): {e}; pick another with `cosy voice default NAME`"
-                ))
-            }
-            None => e,
-        })?;
-        // The model folder's own problems are reported by the model loader, with their context.
-        if let Ok(dir) = crate::model::ModelDir::open(&config.model_dir) {
-            saved.check_model(&crate::voice::model_key(&dir)?, &config.model_dir)?;
-        }
-        return Ok(Voice::Saved { voice: std::sync::Arc::new(saved), instruction: c.instruct.clone() });
-    }
-    let Some(wav) = c.prompt_wav.clone() else {
-        return Err(Error::Input("--prompt-wav FILE or --voice NAME is required".into()));
-    };
-    check_prompt_audio(&wav)?;
-    Ok(match (&c.prompt_text, &c.instruct) {
-        (Some(t), _) => Voice::ZeroShot { wav, transcript: t.clone() },
-        (None, Some(i)) => Voice::Instruct { wav, instruction: i.clone() },
-        (None, None) => Voice::CrossLingual { wav },
-    })
-}
-
-/// Cross-lingual voices have no prompt text, so no `<|endofprompt|>` for text-in streaming.
-fn is_cross_lingual(voice: &crate::pipeline::Voice) -> bool {
-    use crate::pipeline::Voice;
-    matches!(voice, Voice::CrossLingual { .. } | Voice::Recording { transcript: None, instruction: None, .. })
-}
-
-/// Refuses an unusable prompt recording (unreadable, empty, truncated, < 16 kHz, silent, too short, > 30 s)
-/// before the model is loaded; the pipeline checks it again when it reads it.
-fn check_prompt_audio(wav: &std::path::Path) -> Result<(), Error> {
-    use crate::frontend::audio::{check_length, load_audio, MAX_TOKENIZER_SECONDS};
-    let audio = load_audio(wav)?;
-    check_length(&audio, wav, MAX_TOKENIZER_SECONDS)
+    let key = voices.model_key_on_disk();
+    voices.resolve(choice, key.as_deref())
 }
 
 fn say_command(config: &Config, args: &SayArgs) -> anyhow::Result<()> {
@@ -810,32 +740,30 @@ fn say_command(config: &Config, args: &SayArgs) -> anyhow::Result<()> {
         }
         return Ok(());
     }
-    crate::pipeline::check_speed(args.speed)?;
+    crate::request::check_speed(args.speed)?;
     let voice = resolve_voice(config, &args.voice)?;
     // `say -` speaks standard input while it arrives (text-in streaming), when the voice allows
     // it (a transcript or an instruction) and no speed asks for whole sentences.
-    let streaming_stdin = args.text.as_deref() == Some("-") && args.speed == 1.0 && !is_cross_lingual(&voice);
+    let streaming_stdin = args.text.as_deref() == Some("-") && crate::app::speech::can_stream_text(&voice, args.speed);
     if args.text.as_deref() == Some("-") && !streaming_stdin {
         tracing::info!("reading all of standard input first: text-in streaming needs a voice with a transcript or an instruction, and speed 1");
     }
     let text = match args.text.as_deref() {
-        None => return Err(Error::Input("give the text to say (or `-` for stdin)".into()).into()),
+        None => return Err(Error::invalid("give the text to say (or `-` for stdin)").into()),
         Some("-") if streaming_stdin => String::new(),
         Some("-") => read_stdin()?,
         Some(t) => t.to_string(),
     };
-    if !streaming_stdin {
-        check_text(config, &text)?;
-    }
-    let req = crate::pipeline::Request {
-        text,
-        voice,
-        text_frontend: !args.no_text_frontend,
-        speed: args.speed,
-        seed: args.seed,
-        // `say` streams unless a speed asks for whole sentences.
-        stream: crate::pipeline::choose_streaming(None, true, args.speed),
-        ignore_stop_until: args.min_tokens,
+    // `say` streams unless a speed asks for whole sentences.
+    let mut o = crate::app::speech::SpeechOptions::new(text, voice, true);
+    o.text_frontend = !args.no_text_frontend;
+    o.speed = args.speed;
+    o.seed = args.seed;
+    o.min_tokens = args.min_tokens;
+    let req = if streaming_stdin {
+        crate::app::speech::build_streaming_request(o)?
+    } else {
+        crate::app::speech::build_request(config, o)?
     };
     let output = crate::say::Output::from_setting(args.device.as_deref(), &config.output.device);
     let source = if streaming_stdin {
@@ -848,65 +776,48 @@ fn say_command(config: &Config, args: &SayArgs) -> anyhow::Result<()> {
 }
 
 fn voice_command(config: &Config, action: &VoiceAction) -> anyhow::Result<()> {
-    let store = crate::voice::VoiceStore::new(&config.voices.dir);
+    let voices = crate::app::voices::Voices::new(config);
+    let store = voices.store();
     match action {
         VoiceAction::Add { name, wav, text, force, default } => {
-            crate::voice::check_name(name)?;
-            store.check_dir()?;
-            if store.path_of(name).exists() && !force {
-                // Refuse before the model is loaded; `save` checks again.
-                return Err(Error::Input(format!(
-                    "voice {name:?} already exists ({}); remove it first (`cosy voice rm {name}`) or pass --force",
-                    store.path_of(name).display()
-                ))
-                .into());
-            }
-            if text.trim().is_empty() {
-                return Err(Error::Input("the transcript (--text) is empty; give the words spoken in the recording".into()).into());
-            }
-            check_prompt_audio(wav)?;
-            let synth = crate::pipeline::Synthesizer::load(config)?;
-            let voice = synth.make_voice(name, wav, text)?;
-            let path = store.save(&voice, *force)?;
+            use crate::app::voices::{check_recording, Recording};
+            // Refused before the model is loaded; `add` checks again.
+            voices.check_new(name, text, *force)?;
+            let recording = Recording::File(wav.clone());
+            check_recording(&recording)?;
+            let engine = crate::engine::Engine::load(config)?;
+            let (voice, path) = voices.add(&engine, name, &recording, text, *force, *default)?;
             println!("saved voice {name} ({} prompt tokens) to {}", voice.speech_token.len(), path.display());
             if *default {
-                store.set_default(name)?;
                 println!("{name} is now the default voice");
                 warn_config_default(config, name);
             }
             Ok(())
         }
         VoiceAction::List => {
-            let names = store.names()?;
-            if names.is_empty() {
+            let key = voices.model_key_on_disk();
+            let entries = voices.list(key.as_deref())?;
+            if entries.is_empty() {
                 println!("no saved voices in {} (add one with `cosy voice add NAME --wav FILE --text TEXT`)", store.dir.display());
                 return Ok(());
             }
-            let current = crate::model::ModelDir::open(&config.model_dir).ok().and_then(|d| crate::voice::model_key(&d).ok());
-            let default = store.default_name(config.voices.default.as_deref()).ok().flatten().map(|(n, _)| n);
-            for name in names {
-                let mark = if default.as_deref() == Some(name.as_str()) { "  (default)" } else { "" };
-                match store.load(&name) {
+            for e in entries {
+                let mark = if e.is_default { "  (default)" } else { "" };
+                match &e.voice {
                     Ok(v) => {
-                        let fit = match &current {
-                            Some(k) if *k == v.model_key => "",
-                            Some(_) => "  [made for another model]",
-                            None => "",
-                        };
-                        let secs = v.speech_token.len() as f64 / 25.0;
-                        println!("{name}  {}  {secs:.1} s  {:?}{fit}{mark}", v.created, v.transcript);
+                        let fit = if e.fits_model == Some(false) { "  [made for another model]" } else { "" };
+                        let secs = crate::app::voices::voice_seconds(v);
+                        println!("{}  {}  {secs:.1} s  {:?}{fit}{mark}", e.name, v.created, v.transcript);
                     }
-                    Err(e) => println!("{name}  [unreadable: {e}]"),
+                    Err(problem) => println!("{}  [unreadable: {problem}]", e.name),
                 }
             }
             Ok(())
         }
         VoiceAction::Rm { name } => {
-            let path = store.remove(name)?;
-            println!("removed voice {name} ({})", path.display());
-            // A default naming a removed voice would only fail later, far from here.
-            if store.folder_default().ok().flatten().as_deref() == Some(name.as_str()) {
-                store.clear_default()?;
+            let removed = voices.remove(name)?;
+            println!("removed voice {name} ({})", removed.path.display());
+            if removed.was_default {
                 println!("{name} was the default voice; there is none now (`cosy voice default NAME`)");
             }
             Ok(())
@@ -929,7 +840,7 @@ fn voice_command(config: &Config, action: &VoiceAction) -> anyhow::Result<()> {
             Ok(())
         }
         VoiceAction::Default { name: None, clear: false } => {
-            match store.default_name(config.voices.default.as_deref())? {
+            match voices.default_voice()? {
                 Some((name, crate::voice::DefaultSource::Config)) => println!("{name} (voices.default in the config)"),
                 Some((name, crate::voice::DefaultSource::Folder(p))) => println!("{name} ({})", p.display()),
                 None => println!(
@@ -949,18 +860,17 @@ fn warn_config_default(config: &Config, name: &str) {
 }
 
 fn profile_command(config: &Config, args: &ProfileArgs) -> anyhow::Result<()> {
-    use crate::pipeline::Request;
-    use crate::profile::report::{machine, matrix, profile, render_matrix, ProfilePlan, Setting};
+    use crate::cli::profile_report::{machine, matrix, profile, render_matrix, ProfilePlan, Setting};
 
     let text = match (&args.input, args.text.as_deref()) {
-        (Some(f), _) => std::fs::read_to_string(f).map_err(|e| Error::Input(format!("--input {}: {e}", f.display())))?,
+        (Some(f), _) => std::fs::read_to_string(f).map_err(|e| Error::invalid(format!("--input {}: {e}", f.display())))?,
         (None, Some("-")) => read_stdin()?,
         (None, Some(t)) => t.to_string(),
         (None, None) => PROFILE_TEXT.to_string(),
     };
-    check_text(config, &text)?;
+    crate::app::speech::check_text(config, &text)?;
     if args.runs == 0 {
-        return Err(Error::Input("--runs must be at least 1".into()).into());
+        return Err(Error::invalid("--runs must be at least 1").into());
     }
     // The outputs are checked before the (long) measurement, and must not be one file.
     let json_file = args.json.as_deref().filter(|p| p.as_os_str() != "-");
@@ -969,11 +879,11 @@ fn profile_command(config: &Config, args: &ProfileArgs) -> anyhow::Result<()> {
     }
     if let Some(p) = &args.trace {
         if p.as_os_str() == "-" {
-            return Err(Error::Input("--trace -: the trace is written to a file only; give a file name".into()).into());
+            return Err(Error::invalid("--trace -: the trace is written to a file only; give a file name").into());
         }
         crate::output::check_file("--trace", p)?;
         if json_file.is_some_and(|j| crate::output::same_file(j, p)) {
-            return Err(Error::Input(format!(
+            return Err(Error::invalid(format!(
                 "--json {} and --trace {} are the same file; give them different names",
                 json_file.map(|j| j.display().to_string()).unwrap_or_default(),
                 p.display()
@@ -982,16 +892,13 @@ fn profile_command(config: &Config, args: &ProfileArgs) -> anyhow::Result<()> {
         }
     }
     let voice = resolve_voice(config, &args.voice)?;
+    let mut o = crate::app::speech::SpeechOptions::new(text, voice, config.streaming.enabled);
+    o.text_frontend = !args.no_text_frontend;
+    o.seed = args.seed;
+    o.stream = asked_streaming(args.stream, args.no_stream);
+    o.min_tokens = args.min_tokens;
     let plan = ProfilePlan {
-        request: Request {
-            text,
-            voice,
-            text_frontend: !args.no_text_frontend,
-            speed: 1.0,
-            seed: args.seed,
-            stream: use_streaming(config, args.stream, args.no_stream, 1.0),
-            ignore_stop_until: args.min_tokens,
-        },
+        request: crate::app::speech::build_request(config, o)?,
         runs: args.runs,
         warmup: args.warmup,
     };

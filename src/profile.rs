@@ -9,8 +9,6 @@
 //! top-level stage, the rest a sub-step of it. [`STAGE_KEYS`] lists every name the pipeline
 //! records, so a report always has all of them (with zero calls where a stage did not run).
 
-#[cfg(feature = "cli")]
-pub mod report;
 
 use std::borrow::Cow;
 use std::cell::Cell;

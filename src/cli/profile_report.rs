@@ -3,7 +3,7 @@
 //! tokens/s and memory — as a table, as JSON, and as a Chrome trace.
 //!
 //! Every number comes from spans the pipeline records (`crate::profile::STAGE_KEYS`) or from the
-//! caller's own clock around `Synthesizer::synthesize` (total, time to first audio). Offline, the
+//! caller's own clock around the engine request (total, time to first audio). Offline, the
 //! top-level stages (frontend, llm, flow, hift) run one after another, so they add up to the total;
 //! the remainder is reported as `unaccounted_ms`. The stage breakdown shown is that of the median
 //! run (by total time), so it adds up; p50/p95 pool every call of every measured run. Streaming overlaps the LLM with flow/HiFT, so
@@ -17,7 +17,7 @@ use serde::Serialize;
 
 use crate::config::{Config, Precision, ProviderKind};
 use crate::error::{Error, Result};
-use crate::pipeline::{Request, Synthesizer};
+use crate::request::Request;
 use crate::profile::{
     chrome_trace, median, peak_rss_bytes, summarize, top_level_keys, Profiler, SpanEvent,
     SpanStats, STAGE_KEYS,
@@ -54,12 +54,12 @@ impl Setting {
             .or_else(|| s.split_once('-'))
             .unwrap_or((s, "fp32"));
         let provider = ProviderKind::parse(p.trim()).ok_or_else(|| {
-            Error::Input(format!(
+            Error::invalid(format!(
                 "--matrix setting {s:?}: unknown provider {p:?} (cpu, cuda, tensorrt)"
             ))
         })?;
         let precision = Precision::parse(q.trim()).ok_or_else(|| {
-            Error::Input(format!(
+            Error::invalid(format!(
                 "--matrix setting {s:?}: unknown precision {q:?} ({})",
                 Precision::ALLOWED
             ))
@@ -206,12 +206,14 @@ pub struct ProfileReport {
 /// Loads the model under `config` and profiles `plan` on it.
 pub fn profile(config: &Config, plan: &ProfilePlan, setting_label: &str) -> Result<ProfileReport> {
     if plan.runs == 0 {
-        return Err(Error::Input("--runs must be at least 1".into()));
+        return Err(Error::invalid("--runs must be at least 1"));
     }
     let started = Instant::now();
-    let mut synth = Synthesizer::load(config)?;
+    let profiler = Profiler::enabled();
+    // The runs go through the engine, as every request does (one at a time here).
+    let engine = crate::engine::Engine::builder(config).profiler(profiler.clone()).build()?;
     let load_ms = ms(started.elapsed());
-    let load: Vec<LoadRow> = synth
+    let load: Vec<LoadRow> = engine
         .load_times()
         .iter()
         .map(|l| LoadRow {
@@ -223,15 +225,11 @@ pub fn profile(config: &Config, plan: &ProfilePlan, setting_label: &str) -> Resu
             fallbacks: l.fallbacks.clone(),
         })
         .collect();
-    let on_gpu = synth
+    let on_gpu = engine
         .load_times()
         .iter()
         .any(|l| l.provider != ProviderKind::Cpu);
-    let rate = f64::from(synth.constants.sample_rate);
-    let profiler = Profiler::enabled();
-    synth.set_profiler(profiler.clone());
-    // The run goes through the engine, as every request does (one at a time here).
-    let engine = crate::engine::Engine::from_synthesizer(synth, 1);
+    let rate = f64::from(engine.sample_rate());
 
     let mut runs = Vec::with_capacity(plan.runs);
     let mut events = Vec::new();
@@ -239,17 +237,12 @@ pub fn profile(config: &Config, plan: &ProfilePlan, setting_label: &str) -> Resu
         profiler.take_events();
         let t0 = Instant::now();
         let mut first_chunk: Option<f64> = None;
-        let mut handle = engine.submit(plan.request.clone())?;
-        let summary = loop {
-            match handle.next_event() {
-                Some(crate::engine::Event::Audio(_)) => {
-                    first_chunk.get_or_insert_with(|| ms(t0.elapsed()));
-                }
-                Some(crate::engine::Event::Done(summary)) => break summary,
-                Some(crate::engine::Event::Failed(e)) => return Err(e),
-                None => return Err(Error::Runtime("the request ended without a result".into())),
-            }
-        };
+        let handle = engine.submit(plan.request.clone())?;
+        let mut first_audio = crate::app::drain::FnSink(|_: &[f32]| {
+            first_chunk.get_or_insert_with(|| ms(t0.elapsed()));
+            Ok(())
+        });
+        let summary = crate::app::drain::drain(handle, &mut first_audio)?;
         let total_ms = ms(t0.elapsed());
         let run_events = profiler.take_events();
         if i < plan.warmup {
@@ -289,7 +282,7 @@ pub fn profile(config: &Config, plan: &ProfilePlan, setting_label: &str) -> Resu
     // separate stages come from different runs and need not add up to any run's total, which on a
     // loaded machine makes the table look as if time went missing.
     let typical =
-        median_run(&runs).ok_or_else(|| Error::Input("--runs must be at least 1".into()))?;
+        median_run(&runs).ok_or_else(|| Error::invalid("--runs must be at least 1"))?;
     let total_ms = typical.total_ms;
     let pooled = summarize(&events);
     let stages = STAGE_KEYS

@@ -7,29 +7,8 @@ use std::path::Path;
 use ndarray::Array2;
 
 use crate::error::{Error, Result};
-use crate::llm::Termination;
 use crate::npy::{encode, NpyElem};
-use crate::pipeline::PromptFeatures;
-
-/// What one sentence's synthesis went through (filled by the pipeline when dumping).
-#[derive(Debug, Clone, Default)]
-pub struct SegmentTrace {
-    /// Every token the LLM emitted (stop token excluded).
-    pub llm_token_raw: Vec<i64>,
-    pub termination: Option<Termination>,
-    /// After the silent-token filter: what the flow got.
-    pub speech_token: Vec<i64>,
-    /// `[80, 2·(Ns+N)]` of the final flow call.
-    pub flow_mu: Option<Array2<f32>>,
-    pub flow_cond: Option<Array2<f32>>,
-    /// `[80, T]`: the mel of the last HiFT call (all chunks joined).
-    pub flow_mel: Option<Array2<f32>>,
-    /// f0 and source of the last HiFT call.
-    pub hift_f0: Option<Vec<f32>>,
-    pub hift_source: Option<Vec<f32>>,
-    pub chunk_samples: Vec<i64>,
-    pub waveform: Vec<f32>,
-}
+use crate::request::{PromptFeatures, SegmentTrace, SentenceRecord, SynthesisObserver};
 
 fn npy<T: NpyElem>(dir: &Path, name: &str, shape: &[usize], values: &[T]) -> Result<()> {
     crate::output::write_bytes(&dir.join(format!("{name}.npy")), &encode(shape, values))
@@ -103,4 +82,27 @@ pub fn write_segment(
     npy(dir, "waveform", &[1, trace.waveform.len()], &trace.waveform)?;
     crate::audio::write_audio_atomic(&dir.join("waveform.wav"), &trace.waveform, sample_rate, crate::audio::OutputFormat::WavF32)?;
     Ok(())
+}
+
+/// The `--dump DIR` observer: writes every sentence's intermediates as it finishes (one
+/// sentence: into `DIR`; several: into `DIR/000`, `DIR/001`, …).
+#[derive(Debug, Clone)]
+pub struct DumpObserver {
+    root: std::path::PathBuf,
+}
+
+impl DumpObserver {
+    pub fn new(root: impl Into<std::path::PathBuf>) -> DumpObserver {
+        DumpObserver { root: root.into() }
+    }
+}
+
+impl SynthesisObserver for DumpObserver {
+    fn wants_trace(&self) -> bool {
+        true
+    }
+    fn sentence_done(&self, s: &SentenceRecord<'_>) -> Result<()> {
+        let dir = if s.count == 1 { self.root.clone() } else { self.root.join(format!("{:03}", s.index)) };
+        write_segment(&dir, s.prompt, s.prompt_text_token, s.text_token, s.trace, s.stream, s.sample_rate)
+    }
 }

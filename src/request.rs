@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use ndarray::Array2;
 
-use crate::error::{Error, Result};
+use crate::error::{Error, InputCode, Result};
 use crate::frontend::audio::Audio;
 use crate::frontend::prompt::PromptMode;
 use crate::frontend::text::is_only_punctuation;
@@ -33,13 +33,13 @@ pub enum Voice {
 
 impl Voice {
     /// The prompt recording, if this voice is given by one.
-    pub(super) fn wav(&self) -> Option<&Path> {
+    pub(crate) fn wav(&self) -> Option<&Path> {
         match self {
             Voice::ZeroShot { wav, .. } | Voice::CrossLingual { wav } | Voice::Instruct { wav, .. } => Some(wav),
             Voice::Saved { .. } | Voice::Recording { .. } => None,
         }
     }
-    pub(super) fn mode(&self) -> PromptMode {
+    pub(crate) fn mode(&self) -> PromptMode {
         match self {
             Voice::ZeroShot { transcript, .. } => PromptMode::ZeroShot { transcript: transcript.clone() },
             Voice::CrossLingual { .. } => PromptMode::CrossLingual,
@@ -66,7 +66,51 @@ pub trait SynthesisObserver: Sync {
     fn cancelled(&self) -> bool {
         false
     }
+    /// Whether to keep each sentence's intermediates and hand them to [`Self::sentence_done`]
+    /// (`--dump`); keeping them costs memory, so by default they are not kept.
+    fn wants_trace(&self) -> bool {
+        false
+    }
+    /// A sentence finished, with its intermediates (only when [`Self::wants_trace`]); an error
+    /// ends the request with it.
+    fn sentence_done(&self, _sentence: &SentenceRecord<'_>) -> Result<()> {
+        Ok(())
+    }
 }
+
+/// One finished sentence and what it went through ([`SynthesisObserver::sentence_done`]).
+pub struct SentenceRecord<'a> {
+    /// From 0, of `count` sentences in the request.
+    pub index: usize,
+    pub count: usize,
+    pub prompt: &'a PromptFeatures,
+    pub prompt_text_token: &'a [i64],
+    pub text_token: &'a [i64],
+    pub trace: &'a SegmentTrace,
+    pub stream: bool,
+    pub sample_rate: u32,
+}
+
+/// What one sentence's synthesis went through (filled by the pipeline when dumping).
+#[derive(Debug, Clone, Default)]
+pub struct SegmentTrace {
+    /// Every token the LLM emitted (stop token excluded).
+    pub llm_token_raw: Vec<i64>,
+    pub termination: Option<Termination>,
+    /// After the silent-token filter: what the flow got.
+    pub speech_token: Vec<i64>,
+    /// `[80, 2·(Ns+N)]` of the final flow call.
+    pub flow_mu: Option<Array2<f32>>,
+    pub flow_cond: Option<Array2<f32>>,
+    /// `[80, T]`: the mel of the last HiFT call (all chunks joined).
+    pub flow_mel: Option<Array2<f32>>,
+    /// f0 and source of the last HiFT call.
+    pub hift_f0: Option<Vec<f32>>,
+    pub hift_source: Option<Vec<f32>>,
+    pub chunk_samples: Vec<i64>,
+    pub waveform: Vec<f32>,
+}
+
 
 /// An observer that observes nothing.
 pub struct NoObserver;
@@ -86,8 +130,48 @@ pub struct Request {
     /// Use the streaming chunk schedule.
     pub stream: bool,
     /// Benchmark/test knob, not the official behaviour: decode exactly this many speech tokens
-    /// per sentence, stop ids masked (see [`DecodeOptions::ignore_stop_until`]). `None` = official.
+    /// per sentence, stop ids masked (see [`crate::llm::DecodeOptions::ignore_stop_until`]).
+    /// `None` = official.
     pub ignore_stop_until: Option<usize>,
+    /// Test hooks (none by default); the engine refuses them unless started for tests.
+    pub test_hooks: TestHooks,
+}
+
+impl Request {
+    /// A request for `text` in `voice` with the official defaults: text frontend on, speed 1,
+    /// the configured seed, offline (not streaming), no test knob.
+    pub fn new(text: impl Into<String>, voice: Voice) -> Request {
+        Request {
+            text: text.into(),
+            voice,
+            text_frontend: true,
+            speed: 1.0,
+            seed: None,
+            stream: false,
+            ignore_stop_until: None,
+            test_hooks: TestHooks::default(),
+        }
+    }
+}
+
+/// Points where a test can hold a request, so that a test about slots, queues, drains or
+/// hang-ups does not depend on how long a synthesis takes on the machine. The engine accepts
+/// them only when built with [`crate::engine::EngineBuilder::test_hooks`] (`debug.test_hooks`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TestHooks {
+    /// After its first audio chunk, the request keeps its slot until it is cancelled (a hang-up,
+    /// a timeout, a drain cut short); it then ends as cancelled.
+    pub hold_after_first_audio: bool,
+    /// Decode exactly this many speech tokens per sentence (as [`Request::ignore_stop_until`]):
+    /// a request that lasts, whatever the text and the machine.
+    pub min_tokens: Option<usize>,
+}
+
+impl TestHooks {
+    /// Whether any hook is asked for.
+    pub fn is_set(&self) -> bool {
+        self.hold_after_first_audio || self.min_tokens.is_some()
+    }
 }
 
 /// The prompt's features (the frontend part of a request; shared by its sentences). For a saved
@@ -132,7 +216,11 @@ pub const SPEED_RANGE: std::ops::RangeInclusive<f64> = 0.5..=2.0;
 pub fn check_options(speed: f64, stream: bool) -> Result<()> {
     check_speed(speed)?;
     if stream && speed != 1.0 {
-        return Err(Error::Input("--speed works only without --stream (the official code refuses it too)".into()));
+        return Err(Error::input(
+            InputCode::Conflict,
+            Some("speed"),
+            format!("speed {speed} works only without streaming (the official code refuses it too); use speed 1, or do not stream"),
+        ));
     }
     Ok(())
 }
@@ -148,11 +236,15 @@ pub fn check_speed(speed: f64) -> Result<()> {
     if speed.is_finite() && SPEED_RANGE.contains(&speed) {
         return Ok(());
     }
-    Err(Error::Input(format!(
-        "--speed {speed}: use a number from {:.1} to {:.1} (1 = normal, 2 = twice as fast)",
-        SPEED_RANGE.start(),
-        SPEED_RANGE.end()
-    )))
+    Err(Error::input(
+        InputCode::OutOfRange,
+        Some("speed"),
+        format!(
+            "speed {speed} is out of range: use a number from {:.1} to {:.1} (1 = normal, 2 = twice as fast)",
+            SPEED_RANGE.start(),
+            SPEED_RANGE.end()
+        ),
+    ))
 }
 
 /// `text` cut to at most `max` characters, with `…` when it was cut (for messages).
@@ -169,24 +261,29 @@ pub fn shorten(text: &str, max: usize) -> String {
 pub fn check_speakable(text: &str) -> Result<()> {
     let visible = crate::frontend::text::strip_invisible(text);
     if visible.is_empty() {
-        return Err(Error::Input(if text.trim().is_empty() {
-            "the text is empty; give something to say".into()
-        } else {
-            "the text is empty (only invisible characters such as zero-width spaces); give something to say".into()
-        }));
+        return Err(Error::input(
+            InputCode::InvalidText,
+            Some("input"),
+            if text.trim().is_empty() {
+                "the text is empty; give something to say"
+            } else {
+                "the text is empty (only invisible characters such as zero-width spaces); give something to say"
+            },
+        ));
     }
     if is_only_punctuation(&visible) {
-        return Err(Error::Input(format!(
-            "the text {:?} has nothing speakable (only punctuation, symbols or emoji); give some words",
-            shorten(text.trim(), 40)
-        )));
+        return Err(Error::input(
+            InputCode::InvalidText,
+            Some("input"),
+            format!("the text {:?} has nothing speakable (only punctuation, symbols or emoji); give some words", shorten(text.trim(), 40)),
+        ));
     }
     Ok(())
 }
 
 /// `sentence N of M ("its text…")` for messages: 1-based, the text cut to 40 characters and
 /// without the system prompt that cross-lingual mode puts in front of it.
-pub(super) fn sentence_label(index: usize, count: usize, text: &str) -> String {
+pub(crate) fn sentence_label(index: usize, count: usize, text: &str) -> String {
     let marker = crate::frontend::tokenizer::ENDOFPROMPT;
     let said = text.rsplit(marker).next().filter(|t| !t.trim().is_empty()).unwrap_or(text);
     format!("sentence {} of {count} ({:?})", index + 1, shorten(said.trim(), 40))
@@ -196,10 +293,31 @@ pub(super) fn sentence_label(index: usize, count: usize, text: &str) -> String {
 pub fn check_text_length(text: &str, limit: usize) -> Result<()> {
     let n = text.chars().count();
     if n > limit {
-        return Err(Error::Input(format!(
-            "the text has {n} characters, more than the limit of {limit} (limits.max_text_chars); split it, or raise the limit"
-        )));
+        return Err(Error::input(
+            InputCode::InvalidText,
+            Some("input"),
+            format!("the text has {n} characters, more than the limit of {limit} (limits.max_text_chars); split it, or raise the limit"),
+        ));
     }
     Ok(())
 }
 
+
+/// Whether a voice can take text-in streaming: the official bi-streaming puts the text after
+/// `<|endofprompt|>`, so it needs a transcript (zero-shot) or an instruction; cross-lingual has
+/// no prompt text.
+pub fn can_stream_text(voice: &Voice) -> bool {
+    !matches!(voice.mode(), PromptMode::CrossLingual)
+}
+
+/// [`can_stream_text`] as an error naming the fix.
+pub fn check_text_streaming(voice: &Voice) -> Result<()> {
+    if can_stream_text(voice) {
+        return Ok(());
+    }
+    Err(Error::input(
+        InputCode::Conflict,
+        Some("voice"),
+        "text-in streaming needs a voice with a transcript (zero-shot) or an instruction: cross-lingual mode has no prompt text for <|endofprompt|>",
+    ))
+}

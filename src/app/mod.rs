@@ -1,0 +1,19 @@
+//! The application layer: the use cases every front end (the CLI, `say`, the HTTP routes, the
+//! WebSocket, and next the Wyoming server and the web page) calls, so that each rule lives once.
+//!
+//! * [`voices`]: resolve the voice of a request (a saved name, the default, a recording on disk
+//!   or in memory), add, list and remove saved voices (and what removing the default means).
+//! * [`speech`]: build an engine [`crate::request::Request`] from a front end's options, with
+//!   every check in one place (text, speed, streaming, text-in streaming, test hooks).
+//! * [`drain`]: run a request's handle into a sink (a file, stdout, a player, a report).
+//! * [`dump`]: `--dump DIR`, every sentence's intermediates as `.npy`, through the engine's observer.
+//!
+//! A front end translates its own input (flags, JSON, WebSocket or Wyoming messages) into these
+//! calls and their typed errors ([`crate::Error::Input`]: a code and a parameter) into its own
+//! answer (exit code, HTTP status); it decides nothing itself. This layer sits above the engine
+//! and never imports a front end.
+
+pub mod drain;
+pub mod dump;
+pub mod speech;
+pub mod voices;

@@ -1,0 +1,279 @@
+//! Voices, once for every front end: which voice a request speaks with, and the saved voices
+//! (add, list, remove, the default).
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use crate::config::Config;
+use crate::engine::Engine;
+use crate::error::{Error, InputCode, Result};
+use crate::frontend::audio::{check_length, load_audio, Audio, MAX_TOKENIZER_SECONDS};
+use crate::request::Voice;
+use crate::voice::{check_name, model_key, DefaultSource, SavedVoice, VoiceStore};
+
+/// Speech tokens per second of CosyVoice3's speech tokenizer (s3tokenizer v3: 16 kHz audio,
+/// one token per 640 samples): a saved voice's length in seconds.
+pub const SPEECH_TOKENS_PER_SECOND: f64 = 25.0;
+
+/// How long a saved voice's recording was, in seconds.
+pub fn voice_seconds(voice: &SavedVoice) -> f64 {
+    voice.speech_token.len() as f64 / SPEECH_TOKENS_PER_SECOND
+}
+
+/// A prompt recording: a file (the CLI) or audio already decoded (an upload).
+#[derive(Debug, Clone)]
+pub enum Recording {
+    File(PathBuf),
+    /// `label` names it in messages (`ref_audio`, an upload's file name).
+    Memory { audio: Arc<Audio>, label: PathBuf },
+}
+
+impl Recording {
+    /// Decodes uploaded bytes (any supported format) into a recording named `label`.
+    pub fn from_bytes(label: &str, bytes: Vec<u8>) -> Result<Recording> {
+        let label = PathBuf::from(label);
+        let audio = crate::frontend::audio::decode_bytes(&label, bytes).map_err(audio_error)?;
+        Ok(Recording::Memory { audio: Arc::new(audio), label })
+    }
+}
+
+/// What a request says about its voice, as a front end received it.
+#[derive(Debug, Clone, Default)]
+pub struct VoiceChoice {
+    /// A saved voice's name; `None` = the default voice (unless a recording is given).
+    pub name: Option<String>,
+    pub recording: Option<Recording>,
+    /// What the recording says (zero-shot); without it, and without an instruction, the voice is
+    /// cross-lingual.
+    pub transcript: Option<String>,
+    /// A style instruction (instruct mode), with a recording or a saved voice.
+    pub instruction: Option<String>,
+}
+
+/// An audio problem as an input error about the prompt recording (`ref_audio` in the HTTP API).
+fn audio_error(e: Error) -> Error {
+    match e {
+        Error::Input { message, .. } => Error::input(InputCode::InvalidAudio, Some("ref_audio"), message),
+        other => other,
+    }
+}
+
+/// Loads (a file) and checks a prompt recording: readable, long enough for every stage, at most
+/// the speech tokenizer's 30 s. The pipeline checks it against the model's own limit again.
+pub fn check_recording(recording: &Recording) -> Result<Arc<Audio>> {
+    let (audio, label) = match recording {
+        Recording::File(path) => (Arc::new(load_audio(path).map_err(audio_error)?), path.as_path()),
+        Recording::Memory { audio, label } => (audio.clone(), label.as_path()),
+    };
+    check_length(&audio, label, MAX_TOKENIZER_SECONDS).map_err(audio_error)?;
+    Ok(audio)
+}
+
+/// The voices folder of a configuration, and its default.
+pub struct Voices {
+    store: VoiceStore,
+    /// `voices.default` in the config (beats the folder's marker).
+    configured_default: Option<String>,
+    model_dir: PathBuf,
+}
+
+/// One saved voice as listed.
+#[derive(Debug, Clone)]
+pub struct VoiceEntry {
+    pub name: String,
+    /// The voice, or why it cannot be read.
+    pub voice: std::result::Result<SavedVoice, String>,
+    pub is_default: bool,
+    /// Whether it was made for the model in use (`None` when that is not known).
+    pub fits_model: Option<bool>,
+}
+
+/// What removing a voice did.
+#[derive(Debug, Clone)]
+pub struct Removed {
+    pub path: PathBuf,
+    /// It was the folder's default voice, which is now cleared (a default naming a removed voice
+    /// would only fail later, far from here).
+    pub was_default: bool,
+}
+
+impl Voices {
+    pub fn new(config: &Config) -> Voices {
+        Voices {
+            store: VoiceStore::new(&config.voices.dir),
+            configured_default: config.voices.default.clone(),
+            model_dir: config.model_dir.clone(),
+        }
+    }
+
+    pub fn store(&self) -> &VoiceStore {
+        &self.store
+    }
+
+    /// The default voice's name and where it was set, if any.
+    pub fn default_voice(&self) -> Result<Option<(String, DefaultSource)>> {
+        self.store.default_name(self.configured_default.as_deref())
+    }
+
+    /// The key saved voices must carry for the configured model folder, read from its manifest
+    /// without loading it (`None` when the folder cannot be opened: the model loader reports that,
+    /// with its context).
+    pub fn model_key_on_disk(&self) -> Option<String> {
+        crate::model::ModelDir::open(&self.model_dir).ok().and_then(|d| model_key(&d).ok())
+    }
+
+    /// The voice of a request. `model_key` is the loaded model's (or [`Self::model_key_on_disk`]):
+    /// a saved voice made for another model is refused before any work.
+    pub fn resolve(&self, choice: VoiceChoice, model_key: Option<&str>) -> Result<Voice> {
+        let VoiceChoice { name, recording, transcript, instruction } = choice;
+        for (param, value) in [("ref_text", &transcript), ("instructions", &instruction)] {
+            if value.as_deref().is_some_and(|v| v.trim().is_empty()) {
+                return Err(Error::input(
+                    InputCode::InvalidText,
+                    Some(param),
+                    format!("the {} is empty; leave it out or give the text", if param == "ref_text" { "prompt transcript" } else { "instruction" }),
+                ));
+            }
+        }
+        if transcript.is_some() && instruction.is_some() {
+            return Err(Error::input(
+                InputCode::Conflict,
+                Some("instructions"),
+                "give a prompt transcript (zero-shot: what the recording says) or an instruction (instruct mode), not both",
+            ));
+        }
+        if let Some(recording) = recording {
+            if name.is_some() {
+                return Err(Error::input(
+                    InputCode::Conflict,
+                    Some("voice"),
+                    "give a saved voice or a prompt recording, not both",
+                ));
+            }
+            let audio = check_recording(&recording)?;
+            return Ok(match recording {
+                Recording::File(wav) => match (transcript, instruction) {
+                    (Some(transcript), _) => Voice::ZeroShot { wav, transcript },
+                    (None, Some(instruction)) => Voice::Instruct { wav, instruction },
+                    (None, None) => Voice::CrossLingual { wav },
+                },
+                Recording::Memory { label, .. } => Voice::Recording { audio, label, transcript, instruction },
+            });
+        }
+        if transcript.is_some() {
+            return Err(Error::input(
+                InputCode::Conflict,
+                Some("ref_audio"),
+                "a prompt transcript describes a prompt recording, which is missing; give both (CLI --prompt-wav, HTTP ref_audio)",
+            ));
+        }
+        let (name, from_default) = match name {
+            Some(name) => (name, None),
+            None => match self.default_voice()? {
+                Some((name, source)) => (name, Some(source)),
+                None => {
+                    return Err(Error::input(
+                        InputCode::NoVoice,
+                        Some("voice"),
+                        format!(
+                            "no voice given and no default voice: name a saved voice or give a prompt recording, or save a default \
+                             (`cosy voice add NAME --wav FILE --text TEXT --default`; voices in {})",
+                            self.store.dir.display()
+                        ),
+                    ))
+                }
+            },
+        };
+        let saved = self.load_saved(&name, model_key).map_err(|e| match (&from_default, e) {
+            (Some(source), Error::Input { code, param, message }) => {
+                let from = match source {
+                    DefaultSource::Config => "voices.default in the config".to_string(),
+                    DefaultSource::Folder(p) => p.display().to_string(),
+                };
+                Error::Input { code, param, message: format!("default voice {name:?} (from {from}): {message}; pick another with `cosy voice default NAME`") }
+            }
+            (_, e) => e,
+        })?;
+        Ok(Voice::Saved { voice: Arc::new(saved), instruction })
+    }
+
+    /// A saved voice by name, checked against `model_key` when given.
+    pub fn load_saved(&self, name: &str, model_key: Option<&str>) -> Result<SavedVoice> {
+        let saved = self.store.load(name)?;
+        if let Some(key) = model_key {
+            saved.check_model(key, &self.model_dir)?;
+        }
+        Ok(saved)
+    }
+
+    /// Refuses a voice name or a transcript before any audio work: a name that is not allowed,
+    /// one that is taken (unless `replace`), an empty transcript.
+    pub fn check_new(&self, name: &str, transcript: &str, replace: bool) -> Result<()> {
+        check_name(name).map_err(|e| e.about("name"))?;
+        self.store.check_dir()?;
+        if self.store.path_of(name).exists() && !replace {
+            return Err(Error::input(
+                InputCode::VoiceExists,
+                Some("name"),
+                format!(
+                    "voice {name:?} already exists ({}); remove it first (`cosy voice rm {name}`), or replace it (--force, or overwrite=true over HTTP)",
+                    self.store.path_of(name).display()
+                ),
+            ));
+        }
+        if transcript.trim().is_empty() {
+            return Err(Error::input(
+                InputCode::InvalidText,
+                Some("ref_text"),
+                "the transcript is empty; give the words spoken in the recording",
+            ));
+        }
+        Ok(())
+    }
+
+    /// Makes and saves voice `name` from `recording` and its transcript with `engine`'s frontend;
+    /// optionally makes it the folder's default. Nothing is written when anything fails.
+    pub fn add(&self, engine: &Engine, name: &str, recording: &Recording, transcript: &str, replace: bool, make_default: bool) -> Result<(SavedVoice, PathBuf)> {
+        self.check_new(name, transcript, replace)?;
+        let audio = check_recording(recording)?;
+        let label = match recording {
+            Recording::File(p) => p.as_path(),
+            Recording::Memory { label, .. } => label.as_path(),
+        };
+        let voice = engine.make_voice(name, &audio, label, transcript).map_err(audio_error)?;
+        let path = self.store.save(&voice, replace)?;
+        if make_default {
+            self.store.set_default(name)?;
+        }
+        Ok((voice, path))
+    }
+
+    /// Every saved voice, sorted by name, each with its problem when it cannot be read.
+    pub fn list(&self, model_key: Option<&str>) -> Result<Vec<VoiceEntry>> {
+        let default = self.default_voice().ok().flatten().map(|(n, _)| n);
+        Ok(self
+            .store
+            .names()?
+            .into_iter()
+            .map(|name| {
+                let voice = self.store.load(&name).map_err(|e| e.to_string());
+                let fits_model = match (&voice, model_key) {
+                    (Ok(v), Some(k)) => Some(v.model_key == k),
+                    (Err(_), _) => Some(false),
+                    (Ok(_), None) => None,
+                };
+                VoiceEntry { is_default: default.as_deref() == Some(name.as_str()), name, voice, fits_model }
+            })
+            .collect())
+    }
+
+    /// Deletes saved voice `name`; when it was the folder's default, the default is cleared.
+    pub fn remove(&self, name: &str) -> Result<Removed> {
+        let path = self.store.remove(name)?;
+        let was_default = self.store.folder_default().ok().flatten().as_deref() == Some(name);
+        if was_default {
+            self.store.clear_default()?;
+        }
+        Ok(Removed { path, was_default })
+    }
+}

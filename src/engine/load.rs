@@ -1,0 +1,74 @@
+//! Opening a model's stages for the engine: every session through the runtime's factory (engine
+//! and graph caches, providers, precision), the LLM and the DiT behind their batching threads,
+//! and how long each took (`cosy profile` reports it).
+
+use std::sync::{Arc, Mutex};
+
+use crate::config::{Config, Precision, ProviderKind};
+use crate::error::Result;
+use crate::model::{ModelDir, Stage};
+use crate::pipeline::{ModelConstants, Stages};
+use crate::runtime::{GraphCacheUse, SessionFactory, StageSession};
+
+use super::{DitBatcher, LlmScheduler};
+
+/// How one stage's session was opened (for `cosy profile`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct StageLoad {
+    /// Manifest stage name (`llm`, `flow_front`, `dit`, `hift_decode`, `campplus`, `speech_tokenizer`).
+    pub stage: String,
+    pub seconds: f64,
+    pub provider: ProviderKind,
+    pub precision: Precision,
+    /// `load` (engine cache hit), `build` (TensorRT built an engine), `cached graph` (the saved
+    /// optimised graph, not optimised again), `graph optimised and saved` (first CPU load) or
+    /// `session` (optimised at load, nothing saved).
+    pub kind: &'static str,
+    /// Providers asked for but not used, with the reason.
+    pub fallbacks: Vec<String>,
+}
+
+/// The open stages, with the engine's own handles on its two batchers (for their counters).
+pub(super) struct Opened {
+    pub stages: Stages,
+    pub llm: Arc<LlmScheduler>,
+    pub dit: Arc<DitBatcher>,
+    pub load_times: Vec<StageLoad>,
+}
+
+/// Opens every stage of `dir` as `config` says, starting the LLM scheduler and the DiT batcher.
+pub(super) fn open_stages(config: &Config, dir: Arc<ModelDir>, constants: &ModelConstants, llm_gather_first: usize) -> Result<Opened> {
+    let factory = SessionFactory::new(config, dir)?;
+    let mut load_times = Vec::new();
+    let mut open = |stage: Stage| -> Result<StageSession> {
+        let started = std::time::Instant::now();
+        let session = factory.open(stage)?;
+        load_times.push(StageLoad {
+            stage: stage.name().to_string(),
+            seconds: started.elapsed().as_secs_f64(),
+            provider: session.provider_used,
+            precision: session.precision,
+            kind: match (session.engine_cached, session.graph_cache) {
+                (Some(true), _) => "load",
+                (Some(false), _) => "build",
+                (None, GraphCacheUse::Loaded) => "cached graph",
+                (None, GraphCacheUse::Saved) => "graph optimised and saved",
+                (None, _) => "session",
+            },
+            fallbacks: session.fallbacks.clone(),
+        });
+        Ok(session)
+    };
+    let llm = Arc::new(LlmScheduler::start(open(Stage::Llm)?, constants.llm_shape, config.engine.max_batch, llm_gather_first)?);
+    let flow_front = Mutex::new(open(Stage::FlowFront)?);
+    let dit = Arc::new(DitBatcher::start(open(Stage::Dit)?, config.engine.dit_max_batch)?);
+    let stages = Stages {
+        llm: Box::new(llm.clone()),
+        flow_front,
+        dit: Box::new(dit.clone()),
+        hift: Mutex::new(open(Stage::HiftDecode)?),
+        campplus: Mutex::new(open(Stage::Campplus)?),
+        speech_tokenizer: Mutex::new(open(Stage::SpeechTokenizer)?),
+    };
+    Ok(Opened { stages, llm, dit, load_times })
+}
