@@ -22,7 +22,7 @@ trap 'kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; rm -rf "
 export COSY_GRAPH_CACHE="$work/gc"
 cosy=(target/release/cosy --model "$model" --set "voices.dir=$work/voices" "$@")
 "${cosy[@]}" voice add me --wav tests/fixtures/prompt_24k.wav --text "This recording is the voice prompt." --default >/dev/null
-"${cosy[@]}" --set server.max_concurrent=64 --set server.max_queue=256 serve --bind 127.0.0.1:0 2>"$work/server.log" &
+"${cosy[@]}" --set engine.max_in_flight=64 --set engine.max_queue=256 serve --bind 127.0.0.1:0 2>"$work/server.log" &
 pid=$!
 until grep -q "listening on" "$work/server.log"; do sleep 0.1; done
 url="$(grep -o 'http://[0-9.:]*' "$work/server.log" | head -1)"

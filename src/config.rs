@@ -706,8 +706,12 @@ impl Config {
             }
             "server.max_concurrent" | "server.max_queue" => {
                 let new = DEPRECATED_KEYS.iter().find(|(old, _)| *old == key).map_or("", |(_, new)| *new);
+                self.set(new, value, origin, base).map_err(|e| match e {
+                    Error::Config(m) => Error::Config(m.replacen(new, &format!("{key} (now {new})"), 1)),
+                    other => other,
+                })?;
                 tracing::warn!("{origin}: {key} is deprecated; it now sets {new} (one limit for every front end): rename it");
-                return self.set(new, value, origin, None);
+                return Ok(());
             }
             "server.retry_after_s" => self.server.retry_after_s = up_to(3600)? as u64,
             "server.max_body_bytes" => {

@@ -348,10 +348,10 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
     }
     let config = cli.load_config()?;
     match &cli.command {
-        Command::File(args) => file_command(&config, args),
-        Command::Say(args) => say_command(&config, args),
-        Command::Voice { action } => voice_command(&config, action),
-        Command::Profile(args) => profile_command(&config, args),
+        Command::File(args) => file_command(&config, args).map_err(name_the_flag),
+        Command::Say(args) => say_command(&config, args).map_err(name_the_flag),
+        Command::Voice { action } => voice_command(&config, action).map_err(name_the_flag),
+        Command::Profile(args) => profile_command(&config, args).map_err(name_the_flag),
         Command::Doctor { quick } => {
             let report = crate::doctor::run(&config, &crate::doctor::DoctorOptions { quick: *quick });
             print!("{}", report.render());
@@ -435,6 +435,37 @@ fn engines(config: &Config, action: &EnginesAction) -> anyhow::Result<()> {
 }
 
 /// The exit code for an error: 2 for usage, configuration, model and input problems, 1 otherwise.
+/// The command line's name for a request parameter of an input error ([`Error::Input`]'s `param`,
+/// as the HTTP API names it).
+fn flag_of(param: &str) -> Option<&'static str> {
+    Some(match param {
+        "speed" => "--speed",
+        "voice" => "--voice",
+        "ref_audio" => "--prompt-wav",
+        "ref_text" => "--prompt-text",
+        "instructions" => "--instruct",
+        "seed" => "--seed",
+        "min_tokens" => "--min-tokens",
+        _ => return None,
+    })
+}
+
+/// An input error says which flag it is about: the library's message (the same words every front
+/// end shows), prefixed with the flag (`--speed: speed 3 is out of range: …`).
+fn name_the_flag(err: anyhow::Error) -> anyhow::Error {
+    match err.downcast::<Error>() {
+        Ok(Error::Input { code: code @ crate::error::InputCode::NoVoice, param, message }) => {
+            Error::Input { code, param, message: format!("--voice NAME or --prompt-wav FILE: {message}") }.into()
+        }
+        Ok(Error::Input { code, param: Some(param), message }) => match flag_of(param) {
+            Some(flag) => Error::Input { code, param: Some(param), message: format!("{flag}: {message}") }.into(),
+            None => Error::Input { code, param: Some(param), message }.into(),
+        },
+        Ok(other) => other.into(),
+        Err(other) => other,
+    }
+}
+
 pub fn exit_code(err: &anyhow::Error) -> i32 {
     for cause in err.chain() {
         if let Some(e) = cause.downcast_ref::<Error>() {

@@ -66,7 +66,8 @@ impl ApiError {
         match err {
             cosy::Error::Input { code, param, message } => {
                 let status = match code {
-                    InputCode::VoiceNotFound => StatusCode::NOT_FOUND,
+                    // No voice named and no default: the voice "default" is not there (as before).
+                    InputCode::VoiceNotFound | InputCode::NoVoice => StatusCode::NOT_FOUND,
                     InputCode::VoiceExists => StatusCode::CONFLICT,
                     _ => StatusCode::BAD_REQUEST,
                 };

@@ -38,8 +38,6 @@ use cosy::profile::Profiler;
 use error::ApiError;
 use metrics::Metrics;
 
-/// The model's output rate (pcm and wav responses are 24 kHz mono).
-pub const SAMPLE_RATE: u32 = 24_000;
 
 /// The id `GET /v1/models` lists. Requests may name any model: one server serves one model.
 pub const MODEL_ID: &str = "cosyvoice3";
@@ -130,6 +128,12 @@ impl AppState {
         self.ready.store(true, Ordering::SeqCst);
         tracing::info!("ready");
         Ok(())
+    }
+
+    /// The output sample rate of the loaded model (what pcm, wav and flac responses carry); read
+    /// from the model, as `say` does (24 kHz for CosyVoice3; requests run only once it is loaded).
+    pub fn sample_rate(&self) -> u32 {
+        self.engine.get().map_or(24_000, |e| e.sample_rate())
     }
 
     /// An engine or library error as an API error, with Retry-After on 429 (counted as rejected).

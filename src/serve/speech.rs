@@ -20,7 +20,7 @@ use serde::Deserialize;
 
 use super::encode::AudioFormat;
 use super::error::ApiError;
-use super::{ActiveGuard, AppState, RequestId, SAMPLE_RATE};
+use super::{ActiveGuard, AppState, RequestId};
 
 /// The fields a speech request may carry (JSON names; multipart uses the same names).
 #[derive(Debug, Default, Deserialize)]
@@ -128,15 +128,15 @@ async fn speech(state: &Arc<AppState>, id: &RequestId, req: Request, started: In
             samples.extend_from_slice(&chunk);
         }
         finish.done(samples.len());
-        let body = plan.format.encode_whole(&samples, SAMPLE_RATE)?;
+        let body = plan.format.encode_whole(&samples, state.sample_rate())?;
         return Ok(([(header::CONTENT_TYPE, plan.format.content_type())], body).into_response());
     }
     if plan.sse {
-        let prefix = plan.format.stream_prefix(SAMPLE_RATE);
+        let prefix = plan.format.stream_prefix(state.sample_rate());
         let body = sse_body(running, first, prefix, deadline, finish);
         return Ok(([(header::CONTENT_TYPE, "text/event-stream"), (header::CACHE_CONTROL, "no-cache")], body).into_response());
     }
-    let mut head = plan.format.stream_prefix(SAMPLE_RATE);
+    let mut head = plan.format.stream_prefix(state.sample_rate());
     head.extend(cosy::audio::pcm16_bytes(&first));
     let body = audio_body(running, head, first.len(), deadline, finish);
     Ok(([(header::CONTENT_TYPE, plan.format.content_type())], body).into_response())
@@ -459,7 +459,7 @@ pub struct Finish {
 
 impl Finish {
     pub fn done(&self, samples: usize) {
-        let audio = samples as f64 / f64::from(SAMPLE_RATE);
+        let audio = samples as f64 / f64::from(self.state.sample_rate());
         let wall = self.started.elapsed().as_secs_f64();
         self.state.metrics.add_audio_seconds(audio);
         if audio > 0.0 {
@@ -543,8 +543,8 @@ fn sse_body(running: Running, first: Vec<f32>, prefix: Vec<u8>, deadline: tokio:
                 s.finish.done(s.samples);
                 let event = serde_json::json!({
                     "type": "speech.audio.done",
-                    "audio_seconds": s.samples as f64 / f64::from(SAMPLE_RATE),
-                    "sample_rate": SAMPLE_RATE,
+                    "audio_seconds": s.samples as f64 / f64::from(s.finish.state.sample_rate()),
+                    "sample_rate": s.finish.state.sample_rate(),
                 });
                 Some((Ok(sse_event(&event)), None))
             }

@@ -28,7 +28,7 @@ use tokio::sync::mpsc;
 
 use super::error::ApiError;
 use super::speech::{decode_data_url, resolve_voice, voice_name, Finish, Running, VoiceSpec};
-use super::{AppState, RequestId, SAMPLE_RATE};
+use super::{AppState, RequestId};
 
 pub async fn handle(
     State(state): State<Arc<AppState>>,
@@ -196,7 +196,7 @@ async fn run_session(
     send(
         sink,
         event(serde_json::json!({
-            "type": "session.created", "request_id": id, "sample_rate": SAMPLE_RATE, "format": "pcm",
+            "type": "session.created", "request_id": id, "sample_rate": state.sample_rate(), "format": "pcm",
             "text_streaming": if bistream { "bistream" } else { "sentences" },
         })),
     )
@@ -236,7 +236,7 @@ async fn run_session(
                     event(serde_json::json!({
                         "type": "session.done",
                         "segments": segment_count,
-                        "audio_seconds": total_samples as f64 / f64::from(SAMPLE_RATE),
+                        "audio_seconds": total_samples as f64 / f64::from(state.sample_rate()),
                     })),
                 )
                 .await?;
@@ -397,7 +397,7 @@ async fn run_bistream(
                             event(serde_json::json!({
                                 "type": "session.done",
                                 "segments": 1,
-                                "audio_seconds": samples as f64 / f64::from(SAMPLE_RATE),
+                                "audio_seconds": samples as f64 / f64::from(state.sample_rate()),
                             })),
                         )
                         .await?;

@@ -210,3 +210,17 @@ fn a_users_hop_beyond_the_models_maximum_is_refused() {
         other => panic!("expected a config error, got {other:?}"),
     }
 }
+
+/// One config key per limit: the server's old names for the engine's admission limits are still
+/// read (from a file or a flag) and set the engine's keys.
+#[test]
+fn the_old_server_limit_keys_set_the_engines() {
+    let d = tempfile::tempdir().unwrap();
+    let file = write(d.path(), "[server]\nmax_concurrent = 3\nmax_queue = 0\n");
+    let c = Config::load(&LoadOptions { config_file: Some(file), ..Default::default() }).unwrap();
+    assert_eq!((c.engine.max_in_flight, c.engine.max_queue), (3, 0));
+    let opts = LoadOptions { flags: vec![("server.max_queue".into(), "7".into())], ..Default::default() };
+    assert_eq!(Config::load(&opts).unwrap().engine.max_queue, 7);
+    let bad = LoadOptions { flags: vec![("server.max_concurrent".into(), "0".into())], ..Default::default() };
+    assert!(config_err(&bad).contains("server.max_concurrent (now engine.max_in_flight)"));
+}

@@ -396,10 +396,12 @@ fn api_key_is_required_when_set() {
 fn serve_refuses_bad_settings_before_listening() {
     let dir = tempfile::tempdir().unwrap();
     let gc = dir.path().join("gc");
-    let cases: [(&[&str], &str); 4] = [
+    let cases: [(&[&str], &str); 5] = [
         (&["--model", "/nonexistent-model", "serve", "--bind", "127.0.0.1:0"], "model folder"),
         (&["serve", "--bind", "nonsense"], "server.bind"),
-        (&["--set", "server.max_concurrent=0", "serve"], "server.max_concurrent"),
+        (&["--set", "engine.max_in_flight=0", "serve"], "engine.max_in_flight"),
+        // The old name of the same limit is still read, and its errors name what was written.
+        (&["--set", "server.max_concurrent=0", "serve"], "server.max_concurrent (now engine.max_in_flight)"),
         (&["--set", "server.max_body_bytes=12", "serve"], "server.max_body_bytes"),
     ];
     for (args, needle) in cases {
