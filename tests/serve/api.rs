@@ -3,7 +3,7 @@
 //! CPU produce the same samples (the engine's batching does not change a request's numbers, see
 //! tests/pipeline/engine_concurrency.rs), and the server writes them with the same encoder.
 
-#[path = "common/serve.rs"]
+#[path = "../common/serve.rs"]
 mod serve;
 
 use std::time::Duration;

@@ -3,7 +3,7 @@
 //! hundred requests (bad ones mixed in) ends with nothing stuck and memory bounded; slow request
 //! heads are cut off and open connections are bounded.
 
-#[path = "common/serve.rs"]
+#[path = "../common/serve.rs"]
 mod serve;
 
 use std::io::{Read, Write};
