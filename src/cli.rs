@@ -375,8 +375,8 @@ fn engines(config: &Config, action: &EnginesAction) -> anyhow::Result<()> {
             let precisions = precisions
                 .iter()
                 .map(|p| {
-                    crate::config::Precision::parse(p)
-                        .ok_or_else(|| Error::Config(format!("--precisions {p:?}: allowed: {}", crate::config::Precision::ALLOWED)))
+                    crate::vocab::Precision::parse(p)
+                        .ok_or_else(|| Error::Config(format!("--precisions {p:?}: allowed: {}", crate::vocab::Precision::ALLOWED)))
                 })
                 .collect::<Result<Vec<_>, _>>()?;
             let bar = indicatif::ProgressBar::new(0);
@@ -851,7 +851,7 @@ fn voice_command(config: &Config, action: &VoiceAction) -> anyhow::Result<()> {
     let store = crate::voice::VoiceStore::new(&config.voices.dir);
     match action {
         VoiceAction::Add { name, wav, text, force, default } => {
-            crate::voice::check_name(name)?;
+            crate::vocab::check_voice_name(name)?;
             store.check_dir()?;
             if store.path_of(name).exists() && !force {
                 // Refuse before the model is loaded; `save` checks again.
@@ -1017,7 +1017,7 @@ fn profile_command(config: &Config, args: &ProfileArgs) -> anyhow::Result<()> {
     } else {
         let label = format!(
             "{} {}",
-            config.runtime.providers.first().copied().unwrap_or(crate::config::ProviderKind::Cpu),
+            config.runtime.providers.first().copied().unwrap_or(crate::vocab::ProviderKind::Cpu),
             config.runtime.precision
         );
         let report = profile(config, &plan, &label)?;

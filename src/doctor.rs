@@ -7,12 +7,13 @@ use std::sync::Arc;
 
 use ort::session::Session;
 
-use crate::config::{Config, Precision, ProviderKind, StageGroup};
+use crate::config::Config;
 use crate::error::Error;
 use crate::model::{check_graph_io, ModelDir};
 use crate::runtime::engine_cache::EntryState;
 use crate::runtime::env::{self, OrtRuntime};
 use crate::runtime::{providers, SessionFactory};
+use crate::vocab::{Precision, ProviderKind, StageGroup};
 
 /// Options for [`run`].
 #[derive(Debug, Clone, Default)]

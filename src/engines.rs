@@ -4,13 +4,14 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use crate::config::{Config, Precision, ProviderKind, StageGroup};
+use crate::config::Config;
 use crate::doctor::{current_graph_keys, current_keys};
 use crate::error::{Error, Result};
 use crate::model::ModelDir;
 use crate::runtime::engine_cache::{EngineCache, EntryState};
 use crate::runtime::graph_cache::{GraphCache, GraphKey};
 use crate::runtime::{env, providers, SessionFactory};
+use crate::vocab::{Precision, ProviderKind, StageGroup};
 
 /// One built (or reused) engine.
 #[derive(Debug, Clone)]

@@ -38,10 +38,11 @@ use crate::frontend::tn::WetextPair;
 use crate::frontend::tokenizer::TextTokenizer;
 use crate::hift::{F0Predictor, SourceGenerator};
 use crate::llm::{build_llm_input, decode_with, DecodeOptions, Sampler, SamplingParams, SilentTokenFilter, Termination};
-use crate::model::{ModelDir, Stage};
+use crate::model::ModelDir;
 use crate::profile::Profiler;
 use crate::runtime::{SessionFactory, StageSession};
 use crate::side::{SideEmbeddings, SideFile};
+use crate::vocab::Stage;
 
 pub use constants::ModelConstants;
 pub use dump::SegmentTrace;
@@ -96,7 +97,7 @@ pub struct Synthesizer {
     /// `limits.max_text_chars`: longer texts are refused.
     max_text_chars: usize,
     /// Precision of the frontend graphs (recorded in saved voices).
-    frontend_precision: crate::config::Precision,
+    frontend_precision: crate::vocab::Precision,
     /// Span recorder for `cosy profile`; disabled (free) unless [`Synthesizer::set_profiler`].
     profiler: Profiler,
     /// How long each session took to open, in the order they were opened.
@@ -109,8 +110,8 @@ pub struct StageLoad {
     /// Manifest stage name (`llm`, `flow_front`, `dit`, `hift_decode`, `campplus`, `speech_tokenizer`).
     pub stage: String,
     pub seconds: f64,
-    pub provider: crate::config::ProviderKind,
-    pub precision: crate::config::Precision,
+    pub provider: crate::vocab::ProviderKind,
+    pub precision: crate::vocab::Precision,
     /// `load` (engine cache hit), `build` (TensorRT built an engine), `cached graph` (the saved
     /// optimised graph, not optimised again), `graph optimised and saved` (first CPU load) or
     /// `session` (optimised at load, nothing saved).
@@ -127,7 +128,7 @@ impl Synthesizer {
     /// Opens the model folder of `config` and every stage.
     pub fn load(config: &Config) -> Result<Synthesizer> {
         let dir = Arc::new(ModelDir::open(&config.model_dir)?);
-        for stage in crate::model::STAGES {
+        for stage in crate::vocab::STAGES {
             dir.graph(stage)?;
         }
         let problems = dir.check_files(false);
@@ -213,7 +214,7 @@ impl Synthesizer {
             sessions,
             voice_key,
             max_text_chars: config.limits.max_text_chars,
-            frontend_precision: config.precision_for(crate::config::StageGroup::Frontend),
+            frontend_precision: config.precision_for(crate::vocab::StageGroup::Frontend),
             profiler: Profiler::disabled(),
             load_times,
         })

@@ -438,7 +438,7 @@ pub fn load_saved_voice(state: &AppState, name: &str) -> Result<cosy::voice::Sav
     } else {
         name.to_string()
     };
-    cosy::voice::check_name(&name).map_err(|e| ApiError::bad_request("invalid_voice", e.to_string()).param("voice"))?;
+    cosy::vocab::check_voice_name(&name).map_err(|e| ApiError::bad_request("invalid_voice", e.to_string()).param("voice"))?;
     if !store.path_of(&name).is_file() {
         let names = store.names().unwrap_or_default();
         let have = if names.is_empty() { "there are no saved voices".to_string() } else { format!("saved voices: {}", names.join(", ")) };

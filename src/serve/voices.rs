@@ -107,7 +107,7 @@ async fn create_voice(state: &Arc<AppState>, req: Request) -> Result<Response, A
     let Some(name) = form.name.filter(|n| !n.is_empty()) else {
         return Err(ApiError::bad_request("missing_name", "the voice's `name` is missing").param("name"));
     };
-    cosy::voice::check_name(&name).map_err(|e| ApiError::bad_request("invalid_voice_name", e.to_string()).param("name"))?;
+    cosy::vocab::check_voice_name(&name).map_err(|e| ApiError::bad_request("invalid_voice_name", e.to_string()).param("name"))?;
     if name == "default" {
         return Err(ApiError::bad_request(
             "invalid_voice_name",
@@ -170,7 +170,7 @@ async fn create_voice(state: &Arc<AppState>, req: Request) -> Result<Response, A
 /// `DELETE /v1/audio/voices/{name}`
 pub async fn remove(State(state): State<Arc<AppState>>, Path(name): Path<String>) -> Response {
     let removed = (|| -> Result<serde_json::Value, ApiError> {
-        cosy::voice::check_name(&name).map_err(|e| ApiError::bad_request("invalid_voice_name", e.to_string()))?;
+        cosy::vocab::check_voice_name(&name).map_err(|e| ApiError::bad_request("invalid_voice_name", e.to_string()))?;
         if !state.store.path_of(&name).is_file() {
             return Err(ApiError::not_found("voice_not_found", format!("voice {name:?} not found")));
         }
