@@ -10,8 +10,8 @@ use ort::session::Session;
 use crate::config::Config;
 use crate::error::Error;
 use crate::model::{check_graph_io, ModelDir};
-use crate::runtime::engine_cache::EntryState;
 use crate::runtime::env::{self, OrtRuntime};
+use crate::runtime::keyed_dir::EntryState;
 use crate::runtime::{providers, SessionFactory};
 use crate::vocab::{Precision, ProviderKind, StageGroup};
 

@@ -8,8 +8,9 @@ use crate::config::Config;
 use crate::doctor::{current_graph_keys, current_keys};
 use crate::error::{Error, Result};
 use crate::model::ModelDir;
-use crate::runtime::engine_cache::{EngineCache, EntryState};
+use crate::runtime::engine_cache::EngineCache;
 use crate::runtime::graph_cache::{GraphCache, GraphKey};
+use crate::runtime::keyed_dir::{self, EntryState};
 use crate::runtime::{env, providers, SessionFactory};
 use crate::vocab::{Precision, ProviderKind, StageGroup};
 
@@ -71,7 +72,7 @@ pub fn build(
         let factory = SessionFactory::with_runtime(rt, &cfg, model.clone());
         let session = factory.open_named(stage)?;
         let dir = session.engine_dir.clone().unwrap_or_default();
-        built.push(BuiltEngine { stage: stage.clone(), precision: *precision, bytes: crate::runtime::engine_cache::dir_size(&dir), dir });
+        built.push(BuiltEngine { stage: stage.clone(), precision: *precision, bytes: keyed_dir::dir_size(&dir), dir });
     }
     progress(jobs.len(), jobs.len(), "done");
     Ok(built)

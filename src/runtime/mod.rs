@@ -9,10 +9,12 @@ pub mod engine_cache;
 pub mod env;
 pub mod factory;
 pub mod graph_cache;
+pub mod keyed_dir;
 pub mod providers;
 
 pub use binding::StageBinding;
-pub use engine_cache::{CacheKey, EngineCache, EntryState};
+pub use engine_cache::{CacheKey, EngineCache};
 pub use env::{init, OrtRuntime};
 pub use factory::{GraphCacheUse, SessionFactory, StagePlan, StageSession};
 pub use graph_cache::{GraphCache, GraphKey};
+pub use keyed_dir::EntryState;
