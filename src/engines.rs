@@ -5,9 +5,9 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use crate::config::Config;
-use crate::doctor::{current_graph_keys, current_keys};
 use crate::error::{Error, Result};
 use crate::model::ModelDir;
+use crate::runtime::cache_listing::{current_engine_keys, current_graph_keys};
 use crate::runtime::engine_cache::EngineCache;
 use crate::runtime::graph_cache::{GraphCache, GraphKey};
 use crate::runtime::keyed_dir::{self, EntryState};
@@ -117,7 +117,7 @@ fn current_set(config: &Config) -> Option<BTreeSet<String>> {
     let rt = env::init(config).ok()?;
     let model = Arc::new(ModelDir::open(&config.model_dir).ok()?);
     let factory = SessionFactory::with_runtime(rt, config, model);
-    let mut set = current_keys(&factory);
+    let mut set = current_engine_keys(&factory);
     set.extend(current_graph_keys(&factory));
     Some(set)
 }

@@ -5,6 +5,7 @@
 //! through an IoBinding ([`StageSession::binding`]) when values should stay on the device.
 
 pub mod binding;
+pub mod cache_listing;
 pub mod engine_cache;
 pub mod env;
 pub mod factory;
