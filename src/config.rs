@@ -13,115 +13,7 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 
 use crate::error::{Error, Result};
-
-/// Numeric precision a stage runs in.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Precision {
-    Fp32,
-    Fp16,
-    Bf16,
-    /// int8 weights (per output channel) with dynamically quantised activations in the MatMul/Gemm
-    /// projections only; everything else fp32. A graph variant of its own (CPU, CUDA); TensorRT
-    /// refuses it because no calibration is shipped.
-    Int8,
-}
-
-impl Precision {
-    pub const ALL: [Precision; 4] = [Precision::Fp32, Precision::Fp16, Precision::Bf16, Precision::Int8];
-    /// The allowed values, for error messages.
-    pub const ALLOWED: &'static str = "fp32, fp16, bf16, int8";
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Precision::Fp32 => "fp32",
-            Precision::Fp16 => "fp16",
-            Precision::Bf16 => "bf16",
-            Precision::Int8 => "int8",
-        }
-    }
-    pub fn parse(s: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|p| p.as_str() == s.trim().to_ascii_lowercase())
-    }
-}
-
-impl fmt::Display for Precision {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-/// An ONNX Runtime execution provider cosy knows how to configure.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum ProviderKind {
-    TensorRt,
-    Cuda,
-    Cpu,
-}
-
-impl ProviderKind {
-    pub const ALL: [ProviderKind; 3] = [ProviderKind::TensorRt, ProviderKind::Cuda, ProviderKind::Cpu];
-    /// The short name used in config files and flags.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ProviderKind::TensorRt => "tensorrt",
-            ProviderKind::Cuda => "cuda",
-            ProviderKind::Cpu => "cpu",
-        }
-    }
-    /// The name ONNX Runtime uses.
-    pub fn ort_name(self) -> &'static str {
-        match self {
-            ProviderKind::TensorRt => "TensorrtExecutionProvider",
-            ProviderKind::Cuda => "CUDAExecutionProvider",
-            ProviderKind::Cpu => "CPUExecutionProvider",
-        }
-    }
-    pub fn parse(s: &str) -> Option<Self> {
-        let s = s.trim().to_ascii_lowercase();
-        match s.as_str() {
-            "trt" => Some(ProviderKind::TensorRt),
-            _ => Self::ALL.into_iter().find(|p| p.as_str() == s),
-        }
-    }
-}
-
-impl fmt::Display for ProviderKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-/// The configurable groups of graphs. `flow` is the flow front end (`flow_front`), `dit` the
-/// estimator, `hift` the vocoder (`hift_decode`), `frontend` the two copied graphs (campplus and
-/// the speech tokenizer).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum StageGroup {
-    Llm,
-    Flow,
-    Dit,
-    Hift,
-    Frontend,
-}
-
-impl StageGroup {
-    pub const ALL: [StageGroup; 5] =
-        [StageGroup::Llm, StageGroup::Flow, StageGroup::Dit, StageGroup::Hift, StageGroup::Frontend];
-    pub fn as_str(self) -> &'static str {
-        match self {
-            StageGroup::Llm => "llm",
-            StageGroup::Flow => "flow",
-            StageGroup::Dit => "dit",
-            StageGroup::Hift => "hift",
-            StageGroup::Frontend => "frontend",
-        }
-    }
-    pub fn parse(s: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|g| g.as_str() == s)
-    }
-    /// The group a manifest graph (stage) name belongs to.
-    pub fn of_graph(graph: &str) -> Option<Self> {
-        crate::model::Stage::parse(graph).map(crate::model::Stage::group)
-    }
-}
+use crate::vocab::{check_voice_name, Precision, ProviderKind, StageGroup};
 
 /// Per-group overrides; `None` inherits the `[runtime]` value.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -666,7 +558,7 @@ impl Config {
             "voices.default" => {
                 let s = text_of(value).ok_or_else(|| bad("a saved voice's name, or \"\" for the voices folder's default"))?;
                 if !s.is_empty() {
-                    crate::voice::check_name(&s).map_err(|_| {
+                    check_voice_name(&s).map_err(|_| {
                         bad("a saved voice's name (letters, digits, '.', '_', '-'), or \"\" for the voices folder's default")
                     })?;
                 }

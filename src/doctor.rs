@@ -7,12 +7,14 @@ use std::sync::Arc;
 
 use ort::session::Session;
 
-use crate::config::{Config, Precision, ProviderKind, StageGroup};
+use crate::config::Config;
 use crate::error::Error;
 use crate::model::{check_graph_io, ModelDir};
-use crate::runtime::engine_cache::EntryState;
+use crate::runtime::cache_listing::{current_engine_keys, current_graph_keys};
 use crate::runtime::env::{self, OrtRuntime};
+use crate::runtime::keyed_dir::EntryState;
 use crate::runtime::{providers, SessionFactory};
+use crate::vocab::ProviderKind;
 
 /// Options for [`run`].
 #[derive(Debug, Clone, Default)]
@@ -240,7 +242,7 @@ pub fn run(config: &Config, opts: &DoctorOptions) -> DoctorReport {
 
     r.section("TensorRT engine cache");
     r.line(format!("folder: {}", factory.cache.root.display()));
-    let current = current_keys(&factory);
+    let current = current_engine_keys(&factory);
     match factory.cache.entries() {
         Ok(entries) if entries.is_empty() => r.line("empty"),
         Ok(entries) => {
@@ -285,38 +287,6 @@ pub fn run(config: &Config, opts: &DoctorOptions) -> DoctorReport {
         }
     }
     r
-}
-
-/// Optimised-graph cache folder names the current model, CPU and library would use: every stage
-/// and graph variant, on the CPU provider (the only one the cache serves).
-pub fn current_graph_keys(factory: &SessionFactory) -> BTreeSet<String> {
-    let mut out = BTreeSet::new();
-    for (stage, spec) in &factory.model.manifest.graphs {
-        for p in Precision::ALL {
-            if let Some(v) = spec.variant(p) {
-                out.insert(factory.graph_key(stage, v, p, &[ProviderKind::Cpu]).dir_name());
-            }
-        }
-    }
-    out
-}
-
-/// Cache folder names the current model, hardware and library would use, for every stage and
-/// precision.
-pub fn current_keys(factory: &SessionFactory) -> BTreeSet<String> {
-    let mut out = BTreeSet::new();
-    for stage in factory.model.manifest.graphs.keys() {
-        if StageGroup::of_graph(stage).is_none() {
-            continue;
-        }
-        // int8 never builds a TensorRT engine (refused in the factory), so it has no cache key.
-        for p in Precision::ALL.into_iter().filter(|p| *p != Precision::Int8) {
-            if let Ok(k) = factory.cache_key(stage, p) {
-                out.insert(k.dir_name());
-            }
-        }
-    }
-    out
 }
 
 fn open_on_cpu(rt: &OrtRuntime, path: &std::path::Path) -> Result<Session, ort::Error> {

@@ -4,13 +4,15 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use crate::config::{Config, Precision, ProviderKind, StageGroup};
-use crate::doctor::{current_graph_keys, current_keys};
+use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::model::ModelDir;
-use crate::runtime::engine_cache::{EngineCache, EntryState};
+use crate::runtime::cache_listing::{current_engine_keys, current_graph_keys};
+use crate::runtime::engine_cache::EngineCache;
 use crate::runtime::graph_cache::{GraphCache, GraphKey};
+use crate::runtime::keyed_dir::{self, EntryState};
 use crate::runtime::{env, providers, SessionFactory};
+use crate::vocab::{Precision, ProviderKind, StageGroup};
 
 /// One built (or reused) engine.
 #[derive(Debug, Clone)]
@@ -70,7 +72,7 @@ pub fn build(
         let factory = SessionFactory::with_runtime(rt, &cfg, model.clone());
         let session = factory.open_named(stage)?;
         let dir = session.engine_dir.clone().unwrap_or_default();
-        built.push(BuiltEngine { stage: stage.clone(), precision: *precision, bytes: crate::runtime::engine_cache::dir_size(&dir), dir });
+        built.push(BuiltEngine { stage: stage.clone(), precision: *precision, bytes: keyed_dir::dir_size(&dir), dir });
     }
     progress(jobs.len(), jobs.len(), "done");
     Ok(built)
@@ -115,7 +117,7 @@ fn current_set(config: &Config) -> Option<BTreeSet<String>> {
     let rt = env::init(config).ok()?;
     let model = Arc::new(ModelDir::open(&config.model_dir).ok()?);
     let factory = SessionFactory::with_runtime(rt, config, model);
-    let mut set = current_keys(&factory);
+    let mut set = current_engine_keys(&factory);
     set.extend(current_graph_keys(&factory));
     Some(set)
 }

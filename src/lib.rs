@@ -1,6 +1,7 @@
 //! cosy: CosyVoice3 inference over ONNX Runtime.
 //!
-//! Modules mirror the pipeline: config → runtime (sessions, providers, engine cache) → model
+//! Modules mirror the pipeline: vocab (the names every layer shares: stages, precisions,
+//! providers) → config → runtime (sessions, providers, engine cache) → model
 //! (the exported folder and its manifest) → frontend (text, audio features, voices) → llm → flow
 //! → hift → pipeline (one request, streaming) → engine (many requests: batching, handles) → audio
 //! (wav, playback). The binary in `main.rs` is a thin CLI.
@@ -34,6 +35,7 @@ pub mod side;
 pub mod runtime;
 #[cfg(feature = "cli")]
 pub mod say;
+pub mod vocab;
 pub mod voice;
 
 pub use error::{Error, Result};

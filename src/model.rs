@@ -12,8 +12,8 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use crate::config::Precision;
 use crate::error::{Error, Result};
+use crate::vocab::{Precision, STAGES};
 
 /// The `format` string of a manifest.
 pub const FORMAT: &str = "cosy-model";
@@ -21,61 +21,6 @@ pub const FORMAT: &str = "cosy-model";
 pub const FORMAT_VERSION: u32 = 1;
 /// The manifest file name inside a model folder.
 pub const MANIFEST: &str = "manifest.json";
-/// Every stage (graph) the runtime knows, in pipeline order: the names of [`Stage::ALL`].
-pub const STAGES: &[&str] = &["campplus", "speech_tokenizer", "llm", "flow_front", "dit", "hift_decode"];
-
-/// A stage of the pipeline: one graph of the model folder. Its manifest name is [`Stage::name`];
-/// its `[stages.*]` config group is [`Stage::group`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Stage {
-    Campplus,
-    SpeechTokenizer,
-    Llm,
-    FlowFront,
-    Dit,
-    HiftDecode,
-}
-
-impl Stage {
-    /// In pipeline order (the order of [`STAGES`]).
-    pub const ALL: [Stage; 6] = [Stage::Campplus, Stage::SpeechTokenizer, Stage::Llm, Stage::FlowFront, Stage::Dit, Stage::HiftDecode];
-
-    /// The graph's name in `manifest.json`.
-    pub fn name(self) -> &'static str {
-        match self {
-            Stage::Campplus => "campplus",
-            Stage::SpeechTokenizer => "speech_tokenizer",
-            Stage::Llm => "llm",
-            Stage::FlowFront => "flow_front",
-            Stage::Dit => "dit",
-            Stage::HiftDecode => "hift_decode",
-        }
-    }
-
-    /// The stage of a manifest graph name.
-    pub fn parse(name: &str) -> Option<Stage> {
-        Stage::ALL.into_iter().find(|s| s.name() == name)
-    }
-
-    /// The `[stages.<group>]` config section that sets its provider and precision.
-    pub fn group(self) -> crate::config::StageGroup {
-        use crate::config::StageGroup;
-        match self {
-            Stage::Llm => StageGroup::Llm,
-            Stage::FlowFront => StageGroup::Flow,
-            Stage::Dit => StageGroup::Dit,
-            Stage::HiftDecode => StageGroup::Hift,
-            Stage::Campplus | Stage::SpeechTokenizer => StageGroup::Frontend,
-        }
-    }
-}
-
-impl std::fmt::Display for Stage {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
 /// A file listed by the manifest, relative to the folder.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct FileEntry {
@@ -400,19 +345,4 @@ pub fn check_graph_io(stage: &str, spec: &GraphSpec, inputs: &[ort::value::Outle
         }
     }
     problems
-}
-
-#[cfg(test)]
-mod stage_tests {
-    use super::*;
-
-    #[test]
-    fn stage_names_are_the_manifest_stages() {
-        let names: Vec<&str> = Stage::ALL.iter().map(|s| s.name()).collect();
-        assert_eq!(names, STAGES);
-        for s in Stage::ALL {
-            assert_eq!(Stage::parse(s.name()), Some(s));
-        }
-        assert_eq!(Stage::parse("hift"), None);
-    }
 }

@@ -27,9 +27,10 @@ use cosy::frontend::text::{
 };
 use cosy::frontend::tn::{TnLang, WetextNormalizer, WetextPair};
 use cosy::frontend::tokenizer::TextTokenizer;
-use cosy::model::{ModelDir, STAGES};
+use cosy::model::ModelDir;
 use cosy::pipeline::constants::ModelConstants;
 use cosy::voice::{model_key, SavedVoice};
+use cosy::vocab::STAGES;
 use serde_json::Value;
 use support::{mutate_bytes, run, Outcome, Rng, Spec};
 
@@ -555,7 +556,7 @@ fn fuzz_voice_file() {
     run(Spec { name: "fuzz_voice_file", default_cases: 3_000, mem_bound: 16 * MIB }, |rng, case| {
         // Voice names (`--voice NAME`, `cosy voice add NAME`) become file names.
         let name = gen::text(rng, 70);
-        if cosy::voice::check_name(&name).is_ok() && (name.contains(['/', '\\', '\0']) || name.starts_with('.')) {
+        if cosy::vocab::check_voice_name(&name).is_ok() && (name.contains(['/', '\\', '\0']) || name.starts_with('.')) {
             return Err(format!("voice name {name:?} accepted"));
         }
         let voice = valid_voice(rng);
@@ -668,7 +669,7 @@ fn fuzz_manifest() {
         for stage in STAGES {
             if let Ok(g) = md.graph(stage) {
                 let _ = g.has_fixed_shapes();
-                for p in cosy::config::Precision::ALL {
+                for p in cosy::vocab::Precision::ALL {
                     let _ = g.variant(p);
                 }
             }

@@ -9,7 +9,8 @@ use crate::engine::Engine;
 use crate::error::{Error, InputCode, Result};
 use crate::frontend::audio::{check_length, load_audio, Audio, MAX_TOKENIZER_SECONDS};
 use crate::request::Voice;
-use crate::voice::{check_name, model_key, DefaultSource, SavedVoice, VoiceStore};
+use crate::vocab::check_voice_name as check_name;
+use crate::voice::{model_key, DefaultSource, SavedVoice, VoiceStore};
 
 /// Speech tokens per second of CosyVoice3's speech tokenizer (s3tokenizer v3: 16 kHz audio,
 /// one token per 640 samples): a saved voice's length in seconds.

@@ -377,8 +377,8 @@ fn engines(config: &Config, action: &EnginesAction) -> anyhow::Result<()> {
             let precisions = precisions
                 .iter()
                 .map(|p| {
-                    crate::config::Precision::parse(p)
-                        .ok_or_else(|| Error::Config(format!("--precisions {p:?}: allowed: {}", crate::config::Precision::ALLOWED)))
+                    crate::vocab::Precision::parse(p)
+                        .ok_or_else(|| Error::Config(format!("--precisions {p:?}: allowed: {}", crate::vocab::Precision::ALLOWED)))
                 })
                 .collect::<Result<Vec<_>, _>>()?;
             let bar = indicatif::ProgressBar::new(0);
@@ -955,7 +955,7 @@ fn profile_command(config: &Config, args: &ProfileArgs) -> anyhow::Result<()> {
     } else {
         let label = format!(
             "{} {}",
-            config.runtime.providers.first().copied().unwrap_or(crate::config::ProviderKind::Cpu),
+            config.runtime.providers.first().copied().unwrap_or(crate::vocab::ProviderKind::Cpu),
             config.runtime.precision
         );
         let report = profile(config, &plan, &label)?;

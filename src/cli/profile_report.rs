@@ -15,13 +15,14 @@ use std::time::Instant;
 
 use serde::Serialize;
 
-use crate::config::{Config, Precision, ProviderKind};
+use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::request::Request;
 use crate::profile::{
     chrome_trace, median, peak_rss_bytes, summarize, top_level_keys, Profiler, SpanEvent,
     SpanStats, STAGE_KEYS,
 };
+use crate::vocab::{Precision, ProviderKind};
 
 /// The run whose total is the median (for an even count the slower middle one, so a report never
 /// flatters).

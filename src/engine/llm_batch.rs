@@ -31,7 +31,7 @@ use crossbeam_channel::{Receiver, Sender};
 use ort::memory::{AllocationDevice, AllocatorType, MemoryInfo, MemoryType};
 use ort::value::{DynValue, TensorValueType};
 
-use crate::config::ProviderKind;
+use crate::vocab::ProviderKind;
 use super::worker::Worker;
 use crate::error::{Error, Result};
 use crate::llm::LlmStep;

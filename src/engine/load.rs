@@ -4,9 +4,10 @@
 
 use std::sync::{Arc, Mutex};
 
-use crate::config::{Config, Precision, ProviderKind};
+use crate::config::Config;
+use crate::vocab::{Precision, ProviderKind, Stage};
 use crate::error::Result;
-use crate::model::{ModelDir, Stage};
+use crate::model::ModelDir;
 use crate::pipeline::{ModelConstants, Stages};
 use crate::runtime::{GraphCacheUse, SessionFactory, StageSession};
 

@@ -105,7 +105,7 @@ pub struct Synthesizer {
     /// `limits.max_text_chars`: longer texts are refused.
     max_text_chars: usize,
     /// Precision of the frontend graphs (recorded in saved voices).
-    frontend_precision: crate::config::Precision,
+    frontend_precision: crate::vocab::Precision,
     /// Span recorder for `cosy profile`; disabled (free) unless given to [`Synthesizer::new`].
     profiler: Profiler,
 }
@@ -133,7 +133,7 @@ impl ModelData {
     /// normaliser (no session).
     pub fn load(config: &Config) -> Result<ModelData> {
         let dir = Arc::new(ModelDir::open(&config.model_dir)?);
-        for stage in crate::model::STAGES {
+        for stage in crate::vocab::STAGES {
             dir.graph(stage)?;
         }
         let problems = dir.check_files(false);
@@ -199,7 +199,7 @@ impl Synthesizer {
             sessions: stages,
             voice_key,
             max_text_chars: config.limits.max_text_chars,
-            frontend_precision: config.precision_for(crate::config::StageGroup::Frontend),
+            frontend_precision: config.precision_for(crate::vocab::StageGroup::Frontend),
             profiler,
         })
     }

@@ -107,7 +107,7 @@ impl Synthesizer {
 
 /// A voice needs a valid name and a transcript; checked before any audio is read.
 fn check_voice_args(name: &str, transcript: &str) -> Result<()> {
-    crate::voice::check_name(name)?;
+    crate::vocab::check_voice_name(name)?;
     if transcript.trim().is_empty() {
         return Err(Error::invalid("the transcript (--text) is empty; give the words spoken in the recording"));
     }

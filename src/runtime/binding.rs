@@ -17,7 +17,7 @@ use ort::memory::{AllocationDevice, AllocatorType, MemoryInfo, MemoryType};
 use ort::session::{IoBinding, SessionOutputs};
 use ort::value::{Value, ValueTypeMarker};
 
-use crate::config::ProviderKind;
+use crate::vocab::ProviderKind;
 use crate::error::Result;
 use crate::runtime::factory::StageSession;
 

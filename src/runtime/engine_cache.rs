@@ -12,13 +12,13 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
 
 use crate::error::{Error, Result};
 use crate::model::sha256_file;
+use crate::runtime::keyed_dir::{self, EntryState};
 
 /// The name of the key file in each cache folder.
-pub const KEY_FILE: &str = "key.json";
+pub const KEY_FILE: &str = keyed_dir::ENGINE_MARKER;
 
 /// Everything a TensorRT engine depends on.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
@@ -39,13 +39,11 @@ pub struct CacheKey {
 impl CacheKey {
     /// First 16 hex digits of the sha256 of the key's canonical JSON.
     pub fn hash16(&self) -> String {
-        let json = serde_json::to_vec(self).unwrap_or_default();
-        let digest = Sha256::digest(&json);
-        hex::encode(digest)[..16].to_string()
+        keyed_dir::hash16(self)
     }
     /// The folder name: `<stage>-<hash16>`.
     pub fn dir_name(&self) -> String {
-        format!("{}-{}", self.stage, self.hash16())
+        keyed_dir::dir_name(&self.stage, self)
     }
 }
 
@@ -64,17 +62,6 @@ pub struct KeyFile {
     pub complete: bool,
     #[serde(default)]
     pub files: BTreeMap<String, CachedFile>,
-}
-
-/// The state of one cache folder.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum EntryState {
-    /// Complete and every recorded file checks out.
-    Valid,
-    /// No `key.json` yet written or the build did not finish.
-    Incomplete,
-    /// Something is wrong; the message says what.
-    Corrupt(String),
 }
 
 /// One folder in the cache.
@@ -106,14 +93,12 @@ impl EngineCache {
         self
     }
 
-    fn is_excluded(&self, dir: &Path) -> bool {
+    fn is_excluded(&self, dir: &Path, name: &str) -> bool {
         let canon = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
         let d = canon(dir);
-        self.exclude.iter().any(|x| canon(x) == d)
-            // The optimised-graph cache's entries and its temporary folders, should both caches
-            // share one folder.
-            || dir.join(crate::runtime::graph_cache::META_FILE).exists()
-            || dir.file_name().is_some_and(|n| n.to_string_lossy().starts_with('.'))
+        // The optimised-graph cache's temporary folders, should both caches share one folder (its
+        // entries are skipped by `keyed_dir::subdirs`).
+        self.exclude.iter().any(|x| canon(x) == d) || keyed_dir::is_work_folder(name)
     }
 
     pub fn dir_for(&self, key: &CacheKey) -> PathBuf {
@@ -122,48 +107,10 @@ impl EngineCache {
 
     /// Checks a folder against the key it should hold.
     pub fn check(&self, dir: &Path, expected: Option<&CacheKey>) -> EntryState {
-        let key_path = dir.join(KEY_FILE);
-        let text = match std::fs::read_to_string(&key_path) {
-            Ok(t) => t,
-            Err(_) => return EntryState::Corrupt(format!("{KEY_FILE} is missing")),
-        };
-        let kf: KeyFile = match serde_json::from_str(&text) {
-            Ok(k) => k,
-            Err(e) => return EntryState::Corrupt(format!("{KEY_FILE} is unreadable: {e}")),
-        };
-        let name = dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-        if name != kf.key.dir_name() {
-            return EntryState::Corrupt(format!("{KEY_FILE} holds a key for {}, not {name}", kf.key.dir_name()));
+        match check_entry(dir, expected) {
+            Ok(state) => state,
+            Err(why) => EntryState::Corrupt(why),
         }
-        if let Some(want) = expected {
-            if &kf.key != want {
-                return EntryState::Corrupt(format!("{KEY_FILE} holds a different key"));
-            }
-        }
-        if !kf.complete {
-            return EntryState::Incomplete;
-        }
-        if kf.files.is_empty() {
-            return EntryState::Corrupt("no engine files were recorded".into());
-        }
-        for (file, rec) in &kf.files {
-            let p = dir.join(file);
-            let Ok(meta) = std::fs::metadata(&p) else {
-                return EntryState::Corrupt(format!("{file} is missing"));
-            };
-            if meta.len() == 0 {
-                return EntryState::Corrupt(format!("{file} is empty"));
-            }
-            if meta.len() != rec.bytes {
-                return EntryState::Corrupt(format!("{file} has {} bytes, {} were recorded (truncated?)", meta.len(), rec.bytes));
-            }
-            match sha256_file(&p) {
-                Ok(h) if h == rec.sha256 => {}
-                Ok(_) => return EntryState::Corrupt(format!("{file} does not match its recorded sha256")),
-                Err(e) => return EntryState::Corrupt(format!("{file}: {e}")),
-            }
-        }
-        EntryState::Valid
     }
 
     /// Makes the folder for `key` ready for a session: a valid folder is kept (its engines will
@@ -185,7 +132,7 @@ impl EngineCache {
             std::fs::remove_dir_all(&dir).map_err(|e| Error::io(&dir, e))?;
         }
         std::fs::create_dir_all(&dir).map_err(|e| Error::io(&dir, e))?;
-        write_key_file(&dir, &KeyFile { key: key.clone(), complete: false, files: BTreeMap::new() })?;
+        keyed_dir::write_marker(&dir, KEY_FILE, &KeyFile { key: key.clone(), complete: false, files: BTreeMap::new() })?;
         Ok((dir, false))
     }
 
@@ -206,47 +153,39 @@ impl EngineCache {
             files.insert(name, CachedFile { bytes, sha256: sha256_file(&p)? });
         }
         let complete = files.values().any(|f| f.bytes > 0);
-        write_key_file(&dir, &KeyFile { key: key.clone(), complete, files })?;
+        keyed_dir::write_marker(&dir, KEY_FILE, &KeyFile { key: key.clone(), complete, files })?;
         Ok(complete)
     }
 
-    /// Every folder under the root, checked (without an expected key).
+    /// Every folder under the root, checked (without an expected key). Folders of the
+    /// optimised-graph cache (with its `graph.json`) are skipped, in case both caches share one
+    /// folder.
     pub fn entries(&self) -> Result<Vec<CacheEntry>> {
         let mut out = Vec::new();
-        let rd = match std::fs::read_dir(&self.root) {
-            Ok(rd) => rd,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(out),
-            Err(e) => return Err(Error::io(&self.root, e)),
-        };
-        for entry in rd.flatten() {
-            let dir = entry.path();
-            if !dir.is_dir() || self.is_excluded(&dir) {
+        for (dir, name) in keyed_dir::subdirs(&self.root, KEY_FILE)? {
+            if self.is_excluded(&dir, &name) {
                 continue;
             }
-            let key = std::fs::read_to_string(dir.join(KEY_FILE))
-                .ok()
-                .and_then(|t| serde_json::from_str::<KeyFile>(&t).ok())
-                .map(|k| k.key);
+            let key = keyed_dir::read_marker::<KeyFile>(&dir, KEY_FILE).ok().map(|k| k.key);
             let state = self.check(&dir, None);
-            out.push(CacheEntry { bytes: dir_size(&dir), dir, key, state });
+            out.push(CacheEntry { bytes: keyed_dir::dir_size(&dir), dir, key, state });
         }
-        out.sort_by(|a, b| a.dir.cmp(&b.dir));
         Ok(out)
     }
 }
 
-fn write_key_file(dir: &Path, kf: &KeyFile) -> Result<()> {
-    let path = dir.join(KEY_FILE);
-    let tmp = dir.join(format!("{KEY_FILE}.tmp"));
-    let text = serde_json::to_string_pretty(kf).map_err(|e| Error::Runtime(e.to_string()))?;
-    // Write then rename, so a crash never leaves a half-written key file.
-    std::fs::write(&tmp, text).map_err(|e| Error::io(&tmp, e))?;
-    std::fs::rename(&tmp, &path).map_err(|e| Error::io(&path, e))
-}
-
-/// Total size of the files in a folder (not recursive).
-pub fn dir_size(dir: &Path) -> u64 {
-    std::fs::read_dir(dir)
-        .map(|rd| rd.flatten().filter_map(|e| e.metadata().ok()).filter(|m| m.is_file()).map(|m| m.len()).sum())
-        .unwrap_or(0)
+/// [`EngineCache::check`]: `Err` says what is wrong.
+fn check_entry(dir: &Path, expected: Option<&CacheKey>) -> std::result::Result<EntryState, String> {
+    let kf: KeyFile = keyed_dir::read_marker(dir, KEY_FILE)?;
+    keyed_dir::check_key(dir, KEY_FILE, &kf.key, &kf.key.dir_name(), expected)?;
+    if !kf.complete {
+        return Ok(EntryState::Incomplete);
+    }
+    if kf.files.is_empty() {
+        return Err("no engine files were recorded".into());
+    }
+    for (file, rec) in &kf.files {
+        keyed_dir::check_file(dir, file, rec.bytes, |p| Ok(sha256_file(p)? == rec.sha256))?;
+    }
+    Ok(EntryState::Valid)
 }

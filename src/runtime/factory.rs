@@ -18,13 +18,14 @@ use ort::ep::{self, ExecutionProvider};
 use ort::session::builder::{GraphOptimizationLevel, SessionBuilder};
 use ort::session::Session;
 
-use crate::config::{Config, Precision, ProviderKind, StageGroup};
+use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::model::{GraphSpec, ModelDir, Variant};
 use crate::runtime::engine_cache::{CacheKey, EngineCache};
 use crate::runtime::env::{self, OrtRuntime};
 use crate::runtime::graph_cache::{self, GraphCache, GraphKey};
 use crate::runtime::providers;
+use crate::vocab::{Precision, ProviderKind, Stage, StageGroup};
 
 /// An open session for one stage and how it was made.
 pub struct StageSession {
@@ -244,7 +245,7 @@ impl SessionFactory {
     }
 
     /// Opens a stage: registers the providers, loads the graph, records what it got.
-    pub fn open(&self, stage: crate::model::Stage) -> Result<StageSession> {
+    pub fn open(&self, stage: Stage) -> Result<StageSession> {
         self.open_named(stage.name())
     }
 

@@ -33,17 +33,15 @@
 //! which do not load back (microsoft/onnxruntime#11348, #17837).
 
 use std::collections::BTreeMap;
+use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use crate::error::{Error, Result};
-use std::io::{Read, Seek, SeekFrom};
-
 use crate::model::sha256_file;
-use crate::runtime::engine_cache::{dir_size, EntryState};
+use crate::runtime::keyed_dir::{self, private_name, EntryState, TMP_PREFIX, TRASH_PREFIX};
 
 /// Files up to this size are hashed whole; larger ones by [`SAMPLE_BLOCKS`] blocks.
 pub const FULL_HASH_MAX: u64 = 16 << 20;
@@ -53,7 +51,7 @@ pub const SAMPLE_BLOCKS: u64 = 64;
 pub const SAMPLE_BYTES: u64 = 64 << 10;
 
 /// The metadata file in each entry.
-pub const META_FILE: &str = "graph.json";
+pub const META_FILE: &str = keyed_dir::GRAPH_MARKER;
 /// The optimised graph.
 pub const MODEL_FILE: &str = "model.onnx";
 /// Its external initializers.
@@ -62,9 +60,6 @@ pub const DATA_FILE: &str = "model.onnx.data";
 pub const EXTERNAL_MIN_BYTES: usize = 1024;
 /// The entry layout; part of the key, so a change of layout never loads an old entry.
 pub const FORMAT: u32 = 1;
-/// Folders being written (`.tmp-<name>-<pid>-<n>`) and being removed (`.trash-…`).
-const TMP_PREFIX: &str = ".tmp-";
-const TRASH_PREFIX: &str = ".trash-";
 
 /// ONNX Runtime session config keys that save the optimised graph's initializers as external data.
 pub const EXTERNAL_FILE_KEY: &str = "session.optimized_model_external_initializers_file_name";
@@ -95,12 +90,11 @@ pub struct GraphKey {
 impl GraphKey {
     /// First 16 hex digits of the sha256 of the key's canonical JSON.
     pub fn hash16(&self) -> String {
-        let json = serde_json::to_vec(self).unwrap_or_default();
-        hex::encode(Sha256::digest(&json))[..16].to_string()
+        keyed_dir::hash16(self)
     }
     /// The folder name: `<stage>-<hash16>`.
     pub fn dir_name(&self) -> String {
-        format!("{}-{}", self.stage, self.hash16())
+        keyed_dir::dir_name(&self.stage, self)
     }
 }
 
@@ -216,13 +210,6 @@ pub struct GraphCache {
     pub root: PathBuf,
 }
 
-static SERIAL: AtomicU64 = AtomicU64::new(0);
-
-/// A unique folder name under the root for this process.
-fn private_name(prefix: &str, name: &str) -> String {
-    format!("{prefix}{name}-{}-{}", std::process::id(), SERIAL.fetch_add(1, Ordering::Relaxed))
-}
-
 impl GraphCache {
     pub fn new(root: impl Into<PathBuf>) -> Self {
         GraphCache { root: root.into() }
@@ -235,46 +222,10 @@ impl GraphCache {
     /// Checks a folder against the key it should hold: the metadata, and every file's size and
     /// hash ([`file_digest`]).
     pub fn check(&self, dir: &Path, expected: Option<&GraphKey>) -> EntryState {
-        let text = match std::fs::read_to_string(dir.join(META_FILE)) {
-            Ok(t) => t,
-            Err(_) => return EntryState::Corrupt(format!("{META_FILE} is missing")),
-        };
-        let meta: GraphMeta = match serde_json::from_str(&text) {
-            Ok(m) => m,
-            Err(e) => return EntryState::Corrupt(format!("{META_FILE} is unreadable: {e}")),
-        };
-        let name = dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-        if name != meta.key.dir_name() {
-            return EntryState::Corrupt(format!("{META_FILE} holds a key for {}, not {name}", meta.key.dir_name()));
+        match check_entry(dir, expected) {
+            Ok(()) => EntryState::Valid,
+            Err(why) => EntryState::Corrupt(why),
         }
-        if expected.is_some_and(|want| &meta.key != want) {
-            return EntryState::Corrupt(format!("{META_FILE} holds a different key"));
-        }
-        if !meta.files.contains_key(MODEL_FILE) {
-            return EntryState::Corrupt(format!("{META_FILE} records no {MODEL_FILE}"));
-        }
-        for (file, rec) in &meta.files {
-            // Names come from the metadata file: only plain names inside the folder.
-            if file.is_empty() || file.contains(['/', '\\']) || file == ".." || file == "." {
-                return EntryState::Corrupt(format!("{META_FILE} names a file outside the entry: {file:?}"));
-            }
-            let p = dir.join(file);
-            let Ok(m) = std::fs::metadata(&p) else {
-                return EntryState::Corrupt(format!("{file} is missing"));
-            };
-            if m.len() == 0 {
-                return EntryState::Corrupt(format!("{file} is empty"));
-            }
-            if m.len() != rec.bytes {
-                return EntryState::Corrupt(format!("{file} has {} bytes, {} were recorded (truncated?)", m.len(), rec.bytes));
-            }
-            match file_digest(&p) {
-                Ok(d) if d == *rec => {}
-                Ok(_) => return EntryState::Corrupt(format!("{file} does not match its recorded sha256")),
-                Err(e) => return EntryState::Corrupt(format!("{file}: {e}")),
-            }
-        }
-        EntryState::Valid
     }
 
     /// The saved optimised graph for `key`, when a sound entry holds it. A broken entry is removed
@@ -322,18 +273,8 @@ impl GraphCache {
     /// engine cache (with its `key.json`) are skipped, in case both caches share one folder.
     pub fn entries(&self) -> Result<Vec<GraphEntry>> {
         let mut out = Vec::new();
-        let rd = match std::fs::read_dir(&self.root) {
-            Ok(rd) => rd,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(out),
-            Err(e) => return Err(Error::io(&self.root, e)),
-        };
-        for entry in rd.flatten() {
-            let dir = entry.path();
-            if !dir.is_dir() || dir.join(super::engine_cache::KEY_FILE).exists() {
-                continue;
-            }
-            let name = entry.file_name().to_string_lossy().into_owned();
-            let bytes = dir_size(&dir);
+        for (dir, name) in keyed_dir::subdirs(&self.root, META_FILE)? {
+            let bytes = keyed_dir::dir_size(&dir);
             if let Some(rest) = name.strip_prefix(TMP_PREFIX) {
                 out.push(GraphEntry { dir, key: None, state: EntryState::Incomplete, bytes, in_progress: writer_alive(rest) });
                 continue;
@@ -343,16 +284,29 @@ impl GraphCache {
                 out.push(GraphEntry { dir, key: None, state, bytes, in_progress: false });
                 continue;
             }
-            let key = std::fs::read_to_string(dir.join(META_FILE))
-                .ok()
-                .and_then(|t| serde_json::from_str::<GraphMeta>(&t).ok())
-                .map(|m| m.key);
+            let key = keyed_dir::read_marker::<GraphMeta>(&dir, META_FILE).ok().map(|m| m.key);
             let state = self.check(&dir, None);
             out.push(GraphEntry { dir, key, state, bytes, in_progress: false });
         }
-        out.sort_by(|a, b| a.dir.cmp(&b.dir));
         Ok(out)
     }
+}
+
+/// [`GraphCache::check`]: `Err` says what is wrong.
+fn check_entry(dir: &Path, expected: Option<&GraphKey>) -> std::result::Result<(), String> {
+    let meta: GraphMeta = keyed_dir::read_marker(dir, META_FILE)?;
+    keyed_dir::check_key(dir, META_FILE, &meta.key, &meta.key.dir_name(), expected)?;
+    if !meta.files.contains_key(MODEL_FILE) {
+        return Err(format!("{META_FILE} records no {MODEL_FILE}"));
+    }
+    for (file, rec) in &meta.files {
+        // Names come from the metadata file: only plain names inside the folder.
+        if file.is_empty() || file.contains(['/', '\\']) || file == ".." || file == "." {
+            return Err(format!("{META_FILE} names a file outside the entry: {file:?}"));
+        }
+        keyed_dir::check_file(dir, file, rec.bytes, |p| Ok(file_digest(p)? == *rec))?;
+    }
+    Ok(())
 }
 
 /// Whether the process that is writing a `.tmp-<name>-<pid>-<n>` folder still runs.
@@ -403,9 +357,7 @@ impl PendingGraph {
             return Err(Error::Runtime(format!("ONNX Runtime saved no optimised graph in {}", self.tmp.display())));
         }
         let meta = GraphMeta { key: self.key.clone(), source: self.source.clone(), files };
-        let text = serde_json::to_string_pretty(&meta).map_err(|e| Error::Runtime(e.to_string()))?;
-        let meta_path = self.tmp.join(META_FILE);
-        std::fs::write(&meta_path, text).map_err(|e| Error::io(&meta_path, e))?;
+        keyed_dir::write_marker(&self.tmp, META_FILE, &meta)?;
         match std::fs::rename(&self.tmp, &self.dir) {
             Ok(()) => {
                 self.done = true;

@@ -5,7 +5,7 @@ use std::process::Command;
 use ort::ep::{self, ExecutionProvider};
 use ort::session::Session;
 
-use crate::config::ProviderKind;
+use crate::vocab::ProviderKind;
 use crate::runtime::env::OrtRuntime;
 
 /// Whether the loaded ONNX Runtime was built with this provider (says nothing about drivers or

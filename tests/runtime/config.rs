@@ -2,8 +2,9 @@
 
 use std::path::PathBuf;
 
-use cosy::config::{Config, LoadOptions, Precision, ProviderKind, StageGroup};
+use cosy::config::{Config, LoadOptions};
 use cosy::Error;
+use cosy::vocab::{Precision, ProviderKind, StageGroup};
 
 
 fn write(dir: &std::path::Path, text: &str) -> PathBuf {

@@ -3,10 +3,11 @@
 
 use std::collections::BTreeMap;
 
-use cosy::config::Precision;
 use cosy::model::{Dim, GraphSpec, ProfileShapes, TensorSpec, Variant};
-use cosy::runtime::engine_cache::{CacheKey, EngineCache, EntryState, KEY_FILE};
+use cosy::runtime::engine_cache::{CacheKey, EngineCache, KEY_FILE};
 use cosy::runtime::factory::{build_cache_key, profile_strings};
+use cosy::runtime::keyed_dir::EntryState;
+use cosy::vocab::Precision;
 
 fn spec() -> (GraphSpec, Variant) {
     let v = Variant { file: "dit.fp32.onnx".into(), sha256: "ab".repeat(32), bytes: 10, data: None };

@@ -9,12 +9,14 @@ use std::sync::Arc;
 
 use assert_cmd::Command;
 use crate::common::{config_for, fixture_model_dir, inputs_for};
-use cosy::config::{Config, Precision, ProviderKind};
+use cosy::config::Config;
 use cosy::model::{ModelDir, Variant};
-use cosy::runtime::engine_cache::{EngineCache, EntryState};
+use cosy::runtime::engine_cache::EngineCache;
 use cosy::runtime::factory::build_graph_key;
 use cosy::runtime::graph_cache::{file_digest, GraphCache, GraphMeta, DATA_FILE, META_FILE, MODEL_FILE};
+use cosy::runtime::keyed_dir::EntryState;
 use cosy::runtime::{GraphCacheUse, SessionFactory};
+use cosy::vocab::{Precision, ProviderKind};
 use predicates::prelude::*;
 
 /// A stage's outputs: (name, shape, values as f32).

@@ -5,10 +5,10 @@
 use std::sync::Arc;
 
 use crate::common::{config_for, fixture_model_dir, inputs_for};
-use cosy::config::{Precision, ProviderKind};
 use cosy::model::{check_graph_io, ModelDir};
 use cosy::runtime::SessionFactory;
 use cosy::Error;
+use cosy::vocab::{Precision, ProviderKind};
 
 fn factory(model: &std::path::Path, cache: &std::path::Path, edit: impl FnOnce(&mut cosy::config::Config)) -> SessionFactory {
     let mut cfg = config_for(model, cache);
@@ -71,7 +71,7 @@ fn cuda_on_the_cpu_library_is_a_clear_error() {
             eprintln!("SKIP: the loaded library has {kind}");
             return;
         }
-        let err = f.open(cosy::model::Stage::Campplus).expect_err("asking for a GPU provider on the CPU library must fail");
+        let err = f.open(cosy::vocab::Stage::Campplus).expect_err("asking for a GPU provider on the CPU library must fail");
         match &err {
             Error::Provider { provider, msg } => {
                 assert_eq!(provider, kind.as_str());
@@ -96,7 +96,7 @@ fn fallback_runs_on_cpu_and_says_so() {
         c.runtime.allow_fallback = true;
         c.runtime.precision = Precision::Fp16;
     });
-    let mut s = f.open(cosy::model::Stage::Campplus).expect("fallback opens on CPU");
+    let mut s = f.open(cosy::vocab::Stage::Campplus).expect("fallback opens on CPU");
     assert_eq!(s.provider_used, ProviderKind::Cpu);
     assert_eq!(s.fallbacks.len(), 2, "{:?}", s.fallbacks);
     assert!(s.fallbacks[0].contains("tensorrt") && s.fallbacks[1].contains("cuda"), "{:?}", s.fallbacks);
@@ -115,9 +115,9 @@ fn per_stage_provider_override_applies() {
         return;
     }
     let f = factory(model.path(), cache.path(), |c| {
-        c.stages.get_mut(&cosy::config::StageGroup::Frontend).unwrap().providers = Some(vec![ProviderKind::Cuda]);
+        c.stages.get_mut(&cosy::vocab::StageGroup::Frontend).unwrap().providers = Some(vec![ProviderKind::Cuda]);
     });
-    assert!(matches!(f.open(cosy::model::Stage::Campplus), Err(Error::Provider { .. })));
+    assert!(matches!(f.open(cosy::vocab::Stage::Campplus), Err(Error::Provider { .. })));
 }
 
 #[test]
@@ -126,7 +126,7 @@ fn io_binding_matches_a_plain_run() {
     let cache = tempfile::tempdir().unwrap();
     let f = factory(model.path(), cache.path(), |_| {});
     let spec = f.model.graph("campplus").unwrap().clone();
-    let mut s = f.open(cosy::model::Stage::Campplus).unwrap();
+    let mut s = f.open(cosy::vocab::Stage::Campplus).unwrap();
     let plain: Vec<f32> = {
         let out = s.session.run(inputs_for("campplus", &spec)).unwrap();
         out.get("output").unwrap().try_extract_tensor::<f32>().unwrap().1.to_vec()
@@ -152,7 +152,7 @@ fn wrong_input_name_is_caught_against_the_graph() {
     let cache = tempfile::tempdir().unwrap();
     let f = factory(model.path(), cache.path(), |_| {});
     let mut spec = f.model.graph("speech_tokenizer").unwrap().clone();
-    let s = f.open(cosy::model::Stage::SpeechTokenizer).unwrap();
+    let s = f.open(cosy::vocab::Stage::SpeechTokenizer).unwrap();
     spec.inputs[0].name = "speech_feats".into();
     spec.outputs[0].dtype = "int64".into();
     let problems = check_graph_io("speech_tokenizer", &spec, s.session.inputs(), s.session.outputs());
@@ -191,7 +191,7 @@ fn int8_loads_the_int8_variant_on_cpu_and_falls_back_to_fp32_without_one() {
     let with8 = fixture_with_dit_int8(model.path());
     let cache = tempfile::tempdir().unwrap();
     let f = factory(with8.path(), cache.path(), |c| c.runtime.precision = Precision::Int8);
-    let mut s = f.open(cosy::model::Stage::Dit).expect("int8 dit opens on cpu");
+    let mut s = f.open(cosy::vocab::Stage::Dit).expect("int8 dit opens on cpu");
     assert_eq!(s.precision, Precision::Int8);
     assert!(s.graph_file.ends_with("dit.int8.onnx"), "{}", s.graph_file.display());
     let spec = f.model.graph("dit").unwrap().clone();
@@ -201,7 +201,7 @@ fn int8_loads_the_int8_variant_on_cpu_and_falls_back_to_fp32_without_one() {
     assert_eq!((plan.requested, plan.precision), (Precision::Int8, Precision::Fp32));
     assert_eq!(plan.variant_file, "llm.fp32.onnx");
     assert!(plan.note.as_deref().is_some_and(|n| n.contains("no int8 graph")), "{:?}", plan.note);
-    let s = f.open(cosy::model::Stage::Llm).expect("llm opens in fp32");
+    let s = f.open(cosy::vocab::Stage::Llm).expect("llm opens in fp32");
     assert_eq!(s.precision, Precision::Fp32);
 }
 
@@ -217,7 +217,7 @@ fn tensorrt_refuses_int8_clearly_and_falls_back_when_allowed() {
         c.runtime.providers = vec![ProviderKind::TensorRt, ProviderKind::Cpu];
         c.runtime.precision = Precision::Int8;
     });
-    match f.open(cosy::model::Stage::Dit) {
+    match f.open(cosy::vocab::Stage::Dit) {
         Err(Error::Provider { provider, msg }) => {
             assert_eq!(provider, "tensorrt");
             assert!(msg.contains("int8") && msg.contains("calibration") && msg.contains("stages.dit.providers"), "{msg}");
@@ -231,7 +231,7 @@ fn tensorrt_refuses_int8_clearly_and_falls_back_when_allowed() {
         c.runtime.precision = Precision::Int8;
         c.runtime.allow_fallback = true;
     });
-    let s = f.open(cosy::model::Stage::Dit).expect("falls back to cpu");
+    let s = f.open(cosy::vocab::Stage::Dit).expect("falls back to cpu");
     assert_eq!(s.provider_used, ProviderKind::Cpu);
     assert_eq!(s.precision, Precision::Int8);
     assert!(s.graph_file.ends_with("dit.int8.onnx"));

@@ -223,7 +223,7 @@ fn windowed_streaming_hift_matches_whole_prefix() {
     let factory =
         cosy::runtime::SessionFactory::new(&cfg, std::sync::Arc::new(cosy::model::ModelDir::open(&model).expect("model")))
             .expect("runtime");
-    let mut session = factory.open(cosy::model::Stage::HiftDecode).expect("hift_decode session");
+    let mut session = factory.open(cosy::vocab::Stage::HiftDecode).expect("hift_decode session");
     let mel = golden_mel(&dir, "stream");
     let cuts = [96, 196, mel.ncols()];
 
