@@ -162,7 +162,7 @@ pub fn run(config: &Config, opts: &DoctorOptions) -> DoctorReport {
     // The model constants (rates, steps, bounds) are checked as synthesis would check them; a
     // frontend-only folder has none to check.
     if missing.is_empty() {
-        match crate::pipeline::constants::ModelConstants::from_manifest(&model) {
+        match crate::engine::check_model_constants(&model) {
             Ok(_) => r.line("model constants valid"),
             Err(e) => r.problem(e),
         }

@@ -83,8 +83,11 @@ impl EventLog {
 
     fn write(&self, seq: u64, line: &str) {
         let mut f = self.file.lock().unwrap_or_else(|e| e.into_inner());
+        // One write per line: `writeln!` on a File writes each formatted piece on its own, so a
+        // process ended by a second Ctrl-C could leave half a line ("2 ") behind.
+        let whole = format!("{seq} {line}\n");
         // A debug log: a failed write must not stop playback.
-        let _ = writeln!(f, "{seq} {line}").and_then(|_| f.flush());
+        let _ = f.write_all(whole.as_bytes()).and_then(|_| f.flush());
     }
 }
 

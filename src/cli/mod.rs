@@ -646,7 +646,9 @@ fn file_command(config: &Config, args: &FileArgs) -> anyhow::Result<()> {
     }
     // Lines run through the engine `engine.file_concurrency` at a time (their LLM steps and DiT
     // calls batched); files are written in line order, each the same as when run alone.
-    let window = if several { config.engine.file_concurrency.max(1) } else { 1 };
+    // Never more than the engine admits at once (running + queued), so no line is refused as busy.
+    let admitted = config.engine.max_in_flight + config.engine.max_queue;
+    let window = if several { config.engine.file_concurrency.clamp(1, admitted.max(1)) } else { 1 };
     // One tick per file written (drawn on stderr only when it is a terminal).
     let progress = several.then(|| {
         let bar = indicatif::ProgressBar::new(jobs.len() as u64);

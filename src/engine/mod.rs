@@ -246,6 +246,12 @@ impl SynthesisObserver for RequestObserver {
     }
 }
 
+/// Checks the constants synthesis reads from a model folder's manifest (rates, steps, bounds),
+/// as [`EngineBuilder::build`] does first; for reports (`cosy doctor`) that load nothing.
+pub fn check_model_constants(dir: &crate::model::ModelDir) -> Result<()> {
+    crate::pipeline::ModelConstants::from_manifest(dir).map(|_| ())
+}
+
 impl Engine {
     /// A builder over `config` (profiler, warm-up, test hooks); [`EngineBuilder::build`] loads.
     pub fn builder(config: &Config) -> EngineBuilder<'_> {

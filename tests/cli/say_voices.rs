@@ -204,15 +204,16 @@ fn list_add_twice_remove_and_unknown_names() {
 
     let out_wav = dir.join("o.wav");
     let line = refused(&cosy(dir, &["file", "--voice", "carol", "-o", out_wav.to_str().unwrap(), TEXT]), "unknown voice");
-    assert!(line.contains("unknown voice \"carol\"") && line.contains("alice, bob"), "{line}");
+    // The same words as the server's 404, prefixed with the flag it is about.
+    assert!(line.contains("--voice: voice \"carol\" not found") && line.contains("alice, bob"), "{line}");
     assert!(!out_wav.exists());
 
     ok(&cosy(dir, &["voice", "rm", "alice"]));
     assert!(!dir.join("voices/alice.safetensors").exists());
     let line = refused(&cosy(dir, &["voice", "rm", "alice"]), "rm twice");
-    assert!(line.contains("unknown voice \"alice\"") && line.contains("bob"), "{line}");
+    assert!(line.contains("voice \"alice\" not found") && line.contains("bob"), "{line}");
     let line = refused(&cosy(dir, &["say", "--device", "null", "--voice", "alice", TEXT]), "say unknown voice");
-    assert!(line.contains("unknown voice"), "{line}");
+    assert!(line.contains("voice \"alice\" not found"), "{line}");
 }
 
 /// A copy of the tiny model whose manifest describes another model (one more config entry), so
