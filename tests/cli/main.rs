@@ -9,6 +9,7 @@ mod outputs;
 mod pipeline;
 mod profile;
 mod bistream;
+mod official;
 mod say_bad_inputs;
 mod say_playback;
 mod say_voices;

@@ -10,7 +10,7 @@ use std::sync::OnceLock;
 use crate::common::shared_dir;
 
 /// The reference tiny model exported once per test run (None = skip).
-fn model() -> Option<&'static Path> {
+pub(crate) fn model() -> Option<&'static Path> {
     static MODEL: OnceLock<Option<(tempfile::TempDir, PathBuf)>> = OnceLock::new();
     MODEL
         .get_or_init(|| {

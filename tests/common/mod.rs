@@ -3,6 +3,9 @@
 
 use std::path::{Path, PathBuf};
 
+/// compare.py's audio metrics (its log-mel and max-abs checks, with its tolerances).
+pub mod compare;
+
 use cosy::model::{sha256_file, Dim, GraphSpec, Manifest};
 use ort::value::{DynValue, Tensor};
 
@@ -337,16 +340,10 @@ impl BistreamCase {
     }
 }
 
-/// Mean |Δ| of two signals' 24 kHz log-mels over the frames both have (the golden audio metric;
-/// its tolerance is 0.025).
-pub fn log_mel_distance(a: &[f32], b: &[f32]) -> f32 {
-    let (ma, mb) = (cosy::frontend::mel::mel_24k(a), cosy::frontend::mel::mel_24k(b));
-    let frames = ma.nrows().min(mb.nrows());
-    let mut sum = 0f64;
-    for f in 0..frames {
-        for m in 0..ma.ncols() {
-            sum += f64::from((ma[[f, m]] - mb[[f, m]]).abs());
-        }
-    }
-    (sum / (frames * ma.ncols()).max(1) as f64) as f32
+/// compare.py's waveform metric: mean |Δ log-mel| with compare.py's own log-mel (n_fft 1024, hop
+/// 256, Hann, 80 HTK-mel triangles over the magnitude spectrum, ln with floor 1e-5), see
+/// [`compare`]. Its tolerance is [`compare::WAVE_LOGMEL_MEAN_TOL`] (0.025). The sample counts must
+/// be identical, as compare.py requires.
+pub fn log_mel_distance(a: &[f32], b: &[f32]) -> f64 {
+    compare::logmel_mean_abs(a, b)
 }
