@@ -265,7 +265,7 @@ impl Engine {
 
     /// The output sample rate (Hz) of the model.
     pub fn sample_rate(&self) -> u32 {
-        self.synth.constants.sample_rate
+        self.synth.constants().sample_rate
     }
 
     /// The key saved voices of this model carry ([`crate::voice::model_key`]).

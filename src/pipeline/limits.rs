@@ -26,32 +26,32 @@ use crate::frontend::audio::{check_length, samples_at, Audio, MAX_TOKENIZER_SECO
 impl Synthesizer {
     /// Mel frames per second of the flow (sample rate / samples per frame; 50 for CosyVoice3).
     fn mel_frame_rate(&self) -> f64 {
-        f64::from(self.constants.sample_rate) / self.constants.source.samples_per_frame.max(1) as f64
+        f64::from(self.data.constants.sample_rate) / self.data.constants.source.samples_per_frame.max(1) as f64
     }
 
     /// Flow frames the longest output of a one-token sentence may take.
     fn min_sentence_frames(&self) -> usize {
-        self.stream_params.token_mel_ratio * self.constants.llm.length_bounds(1).1
+        self.stream_params.token_mel_ratio * self.data.constants.llm.length_bounds(1).1
     }
 
     /// The longest prompt this model takes, in seconds: the speech tokenizer's limit, the
     /// manifest's `max_prompt_seconds`, and what the flow noise leaves for a one-token sentence.
     pub fn max_prompt_seconds(&self) -> f64 {
-        let room = self.noise.ncols().saturating_sub(self.min_sentence_frames());
+        let room = self.data.noise.ncols().saturating_sub(self.min_sentence_frames());
         // Round down to 0.1 s so that a prompt of exactly the stated length fits.
         let noise_secs = (room as f64 / self.mel_frame_rate() * 10.0).floor() / 10.0;
-        MAX_TOKENIZER_SECONDS.min(self.constants.max_prompt_seconds).min(noise_secs)
+        MAX_TOKENIZER_SECONDS.min(self.data.constants.max_prompt_seconds).min(noise_secs)
     }
 
     /// Refuses, from its length alone, a prompt some stage cannot take: shorter than every stage's
     /// minimum, longer than the speech tokenizer's limit, or too long for the flow noise.
     pub(super) fn check_prompt_audio(&self, audio: &Audio, wav: &Path) -> Result<()> {
-        check_length(audio, wav, MAX_TOKENIZER_SECONDS.min(self.constants.max_prompt_seconds))?;
-        let hop = self.constants.source.samples_per_frame.max(1) as u64;
-        let mel_frames = samples_at(audio, self.constants.sample_rate) / hop;
+        check_length(audio, wav, MAX_TOKENIZER_SECONDS.min(self.data.constants.max_prompt_seconds))?;
+        let hop = self.data.constants.source.samples_per_frame.max(1) as u64;
+        let mel_frames = samples_at(audio, self.data.constants.sample_rate) / hop;
         // Aligned prompt frames: an even count (1 token : 2 frames), at most the mel's.
         let prompt_frames = (mel_frames - mel_frames % 2) as usize;
-        let noise = self.noise.ncols();
+        let noise = self.data.noise.ncols();
         if prompt_frames + self.min_sentence_frames() > noise {
             return Err(Error::invalid(format!(
                 "prompt audio {}: is {:.1} s long; this model takes at most {:.1} s of prompt (its flow noise covers \
@@ -68,7 +68,7 @@ impl Synthesizer {
     /// Speech tokens the flow noise leaves room for beside `prompt` (a sentence's cap).
     pub(super) fn noise_room_tokens(&self, prompt: &PromptFeatures) -> usize {
         let ratio = self.stream_params.token_mel_ratio.max(1);
-        self.noise.ncols().saturating_sub(ratio * prompt.speech_token.len()) / ratio
+        self.data.noise.ncols().saturating_sub(ratio * prompt.speech_token.len()) / ratio
     }
 
     /// Refuses, before the LLM runs, a forced token count (`--min-tokens`, benchmarks only) whose
@@ -82,7 +82,7 @@ impl Synthesizer {
                 "--min-tokens {n}: beside this {:.1} s prompt the model's flow noise ({:.1} s) leaves room for {room} \
                  speech tokens; ask for fewer",
                 (self.stream_params.token_mel_ratio * prompt.speech_token.len()) as f64 / self.mel_frame_rate(),
-                self.noise.ncols() as f64 / self.mel_frame_rate(),
+                self.data.noise.ncols() as f64 / self.mel_frame_rate(),
             ))),
             _ => Ok(()),
         }
@@ -95,7 +95,7 @@ impl Synthesizer {
         let ratio = self.stream_params.token_mel_ratio;
         let rate = self.mel_frame_rate();
         let prompt_frames = ratio * prompt.speech_token.len();
-        let noise = self.noise.ncols();
+        let noise = self.data.noise.ncols();
         Error::invalid(format!(
             "{sentence}: its speech ran past {:.1} s, all that the model's flow noise ({:.1} s) leaves beside the \
              {:.1} s prompt; split the text into shorter sentences, or use a shorter prompt",

@@ -80,28 +80,15 @@ fn lock(session: &Mutex<StageSession>) -> std::sync::MutexGuard<'_, StageSession
     session.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-/// A loaded model ready to synthesise.
+/// A loaded model ready to synthesise: its data, its open stages, and the request defaults.
 pub struct Synthesizer {
-    pub model: Arc<ModelDir>,
-    pub constants: ModelConstants,
+    data: ModelData,
     /// Sampling after config overrides (the manifest's yaml values by default).
     pub sampling: SamplingParams,
     pub stream_params: StreamParams,
     /// Default seed (config `sampling.seed`).
     pub seed: u64,
-    embeddings: SideEmbeddings,
-    /// `[80, noise_frames]`.
-    noise: Array2<f32>,
-    f0: F0Predictor,
-    /// A source generator with no noise rows drawn yet; each request clones it.
-    source_proto: SourceGenerator,
-    tokenizer: TextTokenizer,
-    /// wetext grammars from the model's `tn/` folder, or the identity (what the official frontend
-    /// does when wetext is not installed) for folders exported without them.
-    normalizer: Box<dyn Normalizer>,
     sessions: Stages,
-    /// [`crate::voice::model_key`] of this model (saved voices must carry the same).
-    voice_key: String,
     /// `limits.max_text_chars`: longer texts are refused.
     max_text_chars: usize,
     /// Precision of the frontend graphs (recorded in saved voices).
@@ -116,11 +103,16 @@ pub struct ModelData {
     pub model: Arc<ModelDir>,
     pub constants: ModelConstants,
     embeddings: SideEmbeddings,
+    /// `[80, noise_frames]`.
     noise: Array2<f32>,
     f0: F0Predictor,
+    /// A source generator with no noise rows drawn yet; each request clones it.
     source_proto: SourceGenerator,
     tokenizer: TextTokenizer,
+    /// wetext grammars from the model's `tn/` folder, or the identity (what the official frontend
+    /// does when wetext is not installed) for folders exported without them.
     normalizer: Box<dyn Normalizer>,
+    /// [`crate::voice::model_key`] of this model (saved voices must carry the same).
     voice_key: String,
 }
 
@@ -183,25 +175,21 @@ impl Synthesizer {
     /// The pipeline over a model's data and its open stages; spans of every request go to
     /// `profiler` (pass [`Profiler::disabled`] for none).
     pub fn new(config: &Config, data: ModelData, stages: Stages, profiler: Profiler) -> Result<Synthesizer> {
-        let ModelData { model, constants, embeddings, noise, f0, source_proto, tokenizer, normalizer, voice_key } = data;
         Ok(Synthesizer {
-            normalizer,
-            sampling: constants.sampling_for(config),
-            stream_params: constants.stream_for(config)?,
+            sampling: data.constants.sampling_for(config),
+            stream_params: data.constants.stream_for(config)?,
             seed: config.sampling.seed,
-            model,
-            constants,
-            embeddings,
-            noise,
-            f0,
-            source_proto,
-            tokenizer,
+            data,
             sessions: stages,
-            voice_key,
             max_text_chars: config.limits.max_text_chars,
             frontend_precision: config.precision_for(crate::vocab::StageGroup::Frontend),
             profiler,
         })
+    }
+
+    /// The model's constants (rates, sizes, token ids) as its manifest gives them.
+    pub fn constants(&self) -> &ModelConstants {
+        &self.data.constants
     }
 
     /// The LLM and DiT stages this pipeline was built over (the engine reads its batchers' counters).
@@ -211,12 +199,12 @@ impl Synthesizer {
 
     /// The key saved voices of this model carry ([`crate::voice::model_key`]).
     pub fn voice_key(&self) -> &str {
-        &self.voice_key
+        &self.data.voice_key
     }
 
     /// The text tokenizer of the model.
     pub fn tokenizer(&self) -> &TextTokenizer {
-        &self.tokenizer
+        &self.data.tokenizer
     }
 
     /// The sentences a request's text becomes, and the prompt text (both after the frontend).
@@ -225,9 +213,9 @@ impl Synthesizer {
         check_speakable(text)?;
         check_text_length(text, self.max_text_chars)?;
         let p = plan(&req.voice.mode(), text, req.text_frontend);
-        let count = |s: &str| self.tokenizer.count(s);
+        let count = |s: &str| self.data.tokenizer.count(s);
         let segments = if p.text_frontend {
-            normalize(&p.tts_text, true, self.normalizer.as_ref(), &count).segments
+            normalize(&p.tts_text, true, self.data.normalizer.as_ref(), &count).segments
         } else {
             vec![p.tts_text.clone()]
         };
@@ -247,8 +235,8 @@ impl Synthesizer {
         if !text_frontend {
             return prompt_text.to_string();
         }
-        let count = |s: &str| self.tokenizer.count(s);
-        normalize(prompt_text, true, self.normalizer.as_ref(), &count).text
+        let count = |s: &str| self.data.tokenizer.count(s);
+        normalize(prompt_text, true, self.data.normalizer.as_ref(), &count).text
     }
 
     /// Synthesises a request. `on_chunk` gets the audio (24 kHz mono f32) as it is produced.
@@ -321,7 +309,7 @@ impl Synthesizer {
                     text_token: &text_token,
                     trace: &trace,
                     stream: req.stream,
-                    sample_rate: self.constants.sample_rate,
+                    sample_rate: self.data.constants.sample_rate,
                 })?;
             }
         }
@@ -416,11 +404,11 @@ impl Synthesizer {
         let mut pieces = pieces.into_iter();
         let mut buffer = String::new();
         let mut done = false;
-        let count = move |s: &str| self.tokenizer.count(s);
+        let count = move |s: &str| self.data.tokenizer.count(s);
         // Normalised, keeping the blank between sentences that the normaliser trims.
         let normalized = move |span: &str| {
             let lead = if span.starts_with(char::is_whitespace) { " " } else { "" };
-            format!("{lead}{}", normalize(span, true, self.normalizer.as_ref(), &count).text)
+            format!("{lead}{}", normalize(span, true, self.data.normalizer.as_ref(), &count).text)
         };
         std::iter::from_fn(move || loop {
             if done {
@@ -445,7 +433,7 @@ impl Synthesizer {
     }
 
     fn encode(&self, text: &str) -> Result<Vec<i64>> {
-        Ok(self.tokenizer.encode(text)?.into_iter().map(i64::from).collect())
+        Ok(self.data.tokenizer.encode(text)?.into_iter().map(i64::from).collect())
     }
 
     /// One sentence: the LLM decodes on this thread (its steps batched by the engine's scheduler)
@@ -464,12 +452,12 @@ impl Synthesizer {
         trace: Option<&mut SegmentTrace>,
         on_chunk: &mut (dyn FnMut(&[f32]) -> Result<()> + Send),
     ) -> Result<usize> {
-        let c = &self.constants;
+        let c = &self.data.constants;
         let prompt = seg.prompt;
         // Text-in streaming builds its input as the text arrives (and has no length bound of its own).
         let mut input = match text_source {
             Some(_) => None,
-            None => Some(build_llm_input(&self.embeddings, seg.prompt_text_token, seg.text_token, seg.llm_prompt_speech, &c.llm)?),
+            None => Some(build_llm_input(&self.data.embeddings, seg.prompt_text_token, seg.text_token, seg.llm_prompt_speech, &c.llm)?),
         };
         // The speech must fit the flow noise beside the prompt: decoding stops there, and a
         // sentence that gets there is an error below (limits.rs).
@@ -483,7 +471,7 @@ impl Synthesizer {
         let options = DecodeOptions { ignore_stop_until: req.ignore_stop_until.unwrap_or(0) };
         let sentence = seg.index;
         let profiler = &self.profiler;
-        let embeddings = &self.embeddings;
+        let embeddings = &self.data.embeddings;
         let llm_constants = &c.llm;
         let llm_failed = std::sync::atomic::AtomicBool::new(false);
         let t2w = TokenToWav {
@@ -491,9 +479,9 @@ impl Synthesizer {
             dit: self.sessions.dit.as_ref(),
             hift: &self.sessions.hift,
             prompt,
-            noise: self.noise.view(),
-            f0: &self.f0,
-            source: self.source_proto.clone(),
+            noise: self.data.noise.view(),
+            f0: &self.data.f0,
+            source: self.data.source_proto.clone(),
             constants: c,
             stream_params: self.stream_params,
             stream_hop: &mut state.stream_hop,

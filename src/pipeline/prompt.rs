@@ -37,8 +37,8 @@ impl Synthesizer {
             speech_token: prompt.speech_token,
             prompt_feat: prompt.feat,
             embedding: prompt.embedding,
-            model_key: self.voice_key.clone(),
-            model: self.model.root.display().to_string(),
+            model_key: self.data.voice_key.clone(),
+            model: self.data.model.root.display().to_string(),
             frontend_precision: self.frontend_precision.to_string(),
             source_wav: wav.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default(),
             created: crate::voice::utc_now_rfc3339(),
@@ -51,8 +51,8 @@ impl Synthesizer {
     pub fn prompt_for(&self, voice: &Voice) -> Result<PromptFeatures> {
         match voice {
             Voice::Saved { voice, .. } => {
-                voice.check_model(&self.voice_key, &self.model.root)?;
-                if voice.prompt_feat.ncols() != self.constants.mel_dim || voice.speech_token.is_empty() {
+                voice.check_model(&self.data.voice_key, &self.data.model.root)?;
+                if voice.prompt_feat.ncols() != self.data.constants.mel_dim || voice.speech_token.is_empty() {
                     return Err(Error::invalid(format!("voice {:?}: stored features do not fit this model", voice.name)));
                 }
                 Ok(PromptFeatures {
@@ -86,7 +86,7 @@ impl Synthesizer {
         // Length limits (every stage's minimum, the tokenizer's 30 s, the flow noise) up front.
         self.check_prompt_audio(audio, wav)?;
         let (wav16, wav24) = prof.time("frontend.resample", || -> Result<_> {
-            Ok((to_rate(audio, 16_000, None, wav)?, to_rate(audio, self.constants.sample_rate, None, wav)?))
+            Ok((to_rate(audio, 16_000, None, wav)?, to_rate(audio, self.data.constants.sample_rate, None, wav)?))
         })?;
         let whisper_mel = prof.time("frontend.whisper_mel", || whisper_log_mel(&wav16));
         let speech_token_raw = prof.time("frontend.speech_tokenizer", || {

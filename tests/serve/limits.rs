@@ -77,6 +77,8 @@ fn overload_gets_429_and_a_disconnect_frees_the_slot() {
         std::thread::spawn(move || {
             let body = json!({"input": "Hi.", "voice": "me"}).to_string();
             let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+            // A hang guard: the queued request runs once the held one is dropped.
+            s.set_read_timeout(Some(Duration::from_secs(120))).unwrap();
             write!(s, "POST /v1/audio/speech HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nConnection: close\r\nContent-Length: {}\r\n\r\n{body}", body.len()).unwrap();
             let mut raw = Vec::new();
             s.read_to_end(&mut raw).unwrap();
