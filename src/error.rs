@@ -38,17 +38,22 @@ pub enum Error {
 }
 
 /// What kind of input mistake an [`Error::Input`] is. The names ([`InputCode::as_str`]) are
-/// the HTTP API's error codes.
+/// the HTTP API's error codes (the same ones the server gave before the rules moved here).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum InputCode {
     /// Malformed or invalid input not covered by a more specific code.
     Invalid,
-    /// The text is empty, too long, or has nothing speakable.
+    /// The text is empty, or has nothing speakable.
     InvalidText,
-    /// A number outside its range (speed, seed, counts).
-    OutOfRange,
-    /// Options that cannot go together (a speed while streaming, text-in streaming without a transcript).
+    /// The text is longer than `limits.max_text_chars`.
+    TextTooLong,
+    /// A speed outside its range, or a speed while streaming.
+    InvalidSpeed,
+    /// Options that cannot go together (a transcript and an instruction; text-in streaming
+    /// without a transcript).
     Conflict,
+    /// A prompt transcript without the recording it transcribes.
+    MissingRecording,
     /// A prompt recording that cannot be used (format, length, content).
     InvalidAudio,
     /// A voice name that is not allowed.
@@ -59,7 +64,7 @@ pub enum InputCode {
     VoiceExists,
     /// No voice given and no default voice set.
     NoVoice,
-    /// A saved voice made for another model (or broken).
+    /// A saved voice made for another model.
     InvalidVoice,
     /// A request used a test hook, which the engine refuses unless started for tests.
     TestHooksDisabled,
@@ -68,16 +73,16 @@ pub enum InputCode {
 impl InputCode {
     pub fn as_str(self) -> &'static str {
         match self {
-            InputCode::Invalid => "invalid_input",
-            InputCode::InvalidText => "invalid_input",
-            InputCode::OutOfRange => "out_of_range",
-            InputCode::Conflict => "invalid_combination",
-            InputCode::InvalidAudio => "invalid_audio",
+            InputCode::Invalid | InputCode::InvalidText => "invalid_input",
+            InputCode::TextTooLong => "text_too_long",
+            InputCode::InvalidSpeed => "invalid_speed",
+            InputCode::Conflict => "conflicting_fields",
+            InputCode::MissingRecording => "missing_ref_audio",
+            InputCode::InvalidAudio => "invalid_ref_audio",
             InputCode::InvalidVoiceName => "invalid_voice_name",
-            InputCode::VoiceNotFound => "voice_not_found",
+            InputCode::VoiceNotFound | InputCode::NoVoice => "voice_not_found",
             InputCode::VoiceExists => "voice_exists",
-            InputCode::NoVoice => "no_voice",
-            InputCode::InvalidVoice => "invalid_voice",
+            InputCode::InvalidVoice => "voice_model_mismatch",
             InputCode::TestHooksDisabled => "test_hooks_disabled",
         }
     }

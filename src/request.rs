@@ -217,7 +217,7 @@ pub fn check_options(speed: f64, stream: bool) -> Result<()> {
     check_speed(speed)?;
     if stream && speed != 1.0 {
         return Err(Error::input(
-            InputCode::Conflict,
+            InputCode::InvalidSpeed,
             Some("speed"),
             format!("speed {speed} works only without streaming (the official code refuses it too); use speed 1, or do not stream"),
         ));
@@ -237,7 +237,7 @@ pub fn check_speed(speed: f64) -> Result<()> {
         return Ok(());
     }
     Err(Error::input(
-        InputCode::OutOfRange,
+        InputCode::InvalidSpeed,
         Some("speed"),
         format!(
             "speed {speed} is out of range: use a number from {:.1} to {:.1} (1 = normal, 2 = twice as fast)",
@@ -294,7 +294,7 @@ pub fn check_text_length(text: &str, limit: usize) -> Result<()> {
     let n = text.chars().count();
     if n > limit {
         return Err(Error::input(
-            InputCode::InvalidText,
+            InputCode::TextTooLong,
             Some("input"),
             format!("the text has {n} characters, more than the limit of {limit} (limits.max_text_chars); split it, or raise the limit"),
         ));

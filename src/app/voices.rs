@@ -163,7 +163,7 @@ impl Voices {
         }
         if transcript.is_some() {
             return Err(Error::input(
-                InputCode::Conflict,
+                InputCode::MissingRecording,
                 Some("ref_audio"),
                 "a prompt transcript describes a prompt recording, which is missing; give both (CLI --prompt-wav, HTTP ref_audio)",
             ));
