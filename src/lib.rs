@@ -1,10 +1,13 @@
 //! cosy: CosyVoice3 inference over ONNX Runtime.
 //!
-//! Modules mirror the pipeline: vocab (the names every layer shares: stages, precisions,
-//! providers) → config → runtime (sessions, providers, engine cache) → model
-//! (the exported folder and its manifest) → frontend (text, audio features, voices) → llm → flow
-//! → hift → pipeline (one request, streaming) → engine (many requests: batching, handles) → audio
-//! (wav, playback). The binary in `main.rs` is a thin CLI.
+//! Layers that only import downwards (docs/architecture.md): vocab (the names every layer
+//! shares: stages, precisions, providers) → config → model, voice (the exported folder, saved
+//! voices) → runtime (sessions, providers, caches) → frontend, llm, flow, hift (stage maths
+//! behind traits) → request (what a request is, and its rules) → pipeline (one request, generic
+//! over the stage traits) → engine (the one way in: builder, admission, batchers, handles) → app
+//! (voices, request building, draining: what every front end calls) → front ends (cli, say,
+//! doctor, engines; the HTTP server lives in the binary). audio (wav, playback) and the small
+//! helpers sit below whoever uses them.
 
 pub mod app;
 pub mod audio;

@@ -1,9 +1,12 @@
 //! Synthesis end to end (cosyvoice3.md §3.4, §4–§7): prompt features → LLM tokens → silent
 //! pruning → flow → HiFT → waveform chunks.
 //!
-//! [`Synthesizer`] owns the model's immutable data (side tables, f0 net, tokenizer, constants)
-//! and its open sessions. Every request builds its own state (KV cache, sampler, silent filter,
-//! stream planner, HiFT accumulator, source generator); nothing mutable outlives a request.
+//! [`Synthesizer`] owns the model's immutable data ([`ModelData`]: side tables, f0 net,
+//! tokenizer, constants) and the [`Stages`] it was given: the LLM and the DiT behind the
+//! [`LlmStage`] / [`DitStage`] traits (the engine gives its batchers; nothing here imports the
+//! engine), the small stages as sessions. Every request builds its own state (KV cache, sampler,
+//! silent filter, stream planner, HiFT accumulator, source generator); nothing mutable outlives a
+//! request. Front ends do not construct it: `crate::engine::Engine::builder` does.
 //!
 //! One code path serves offline and streaming synthesis: the LLM decodes on its own thread and
 //! hands each token over a channel; the token-to-wav thread prunes silent tokens, runs the flow
