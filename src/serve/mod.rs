@@ -5,8 +5,9 @@
 //! blocking thread, warms it up, and only then says yes on `/ready`. Every synthesis passes the
 //! engine's one admission (`engine.max_in_flight` run, `engine.max_queue` wait): a refusal is
 //! 429 with Retry-After. The routes translate HTTP into the application layer's calls
-//! (`cosy::app`) and its typed errors into statuses; they decide nothing themselves. Audio leaves as it is made; a client that goes away cancels its
-//! request (the engine stops at the next token). SIGTERM or Ctrl-C: stop accepting, let the work
+//! (`cosy::app`) and its typed errors into statuses; they decide nothing themselves. Audio
+//! leaves as it is made; a client that goes away cancels its request (the engine stops at the
+//! next token). SIGTERM or Ctrl-C: stop accepting, let the work
 //! in flight finish within `server.shutdown_grace_s`, exit.
 
 mod encode;
@@ -30,14 +31,13 @@ use axum::Router;
 use tokio::sync::Semaphore;
 use tracing::Instrument;
 
+use cosy::app::voices::Voices;
 use cosy::config::Config;
 use cosy::engine::Engine;
-use cosy::app::voices::Voices;
 use cosy::profile::Profiler;
 
 use error::ApiError;
 use metrics::Metrics;
-
 
 /// The id `GET /v1/models` lists. Requests may name any model: one server serves one model.
 pub const MODEL_ID: &str = "cosyvoice3";
@@ -123,7 +123,7 @@ impl AppState {
             }
         }
         let engine = Arc::new(builder.build()?);
-        tracing::info!("model {} loaded in {:.1} s", self.config.model_dir.display(), started.elapsed().as_secs_f64());
+        tracing::info!("model {} loaded (and warmed up) in {:.1} s", self.config.model_dir.display(), started.elapsed().as_secs_f64());
         let _ = self.engine.set(engine);
         self.ready.store(true, Ordering::SeqCst);
         tracing::info!("ready");

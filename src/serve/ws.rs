@@ -220,8 +220,6 @@ async fn run_session(
             if let Some(text) = segments.pop_front() {
                 let engine = state.engine()?;
                 let started = Instant::now();
-                let deadline = state.request_deadline(started);
-                let _ = deadline;
                 let mut options = cosy::app::speech::SpeechOptions::new(text.clone(), voice.clone(), true);
                 options.seed = config.seed;
                 let request = cosy::app::speech::build_request(&state.config, options).map_err(|e| state.api_error(e))?;
