@@ -73,9 +73,9 @@ pub fn log_mel(x: &[f32]) -> Vec<[f64; N_MELS]> {
         padded.extend(x.iter().map(|&v| f64::from(v)));
         padded.extend((0..half).map(|j| f64::from(x[n - 2 - j])));
     } else {
-        padded.extend(std::iter::repeat(0.0).take(half));
+        padded.extend(std::iter::repeat_n(0.0, half));
         padded.extend(x.iter().map(|&v| f64::from(v)));
-        padded.extend(std::iter::repeat(0.0).take(half));
+        padded.extend(std::iter::repeat_n(0.0, half));
     }
     let frames = 1 + (padded.len() - N_FFT) / HOP;
     let window: Vec<f64> =
