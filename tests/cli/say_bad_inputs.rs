@@ -4,7 +4,7 @@
 //! is available; these run everywhere.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 
 const TRANSCRIPT: &str = "Good evening, this recording captures my natural voice.";
 const TEXT: &str = "The old lighthouse blinked twice before the fog rolled in.";
@@ -18,23 +18,7 @@ fn prompt() -> PathBuf {
 }
 
 fn cosy(dir: &Path, args: &[&str]) -> Output {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_cosy"));
-    for (k, _) in std::env::vars() {
-        if k.starts_with("COSY_") {
-            cmd.env_remove(k);
-        }
-    }
-    // HOME with a null default output: a `say` that got past its checks would play silently.
-    std::fs::write(dir.join(".asoundrc"), "pcm.!default { type null }\n").unwrap();
-    cmd.env("HOME", dir)
-        .current_dir(dir)
-        .arg("--model")
-        .arg(root().join("tests/fixtures/tiny"))
-        .args(["--provider", "cpu", "--set"])
-        .arg(format!("voices.dir={}", dir.join("voices").display()))
-        .args(args)
-        .output()
-        .expect("run cosy")
+    crate::common::cosy_at_home(dir).args(args).output().expect("run cosy")
 }
 
 /// Exit 2, exactly one `cosy: …` line containing `needle`, and `out` not written.

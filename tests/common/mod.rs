@@ -280,6 +280,21 @@ pub fn cosy_command(graph_cache: &Path) -> std::process::Command {
     cmd
 }
 
+/// `cosy` run as a user in `dir` on the bundled model and CPU: `dir` is HOME (its `.asoundrc`
+/// makes the default sound output ALSA's null device, so a `say` that got past its checks plays
+/// silently) and the working folder, voices in `dir/voices`, no `COSY_*` from the caller.
+pub fn cosy_at_home(dir: &Path) -> std::process::Command {
+    let mut cmd = cosy_command(&dir.join("gc"));
+    std::fs::write(dir.join(".asoundrc"), "pcm.!default { type null }\n").expect("write .asoundrc");
+    cmd.env("HOME", dir)
+        .current_dir(dir)
+        .arg("--model")
+        .arg(fixture_model())
+        .args(["--provider", "cpu", "--set"])
+        .arg(format!("voices.dir={}", dir.join("voices").display()));
+    cmd
+}
+
 /// The binary under test: `CARGO_BIN_EXE_cosy`, or `PIPELINE_TEST_BIN` when set (a shared
 /// CARGO_TARGET_DIR can have its `cosy` replaced by another checkout's build mid-run).
 pub fn cosy_bin() -> PathBuf {

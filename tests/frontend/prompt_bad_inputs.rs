@@ -23,22 +23,8 @@ fn prompt() -> PathBuf {
 }
 
 fn command(dir: &Path, args: &[&str]) -> Command {
-    let mut cmd = Command::new(crate::common::cosy_bin());
-    for (k, _) in std::env::vars() {
-        if k.starts_with("COSY_") {
-            cmd.env_remove(k);
-        }
-    }
-    std::fs::write(dir.join(".asoundrc"), "pcm.!default { type null }\n").unwrap();
-    cmd.env("HOME", dir)
-        .current_dir(dir)
-        .arg("--model")
-        .arg(crate::common::fixture_model())
-        .args(["--provider", "cpu", "--set"])
-        .arg(format!("voices.dir={}", dir.join("voices").display()))
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
+    let mut cmd = crate::common::cosy_at_home(dir);
+    cmd.args(args).stdout(Stdio::piped()).stderr(Stdio::piped());
     cmd
 }
 
