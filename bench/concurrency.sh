@@ -14,7 +14,8 @@ out="bench/concurrency-results.jsonl"
 if [ $# -gt 0 ] && [ "$1" != "--" ]; then out="$1"; shift; fi
 [ "${1:-}" = "--" ] && shift
 levels="${LEVELS:-1 2 4 8 16}"; modes="${MODES:-offline streaming}"; tokens="${TOKENS:-100}"
-cargo build --release --quiet --example concurrency
+# BENCH_PREBUILT=1: use the binaries already in target/release (a GPU host without cargo).
+[ -n "${BENCH_PREBUILT:-}" ] || cargo build --release --quiet --example concurrency
 : > "$out"
 for mode in $modes; do
   for c in $levels; do

@@ -16,7 +16,8 @@ if [ $# -gt 0 ] && [ "$1" != "--" ]; then out="$1"; shift; fi
 [ "${1:-}" = "--" ] && shift
 levels="${LEVELS:-1 2 4 8 16}"; requests="${REQUESTS:-8}"
 text="${TEXT:-Hello there, how are you today?}"
-cargo build --release --quiet --bin cosy --example serve_load
+# BENCH_PREBUILT=1: use the binaries already in target/release (a GPU host without cargo).
+[ -n "${BENCH_PREBUILT:-}" ] || cargo build --release --quiet --bin cosy --example serve_load
 work="$(mktemp -d)"; pid=""
 trap 'kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; rm -rf "$work"' EXIT
 export COSY_GRAPH_CACHE="$work/gc"
