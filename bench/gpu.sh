@@ -3,7 +3,8 @@
 # provider end to end on the full-size random model (fp32 and fp16, audio checked for NaN/Inf),
 # `cosy profile --matrix`, then the concurrency and server load benchmarks. Each step has its own
 # time limit inside BUDGET seconds, so a slow step costs its own results only; everything is written
-# to OUT_DIR (at most 8 files: the device tool brings back no more).
+# to OUT_DIR (at most 8 files: the device tool brings back no more). ONLY=REGEX runs only the steps
+# whose names match.
 #
 #   COSY_ORT_LIBRARY=/root/ortgpu/lib/libonnxruntime.so BUDGET=480 bench/gpu.sh MODEL_DIR OUT_DIR
 #
@@ -21,6 +22,7 @@ prompt=(--prompt-wav tests/fixtures/prompt_24k.wav --prompt-text "This recording
 
 step() { # NAME LIMIT_SECONDS CMD...: runs CMD with at most LIMIT seconds and what is left of BUDGET
   local name=$1 limit=$2 t0=$SECONDS left rc; shift 2
+  if [ -n "${ONLY:-}" ] && ! [[ $name =~ $ONLY ]]; then echo "== $name: not in ONLY"; return; fi
   left=$(( budget - (SECONDS - start) ))
   (( limit > left )) && limit=$left
   if (( limit < 15 )); then echo "== $name: skipped, ${left}s of the budget left"; return; fi
@@ -40,11 +42,15 @@ for p in fp32 fp16; do
 done
 step "$gpu fp16 profile (streaming, 100 tokens)" 80 "$cosy" --model "$model" --provider "$gpu" --precision fp16 \
   profile "$text" "${prompt[@]}" --stream --min-tokens 100 --runs 3 --warmup 1 --json "$out/profile-$gpu-fp16-stream.json"
+# The same with ONNX Runtime's own cuDNN setting, side by side (runtime.cuda_conv_search).
+step "$gpu fp16 profile (streaming, 100 tokens, exhaustive conv search)" 80 "$cosy" --model "$model" --provider "$gpu" \
+  --precision fp16 --set runtime.cuda_conv_search=exhaustive profile "$text" "${prompt[@]}" --stream --min-tokens 100 \
+  --runs 3 --warmup 1 --json "$out/profile-$gpu-fp16-stream-exhaustive.json"
 step "profile --matrix" 200 bash -c '"$0" --model "$1" profile "$2" --prompt-wav tests/fixtures/prompt_24k.wav \
   --prompt-text "This recording is the voice prompt." --matrix --settings "$4" \
   --min-tokens 100 --runs 2 --warmup 1 2>&1 | tee "$3/matrix.txt"' "$cosy" "$model" "$text" "$out" "$settings"
 step "concurrency ($gpu fp16)" 160 env BENCH_PREBUILT=1 LEVELS="${LEVELS:-1 4 16}" MODES="offline streaming" TOKENS=100 \
   bench/concurrency.sh "$model" "$out/concurrency.jsonl" -- --set runtime.providers=$gpu --set runtime.precision=fp16
-step "serve load ($gpu fp16)" 150 env BENCH_PREBUILT=1 LEVELS="${LEVELS:-1 4 16}" REQUESTS=16 \
+step "serve load ($gpu fp16)" 150 env BENCH_PREBUILT=1 LEVELS="${LEVELS:-1 4 16}" REQUESTS=8 MIN_TOKENS=100 \
   bench/serve_load.sh "$model" "$out/serve-load.jsonl" -- --set runtime.providers=$gpu --set runtime.precision=fp16
 echo "== done at $((SECONDS - start))s"

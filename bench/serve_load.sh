@@ -6,6 +6,8 @@
 #
 #   bench/serve_load.sh MODEL_DIR [OUT.jsonl] [-- extra server args, e.g. --set runtime.precision=int8]
 #   LEVELS="1 2 4 8 16" REQUESTS=8 TEXT="..." bench/serve_load.sh tests/fixtures/tiny
+# MIN_TOKENS=N forces N speech tokens per request (the server then runs with debug.test_hooks):
+# random weights otherwise stop after a token or two, and the load is not the load of speech.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
@@ -14,7 +16,7 @@ model="$1"; shift
 out="bench/serve-load-results.jsonl"
 if [ $# -gt 0 ] && [ "$1" != "--" ]; then out="$1"; shift; fi
 [ "${1:-}" = "--" ] && shift
-levels="${LEVELS:-1 2 4 8 16}"; requests="${REQUESTS:-8}"
+levels="${LEVELS:-1 2 4 8 16}"; requests="${REQUESTS:-8}"; min_tokens="${MIN_TOKENS:-}"
 text="${TEXT:-Hello there, how are you today?}"
 # BENCH_PREBUILT=1: use the binaries already in target/release (a GPU host without cargo).
 [ -n "${BENCH_PREBUILT:-}" ] || cargo build --release --quiet --bin cosy --example serve_load
@@ -22,6 +24,7 @@ work="$(mktemp -d)"; pid=""
 trap 'kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; rm -rf "$work"' EXIT
 export COSY_GRAPH_CACHE="$work/gc"
 cosy=(target/release/cosy --model "$model" --set "voices.dir=$work/voices" "$@")
+[ -n "$min_tokens" ] && cosy+=(--set debug.test_hooks=true)
 "${cosy[@]}" voice add me --wav tests/fixtures/prompt_24k.wav --text "This recording is the voice prompt." --default >/dev/null
 "${cosy[@]}" --set engine.max_in_flight=64 --set engine.max_queue=256 serve --bind 127.0.0.1:0 2>"$work/server.log" &
 pid=$!
@@ -32,6 +35,7 @@ until curl -sf "$url/ready" >/dev/null; do sleep 0.2; done
 for c in $levels; do
   # --set pairs of the server reach --in-process as --set KEY=VALUE.
   args=(--url "$url" --concurrency "$c" --requests "$requests" --text "$text")
+  [ -n "$min_tokens" ] && args+=(--min-tokens "$min_tokens")
   if [ "$c" = 1 ]; then
     args+=(--in-process "$model" --voices "$work/voices")
     set_next=0

@@ -41,6 +41,10 @@ struct Args {
     /// config settings for --in-process, KEY=VALUE (as the server was started with)
     #[arg(long)]
     set: Vec<String>,
+    /// Force N speech tokens per request (`cosy_test.min_tokens`; the server needs
+    /// `debug.test_hooks = true`): random weights otherwise stop after a token or two.
+    #[arg(long)]
+    min_tokens: Option<usize>,
 }
 
 /// One request's outcome: (TTFB s, total s, audio s) or an error.
@@ -113,7 +117,7 @@ fn paired(args: &Args, model: &std::path::Path, host_port: &str, body: &str, n: 
             speed: 1.0,
             seed: Some(0),
             stream: true,
-            ignore_stop_until: None,
+            ignore_stop_until: args.min_tokens,
             test_hooks: Default::default(),
         };
         let mut handle = engine.submit(request)?;
@@ -139,7 +143,11 @@ fn paired(args: &Args, model: &std::path::Path, host_port: &str, body: &str, n: 
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let host_port = args.url.trim_start_matches("http://").trim_end_matches('/').to_string();
-    let body = serde_json::json!({"input": args.text, "voice": args.voice, "stream": true, "response_format": "pcm", "seed": 0}).to_string();
+    let mut body = serde_json::json!({"input": args.text, "voice": args.voice, "stream": true, "response_format": "pcm", "seed": 0});
+    if let Some(n) = args.min_tokens {
+        body["cosy_test"] = serde_json::json!({ "min_tokens": n });
+    }
+    let body = body.to_string();
     // Warm-up request.
     one_request(&host_port, &body).map_err(|e| anyhow::anyhow!("warm-up request failed: {e}"))?;
     let started = Instant::now();
@@ -165,6 +173,7 @@ fn main() -> anyhow::Result<()> {
         "audio_s_per_s": audio / wall,
         "audio_s_per_request": audio / ttfb.len().max(1) as f64,
         "wall_s": wall,
+        "min_tokens": args.min_tokens,
     });
     if let Some(model) = &args.in_process {
         let pairs = paired(&args, model, &host_port, &body, args.requests)?;

@@ -46,6 +46,40 @@ pub struct RuntimeSettings {
     pub cuda_mem_limit: u64,
     /// CUDA graphs for stages whose shapes are fixed between calls.
     pub cuda_graphs: bool,
+    /// How cuDNN picks a convolution algorithm for each new input shape (CUDA provider).
+    pub cuda_conv_search: CudaConvSearch,
+}
+
+/// `runtime.cuda_conv_search`: cuDNN's convolution algorithm choice, made once per input shape.
+/// `Exhaustive` (ONNX Runtime's own default) times every algorithm at each new shape: streaming
+/// calls change shape every chunk, and on an H200 that made each streaming HiFT call 1.6 s instead
+/// of 16 ms (docs/benchmarks.md, "On a GPU"). `Heuristic` asks cuDNN's heuristics, timing nothing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CudaConvSearch {
+    Heuristic,
+    Exhaustive,
+    Default,
+}
+
+impl CudaConvSearch {
+    pub const NAMES: &'static str = "heuristic, exhaustive, default";
+
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "heuristic" => Some(Self::Heuristic),
+            "exhaustive" => Some(Self::Exhaustive),
+            "default" => Some(Self::Default),
+            _ => None,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Heuristic => "heuristic",
+            Self::Exhaustive => "exhaustive",
+            Self::Default => "default",
+        }
+    }
 }
 
 /// `[sampling]`: LLM sampling. The four sampling values are backed by the model's manifest (its
@@ -235,6 +269,7 @@ impl Default for Config {
                 graph_cache_enabled: true,
                 cuda_mem_limit: 0,
                 cuda_graphs: false,
+                cuda_conv_search: CudaConvSearch::Heuristic,
             },
             stages: StageGroup::ALL.into_iter().map(|g| (g, StageSettings::default())).collect(),
             sampling: SamplingSettings { seed: 0, top_p: None, top_k: None, win_size: None, tau_r: None },
@@ -281,6 +316,7 @@ pub const KEYS: &[&str] = &[
     "runtime.graph_cache_enabled",
     "runtime.cuda_mem_limit",
     "runtime.cuda_graphs",
+    "runtime.cuda_conv_search",
     "stages.<llm|flow|dit|hift|frontend>.precision",
     "stages.<llm|flow|dit|hift|frontend>.providers",
     "sampling.seed",
@@ -520,6 +556,10 @@ impl Config {
                     .ok_or_else(|| bad("bytes as an integer >= 0 (0: no limit)"))?
             }
             "runtime.cuda_graphs" => self.runtime.cuda_graphs = bool_of(value).ok_or_else(|| bad("true, false"))?,
+            "runtime.cuda_conv_search" => {
+                self.runtime.cuda_conv_search =
+                    text_of(value).and_then(|s| CudaConvSearch::parse(&s)).ok_or_else(|| bad(CudaConvSearch::NAMES))?
+            }
             "sampling.seed" => {
                 self.sampling.seed =
                     int_of(value).and_then(|v| u64::try_from(v).ok()).ok_or_else(|| bad("an integer >= 0"))?

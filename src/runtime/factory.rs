@@ -18,7 +18,7 @@ use ort::ep::{self, ExecutionProvider};
 use ort::session::builder::{GraphOptimizationLevel, SessionBuilder};
 use ort::session::Session;
 
-use crate::config::Config;
+use crate::config::{Config, CudaConvSearch};
 use crate::error::{Error, Result};
 use crate::model::{GraphSpec, ModelDir, Variant};
 use crate::runtime::engine_cache::{CacheKey, EngineCache};
@@ -477,6 +477,11 @@ impl SessionFactory {
                 if rt.cuda_mem_limit > 0 {
                     cuda = cuda.with_memory_limit(rt.cuda_mem_limit as usize);
                 }
+                cuda = cuda.with_conv_algorithm_search(match rt.cuda_conv_search {
+                    CudaConvSearch::Heuristic => ep::cuda::ConvAlgorithmSearch::Heuristic,
+                    CudaConvSearch::Exhaustive => ep::cuda::ConvAlgorithmSearch::Exhaustive,
+                    CudaConvSearch::Default => ep::cuda::ConvAlgorithmSearch::Default,
+                });
                 // CUDA graphs replay fixed-shape work only; a dynamic-shape stage would fail.
                 if rt.cuda_graphs && spec.has_fixed_shapes() {
                     cuda = cuda.with_cuda_graph(true);
