@@ -213,6 +213,9 @@ pub struct ServerSettings {
     pub shutdown_grace_s: u64,
     /// Run one short synthesis before `/ready` says yes (with the default voice, if there is one).
     pub warmup: bool,
+    /// The `response_format` of a speech request that names none (OpenAI's default: mp3). The
+    /// server checks the name against the formats it writes before it listens.
+    pub default_format: String,
 }
 
 impl fmt::Debug for ServerSettings {
@@ -229,6 +232,7 @@ impl fmt::Debug for ServerSettings {
             .field("max_connections", &self.max_connections)
             .field("shutdown_grace_s", &self.shutdown_grace_s)
             .field("warmup", &self.warmup)
+            .field("default_format", &self.default_format)
             .finish()
     }
 }
@@ -295,6 +299,7 @@ impl Default for Config {
                 max_connections: 1024,
                 shutdown_grace_s: 30,
                 warmup: true,
+                default_format: "mp3".into(),
             },
             debug: DebugSettings::default(),
             source_file: None,
@@ -348,6 +353,7 @@ pub const KEYS: &[&str] = &[
     "server.max_connections",
     "server.shutdown_grace_s",
     "server.warmup",
+    "server.default_format",
     "debug.test_hooks",
 ];
 
@@ -662,6 +668,10 @@ impl Config {
                     .ok_or_else(|| bad("an integer from 0 to 3600"))?
             }
             "server.warmup" => self.server.warmup = bool_of(value).ok_or_else(|| bad("true, false"))?,
+            "server.default_format" => {
+                let s = text_of(value).map(|s| s.trim().to_ascii_lowercase()).filter(|s| !s.is_empty());
+                self.server.default_format = s.ok_or_else(|| bad("a response format's name, e.g. \"mp3\" (the server lists the others)"))?;
+            }
             "debug.test_hooks" => self.debug.test_hooks = bool_of(value).ok_or_else(|| bad("true, false"))?,
             "text.normalizer" => {
                 self.text.normalizer = text_of(value)

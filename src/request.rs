@@ -202,6 +202,9 @@ pub struct Summary {
     pub chunks: usize,
     /// Speech tokens the LLM emitted (before silent-token pruning), all sentences.
     pub speech_tokens: usize,
+    /// Text tokens of the sentences said (the tokenizer's, after normalisation; the prompt's
+    /// transcript not counted); 0 for text-in streaming.
+    pub text_tokens: usize,
 }
 
 

@@ -43,9 +43,52 @@ impl SpeechOptions {
 }
 
 /// Whether a request streams: as asked, else `default` unless a speed is set (the streaming
-/// schedule cannot time-stretch, so a request with a speed is made whole).
+/// schedule cannot time-stretch, so a request with a speed is made whole, sentence by sentence:
+/// `say` plays, and the HTTP API sends, each sentence as it is made).
 pub fn choose_streaming(asked: Option<bool>, default: bool, speed: f64) -> bool {
     asked.unwrap_or(default && speed == 1.0)
+}
+
+/// The speeds the HTTP API takes: OpenAI's range for its speech endpoint's `speed`.
+pub const API_SPEED_RANGE: std::ops::RangeInclusive<f64> = 0.25..=4.0;
+
+/// A speed as the HTTP API received it and as it is used.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ApiSpeed {
+    /// What the client asked for (1 when it did not say).
+    pub asked: f64,
+    /// What is used: `asked` brought into [`crate::request::SPEED_RANGE`].
+    pub used: f64,
+}
+
+impl ApiSpeed {
+    /// Whether the speed used differs from the one asked for.
+    pub fn clamped(&self) -> bool {
+        self.asked != self.used
+    }
+}
+
+/// The HTTP API's speed rule: OpenAI's clients may send anything in [`API_SPEED_RANGE`]; cosy
+/// speaks [`crate::request::SPEED_RANGE`] (the mel time-stretch stops sounding like speech
+/// beyond it), so a speed outside cosy's range but inside OpenAI's is clamped to the nearest end
+/// (the front end says so in the response), and one outside OpenAI's range is refused.
+pub fn api_speed(asked: Option<f64>) -> Result<ApiSpeed> {
+    let asked = asked.unwrap_or(1.0);
+    if !(asked.is_finite() && API_SPEED_RANGE.contains(&asked)) {
+        return Err(crate::Error::input(
+            crate::error::InputCode::InvalidSpeed,
+            Some("speed"),
+            format!(
+                "speed {asked} is out of range: use a number from {} to {} (1 = normal; cosy speaks {} to {} and brings a speed beyond to the nearest)",
+                API_SPEED_RANGE.start(),
+                API_SPEED_RANGE.end(),
+                crate::request::SPEED_RANGE.start(),
+                crate::request::SPEED_RANGE.end()
+            ),
+        ));
+    }
+    let range = crate::request::SPEED_RANGE;
+    Ok(ApiSpeed { asked, used: asked.clamp(*range.start(), *range.end()) })
 }
 
 /// The text rules: something speakable, at most `limits.max_text_chars` characters.

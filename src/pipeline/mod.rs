@@ -285,6 +285,7 @@ impl Synthesizer {
             if text_token.is_empty() {
                 return Err(Error::invalid(format!("sentence {segment:?} gives no text tokens")));
             }
+            summary.text_tokens += text_token.len();
             let mut trace = observer.wants_trace().then(SegmentTrace::default);
             let llm_speech: &[i64] = if p.llm_prompt_speech { &prompt.speech_token } else { &[] };
             let mut on = |c: &[f32]| {

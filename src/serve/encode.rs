@@ -1,41 +1,68 @@
-//! Response audio: wav (16-bit), pcm (s16le) and flac, whole or as a stream of chunks.
+//! Response audio: mp3, opus (in Ogg), wav (16-bit), pcm (s16le) and flac, whole or as a stream of
+//! bytes made as the audio comes. docs/server.md ("Formats") says why each encoder was chosen.
+//!
+//! Every format streams through a [`StreamEncoder`]: `push` takes the next chunk of samples and
+//! gives the bytes that are ready (the header with the first), `finish` the rest. The streamed
+//! bytes of a format, put together, are a valid file of it: a wav with the unknown-length header,
+//! a flac whose STREAMINFO leaves the length and MD5 unknown, an Ogg Opus whose last page ends the
+//! stream, mp3 frames. A whole response (`stream: false`) is the file with exact sizes instead:
+//! the wav `cosy file` writes, a flac with its length and MD5, an mp3 that starts with LAME's Info
+//! tag (so players know its exact length and skip the encoder delay).
 
-use cosy::audio::{encode_audio, pcm16_bytes, wav16_stream_header, OutputFormat};
+use cosy::audio::{encode_audio, f32_to_i16, pcm16_bytes, wav16_stream_header, OutputFormat};
 
 use super::error::ApiError;
 
-/// The `response_format`s this server writes. mp3, opus and aac are refused with a 400 that lists
-/// these: no encoder crate for them is both pure Rust and well kept.
+/// The `response_format`s this server writes (aac is refused: see [`AudioFormat::parse`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AudioFormat {
+    Mp3,
+    Opus,
     Wav,
     Pcm,
     Flac,
 }
 
-pub const ALLOWED: &str = "wav, pcm or flac";
+pub const ALLOWED: &str = "mp3, opus, wav, pcm or flac";
+
+/// The mp3 bit rate: MPEG-2 layer III at 24 kHz mono (the highest rates give speech no more).
+const MP3_KBPS: mp3lame_encoder::Bitrate = mp3lame_encoder::Bitrate::Kbps64;
+/// The Opus bit rate: transparent for 24 kHz speech.
+const OPUS_BPS: i32 = 48_000;
+/// FLAC block size (samples): frames leave a streamed flac every 4096 samples (~0.17 s).
+const FLAC_BLOCK: usize = 4096;
 
 impl AudioFormat {
     pub fn parse(name: &str) -> Result<AudioFormat, ApiError> {
         match name.trim().to_ascii_lowercase().as_str() {
+            "mp3" => Ok(AudioFormat::Mp3),
+            "opus" => Ok(AudioFormat::Opus),
             "wav" => Ok(AudioFormat::Wav),
             "pcm" => Ok(AudioFormat::Pcm),
             "flac" => Ok(AudioFormat::Flac),
-            "mp3" | "opus" | "aac" => Err(ApiError::bad_request(
+            "aac" => Err(ApiError::bad_request(
                 "unsupported_response_format",
-                format!("response_format {name:?} is not supported by this server; use {ALLOWED} (pcm = s16le mono 24 kHz)"),
+                format!("response_format \"aac\" is not served (no AAC encoder with an open licence builds into cosy); use {ALLOWED} (pcm = s16le mono 24 kHz)"),
             )
             .param("response_format")),
             _ => Err(ApiError::bad_request(
                 "invalid_response_format",
-                format!("response_format {name:?} is unknown; use {ALLOWED}"),
+                format!("response_format {name:?} is unknown; use {ALLOWED} (pcm = s16le mono 24 kHz)"),
             )
             .param("response_format")),
         }
     }
 
+    /// The configured default (`server.default_format`), checked at start-up.
+    pub fn parse_setting(name: &str) -> Result<AudioFormat, String> {
+        AudioFormat::parse(name).map_err(|_| format!("server.default_format = {name:?}: use {ALLOWED}"))
+    }
+
+    /// The Content-Type OpenAI sends for the format.
     pub fn content_type(self) -> &'static str {
         match self {
+            AudioFormat::Mp3 => "audio/mpeg",
+            AudioFormat::Opus => "audio/opus",
             AudioFormat::Wav => "audio/wav",
             AudioFormat::Pcm => "audio/pcm",
             AudioFormat::Flac => "audio/flac",
@@ -48,15 +75,319 @@ impl AudioFormat {
             AudioFormat::Wav => encode_audio(samples, rate, OutputFormat::Wav16).map_err(ApiError::from_engine),
             AudioFormat::Pcm => Ok(pcm16_bytes(samples)),
             AudioFormat::Flac => encode_flac(samples, rate),
+            AudioFormat::Mp3 => Mp3::whole(samples, rate),
+            AudioFormat::Opus => {
+                let mut enc = self.stream_encoder(rate)?;
+                let mut bytes = enc.push(samples)?;
+                bytes.extend(enc.finish()?);
+                Ok(bytes)
+            }
         }
     }
 
-    /// Bytes that start a streamed response (the wav header of unknown length).
-    pub fn stream_prefix(self, rate: u32) -> Vec<u8> {
-        match self {
-            AudioFormat::Wav => wav16_stream_header(rate).to_vec(),
-            AudioFormat::Pcm | AudioFormat::Flac => Vec::new(),
+    /// An encoder for a response sent as it is made.
+    pub fn stream_encoder(self, rate: u32) -> Result<StreamEncoder, ApiError> {
+        let inner = match self {
+            AudioFormat::Wav => Inner::Wav { header: true },
+            AudioFormat::Pcm => Inner::Pcm,
+            AudioFormat::Mp3 => Inner::Mp3(Box::new(Mp3::new(rate, false)?)),
+            AudioFormat::Opus => Inner::Opus(Box::new(OggOpus::new(rate)?)),
+            AudioFormat::Flac => Inner::Flac(Box::new(FlacStream::new(rate)?)),
+        };
+        Ok(StreamEncoder { inner, rate })
+    }
+}
+
+/// Encodes a response chunk by chunk (see the module's documentation).
+pub struct StreamEncoder {
+    inner: Inner,
+    rate: u32,
+}
+
+enum Inner {
+    Wav { header: bool },
+    Pcm,
+    Mp3(Box<Mp3>),
+    Opus(Box<OggOpus>),
+    Flac(Box<FlacStream>),
+}
+
+impl StreamEncoder {
+    /// The bytes ready after `samples` (may be empty: mp3, opus and flac encode whole frames).
+    pub fn push(&mut self, samples: &[f32]) -> Result<Vec<u8>, ApiError> {
+        match &mut self.inner {
+            Inner::Wav { header } => {
+                let mut out = Vec::with_capacity(44 + samples.len() * 2);
+                if std::mem::take(header) {
+                    out.extend(wav16_stream_header(self.rate));
+                }
+                out.extend(pcm16_bytes(samples));
+                Ok(out)
+            }
+            Inner::Pcm => Ok(pcm16_bytes(samples)),
+            Inner::Mp3(m) => m.push(samples),
+            Inner::Opus(o) => o.push(samples),
+            Inner::Flac(f) => f.push(samples),
         }
+    }
+
+    /// The last bytes, once all the audio was pushed.
+    pub fn finish(&mut self) -> Result<Vec<u8>, ApiError> {
+        match &mut self.inner {
+            Inner::Wav { header } => Ok(if std::mem::take(header) { wav16_stream_header(self.rate).to_vec() } else { Vec::new() }),
+            Inner::Pcm => Ok(Vec::new()),
+            Inner::Mp3(m) => m.finish(),
+            Inner::Opus(o) => o.finish(),
+            Inner::Flac(f) => f.finish(),
+        }
+    }
+}
+
+fn to_i16(samples: &[f32]) -> Vec<i16> {
+    samples.iter().map(|&x| f32_to_i16(x)).collect()
+}
+
+fn encoder_error(what: &str, e: impl std::fmt::Debug) -> ApiError {
+    ApiError::internal(format!("{what} encoding failed: {e:?}"))
+}
+
+/// mp3 through LAME: constant bit rate, mono, at the model's rate (24 kHz is MPEG-2 layer III).
+struct Mp3 {
+    lame: mp3lame_encoder::Encoder,
+}
+
+impl Mp3 {
+    /// `info_tag`: reserve LAME's Info frame (a whole file only: it is written at the end).
+    fn new(rate: u32, info_tag: bool) -> Result<Mp3, ApiError> {
+        use mp3lame_encoder::{Builder, Mode, Quality, VbrMode};
+        let setup = |what: &str, e: mp3lame_encoder::BuildError| ApiError::internal(format!("mp3 encoder setting {what}: {e:?}"));
+        let mut b = Builder::new().ok_or_else(|| ApiError::internal("mp3 encoder: LAME could not allocate its state"))?;
+        b.set_num_channels(1).map_err(|e| setup("channels", e))?;
+        b.set_sample_rate(rate).map_err(|e| setup("sample rate", e))?;
+        b.set_mode(Mode::Mono).map_err(|e| setup("mode", e))?;
+        b.set_vbr_mode(VbrMode::Off).map_err(|e| setup("vbr", e))?;
+        b.set_brate(MP3_KBPS).map_err(|e| setup("bit rate", e))?;
+        b.set_quality(Quality::Good).map_err(|e| setup("quality", e))?;
+        b.set_to_write_vbr_tag(info_tag).map_err(|e| setup("info tag", e))?;
+        let lame = b.build().map_err(|e| setup("init", e))?;
+        Ok(Mp3 { lame })
+    }
+
+    fn push(&mut self, samples: &[f32]) -> Result<Vec<u8>, ApiError> {
+        let pcm = to_i16(samples);
+        // LAME's documented worst case: 1.25 × samples + 7200 bytes.
+        let mut out = Vec::with_capacity(pcm.len() * 5 / 4 + 7200);
+        self.lame.encode_to_vec(mp3lame_encoder::MonoPcm(&pcm[..]), &mut out).map_err(|e| encoder_error("mp3", e))?;
+        Ok(out)
+    }
+
+    fn finish(&mut self) -> Result<Vec<u8>, ApiError> {
+        let mut out = Vec::with_capacity(7200);
+        self.lame.flush_to_vec::<mp3lame_encoder::FlushGap>(&mut out).map_err(|e| encoder_error("mp3", e))?;
+        Ok(out)
+    }
+
+    /// A whole mp3 whose first frame is LAME's Info tag (exact length, encoder delay, padding).
+    fn whole(samples: &[f32], rate: u32) -> Result<Vec<u8>, ApiError> {
+        let mut m = Mp3::new(rate, true)?;
+        let mut bytes = m.push(samples)?;
+        bytes.extend(m.finish()?);
+        let mut tag = Vec::with_capacity(m.lame.lame_tag_size());
+        if let Some(n) = m.lame.lame_tag_encode_to_vec(&mut tag) {
+            // LAME wrote a frame of this size as a placeholder at the start.
+            if n.get() <= bytes.len() {
+                bytes[..n.get()].copy_from_slice(&tag[..n.get()]);
+            }
+        }
+        Ok(bytes)
+    }
+}
+
+/// Opus in Ogg (RFC 7845), as OpenAI sends it: an `OpusHead` page, an `OpusTags` page, then
+/// 20 ms packets, a page per pushed chunk; granule positions count the 48 kHz samples decoded
+/// so far, including the pre-skip (the encoder's lookahead, which decoders drop); the last page
+/// ends the stream and its granule position trims the padding of the last packet.
+struct OggOpus {
+    enc: opus_rs::OpusEncoder,
+    pages: ogg::PacketWriter<'static, Vec<u8>>,
+    serial: u32,
+    /// Samples at the input rate not yet in a packet.
+    pending: Vec<f32>,
+    /// Input samples received.
+    received: u64,
+    /// Packets written.
+    packets: u64,
+    /// Input samples per packet (20 ms).
+    frame: usize,
+    /// 48 kHz samples per input sample.
+    scale: u64,
+    pre_skip: u16,
+    rate: u32,
+    header: bool,
+}
+
+impl OggOpus {
+    fn new(rate: u32) -> Result<OggOpus, ApiError> {
+        if !matches!(rate, 8000 | 12000 | 16000 | 24000 | 48000) {
+            return Err(ApiError::internal(format!("opus needs 8, 12, 16, 24 or 48 kHz audio, the model makes {rate} Hz")));
+        }
+        let mut enc = opus_rs::OpusEncoder::new(rate as i32, 1, opus_rs::Application::Audio).map_err(|e| encoder_error("opus", e))?;
+        enc.bitrate_bps = OPUS_BPS;
+        let scale = u64::from(48_000 / rate);
+        // libopus's lookahead (OPUS_GET_LOOKAHEAD): 2.5 ms plus the 4 ms delay compensation.
+        let lookahead = rate as u64 / 400 + rate as u64 / 250;
+        let pre_skip = u16::try_from(lookahead * scale).unwrap_or(u16::MAX);
+        // Any number names the stream; one that differs between responses helps a tool that
+        // concatenates them.
+        let serial = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.subsec_nanos()).unwrap_or(1);
+        Ok(OggOpus {
+            enc,
+            pages: ogg::PacketWriter::new(Vec::new()),
+            serial,
+            pending: Vec::new(),
+            received: 0,
+            packets: 0,
+            frame: rate as usize / 50,
+            scale,
+            pre_skip,
+            rate,
+            header: true,
+        })
+    }
+
+    fn write(&mut self, packet: Vec<u8>, end: ogg::PacketWriteEndInfo, granule: u64) -> Result<(), ApiError> {
+        self.pages.write_packet(packet, self.serial, end, granule).map_err(|e| encoder_error("ogg", e))
+    }
+
+    fn headers(&mut self) -> Result<(), ApiError> {
+        let rate = self.rate;
+        let mut head = b"OpusHead".to_vec();
+        head.push(1); // version
+        head.push(1); // channels
+        head.extend(self.pre_skip.to_le_bytes());
+        head.extend(rate.to_le_bytes()); // the input's rate, for information
+        head.extend(0i16.to_le_bytes()); // output gain
+        head.push(0); // channel mapping family: mono/stereo
+        self.write(head, ogg::PacketWriteEndInfo::EndPage, 0)?;
+        let vendor = concat!("cosy ", env!("CARGO_PKG_VERSION"), " (opus-rs)");
+        let mut tags = b"OpusTags".to_vec();
+        tags.extend((vendor.len() as u32).to_le_bytes());
+        tags.extend(vendor.as_bytes());
+        tags.extend(0u32.to_le_bytes()); // no comments
+        self.write(tags, ogg::PacketWriteEndInfo::EndPage, 0)
+    }
+
+    /// Encodes every whole frame of `pending`; the last packet written ends a page (or the
+    /// stream, with `last`).
+    fn encode_frames(&mut self, last: bool) -> Result<(), ApiError> {
+        let frames = self.pending.len() / self.frame;
+        let mut packet = vec![0u8; 1275]; // the largest Opus packet
+        for i in 0..frames {
+            let input = &self.pending[i * self.frame..(i + 1) * self.frame];
+            let n = self.enc.encode(input, self.frame, &mut packet).map_err(|e| encoder_error("opus", e))?;
+            self.packets += 1;
+            let end = match (i + 1 == frames, last) {
+                (false, _) => ogg::PacketWriteEndInfo::NormalPacket,
+                (true, false) => ogg::PacketWriteEndInfo::EndPage,
+                (true, true) => ogg::PacketWriteEndInfo::EndStream,
+            };
+            // What a decoder gets from the packets so far, the pre-skip included (RFC 7845, 4);
+            // the last page's position says where the audio ends, trimming the padding (4.4).
+            let full = self.packets * self.frame as u64 * self.scale;
+            let granule = if last && i + 1 == frames { (u64::from(self.pre_skip) + self.received * self.scale).min(full) } else { full };
+            self.write(packet[..n].to_vec(), end, granule)?;
+        }
+        self.pending.drain(..frames * self.frame);
+        Ok(())
+    }
+
+    fn take(&mut self) -> Vec<u8> {
+        std::mem::take(self.pages.inner_mut())
+    }
+
+    fn push(&mut self, samples: &[f32]) -> Result<Vec<u8>, ApiError> {
+        if std::mem::take(&mut self.header) {
+            self.headers()?;
+        }
+        self.received += samples.len() as u64;
+        self.pending.extend_from_slice(samples);
+        if self.pending.len() >= self.frame {
+            self.encode_frames(false)?;
+        }
+        Ok(self.take())
+    }
+
+    fn finish(&mut self) -> Result<Vec<u8>, ApiError> {
+        if std::mem::take(&mut self.header) {
+            self.headers()?;
+        }
+        // Zeros through the lookahead, then to a whole frame: every input sample gets out.
+        let lookahead = usize::from(self.pre_skip) / self.scale as usize;
+        let padded = (self.pending.len() + lookahead).div_ceil(self.frame).max(1) * self.frame;
+        self.pending.resize(padded, 0.0);
+        self.encode_frames(true)?;
+        Ok(self.take())
+    }
+}
+
+/// A streamed flac: `fLaC` and a STREAMINFO that leaves the length and MD5 unknown (0, as the
+/// format allows), then a frame per [`FLAC_BLOCK`] samples.
+struct FlacStream {
+    config: flacenc::error::Verified<flacenc::config::Encoder>,
+    info: flacenc::component::StreamInfo,
+    pending: Vec<i32>,
+    frames: usize,
+    header: bool,
+}
+
+impl FlacStream {
+    fn new(rate: u32) -> Result<FlacStream, ApiError> {
+        use flacenc::error::Verify;
+        let config = flacenc::config::Encoder::default().into_verified().map_err(|e| encoder_error("flac settings", e))?;
+        let mut info = flacenc::component::StreamInfo::new(rate as usize, 1, 16).map_err(|e| encoder_error("flac", e))?;
+        info.set_block_sizes(FLAC_BLOCK, FLAC_BLOCK).map_err(|e| encoder_error("flac", e))?;
+        Ok(FlacStream { config, info, pending: Vec::new(), frames: 0, header: true })
+    }
+
+    fn header_bytes(&self) -> Result<Vec<u8>, ApiError> {
+        use flacenc::component::BitRepr;
+        let mut stream = flacenc::component::Stream::new(self.info.sample_rate(), 1, 16).map_err(|e| encoder_error("flac", e))?;
+        *stream.stream_info_mut() = self.info.clone();
+        let mut sink = flacenc::bitsink::ByteSink::new();
+        stream.write(&mut sink).map_err(|e| encoder_error("flac", e))?;
+        Ok(sink.as_slice().to_vec())
+    }
+
+    fn frame(&mut self, block: &[i32]) -> Result<Vec<u8>, ApiError> {
+        use flacenc::component::BitRepr;
+        use flacenc::source::Fill;
+        let mut fb = flacenc::source::FrameBuf::with_size(1, FLAC_BLOCK).map_err(|e| encoder_error("flac", e))?;
+        fb.fill_interleaved(block).map_err(|e| encoder_error("flac", e))?;
+        let frame = flacenc::encode_fixed_size_frame(&self.config, &fb, self.frames, &self.info).map_err(|e| encoder_error("flac", e))?;
+        self.frames += 1;
+        let mut sink = flacenc::bitsink::ByteSink::new();
+        frame.write(&mut sink).map_err(|e| encoder_error("flac", e))?;
+        Ok(sink.as_slice().to_vec())
+    }
+
+    fn push(&mut self, samples: &[f32]) -> Result<Vec<u8>, ApiError> {
+        let mut out = if std::mem::take(&mut self.header) { self.header_bytes()? } else { Vec::new() };
+        self.pending.extend(samples.iter().map(|&x| i32::from(f32_to_i16(x))));
+        let whole = self.pending.len() / FLAC_BLOCK * FLAC_BLOCK;
+        let blocks: Vec<i32> = self.pending.drain(..whole).collect();
+        for block in blocks.chunks(FLAC_BLOCK) {
+            out.extend(self.frame(block)?);
+        }
+        Ok(out)
+    }
+
+    fn finish(&mut self) -> Result<Vec<u8>, ApiError> {
+        let mut out = if std::mem::take(&mut self.header) { self.header_bytes()? } else { Vec::new() };
+        if !self.pending.is_empty() {
+            let rest = std::mem::take(&mut self.pending);
+            out.extend(self.frame(&rest)?);
+        }
+        Ok(out)
     }
 }
 
@@ -64,12 +395,12 @@ impl AudioFormat {
 fn encode_flac(samples: &[f32], rate: u32) -> Result<Vec<u8>, ApiError> {
     use flacenc::component::BitRepr;
     use flacenc::error::Verify;
-    let ints: Vec<i32> = samples.iter().map(|&x| i32::from(cosy::audio::f32_to_i16(x))).collect();
+    let ints: Vec<i32> = samples.iter().map(|&x| i32::from(f32_to_i16(x))).collect();
     let config = flacenc::config::Encoder::default()
         .into_verified()
         .map_err(|e| ApiError::internal(format!("flac encoder settings: {e:?}")))?;
     let source = flacenc::source::MemSource::from_samples(&ints, 1, 16, rate as usize);
-    let stream = flacenc::encode_with_fixed_block_size(&config, source, 4096)
+    let stream = flacenc::encode_with_fixed_block_size(&config, source, FLAC_BLOCK)
         .map_err(|e| ApiError::internal(format!("flac encoding failed: {e:?}")))?;
     let mut sink = flacenc::bitsink::ByteSink::new();
     stream.write(&mut sink).map_err(|e| ApiError::internal(format!("flac encoding failed: {e:?}")))?;
@@ -92,9 +423,24 @@ mod tests {
         cosy::frontend::audio::decode_bytes(std::path::Path::new("test"), bytes).expect("decodes")
     }
 
+    fn tone(n: usize) -> Vec<f32> {
+        (0..n).map(|i| ((i as f32) * 0.03).sin() * 0.5).collect()
+    }
+
+    /// `samples` pushed in uneven chunks, then finished.
+    fn streamed(format: AudioFormat, samples: &[f32]) -> Vec<u8> {
+        let mut enc = format.stream_encoder(24_000).expect("encoder");
+        let mut bytes = Vec::new();
+        for chunk in samples.chunks(7_001) {
+            bytes.extend(enc.push(chunk).expect("push"));
+        }
+        bytes.extend(enc.finish().expect("finish"));
+        bytes
+    }
+
     #[test]
     fn flac_round_trips_to_the_int16_samples() {
-        let samples: Vec<f32> = (0..30_000).map(|i| ((i as f32) * 0.03).sin() * 0.5).collect();
+        let samples = tone(30_000);
         let flac = AudioFormat::Flac.encode_whole(&samples, 24_000).expect("flac");
         assert_eq!(&flac[..4], b"fLaC");
         let audio = decode(flac);
@@ -102,7 +448,20 @@ mod tests {
         assert_eq!(audio.samples.len(), samples.len());
         // Lossless: equal to the int16 conversion (decoded back to float by the decoder).
         for (a, b) in audio.samples.iter().zip(&samples) {
-            let want = f32::from(cosy::audio::f32_to_i16(*b)) / 32768.0;
+            let want = f32::from(f32_to_i16(*b)) / 32768.0;
+            assert!((a - want).abs() < 1e-6, "{a} vs {want}");
+        }
+    }
+
+    #[test]
+    fn streamed_flac_round_trips() {
+        let samples = tone(30_000);
+        let flac = streamed(AudioFormat::Flac, &samples);
+        assert_eq!(&flac[..4], b"fLaC");
+        let audio = decode(flac);
+        assert_eq!(audio.samples.len(), samples.len());
+        for (a, b) in audio.samples.iter().zip(&samples) {
+            let want = f32::from(f32_to_i16(*b)) / 32768.0;
             assert!((a - want).abs() < 1e-6, "{a} vs {want}");
         }
     }
@@ -124,20 +483,57 @@ mod tests {
 
     #[test]
     fn streamed_wav_decodes() {
-        let samples: Vec<f32> = (0..8000).map(|i| ((i as f32) * 0.05).sin() * 0.5).collect();
-        let mut bytes = AudioFormat::Wav.stream_prefix(24_000);
-        bytes.extend(pcm16_bytes(&samples));
+        let samples = tone(8000);
+        let bytes = streamed(AudioFormat::Wav, &samples);
         let audio = decode(bytes);
         assert_eq!(audio.samples.len(), samples.len());
     }
 
     #[test]
+    fn mp3_decodes_to_about_the_length() {
+        let samples = tone(48_000);
+        let whole = AudioFormat::Mp3.encode_whole(&samples, 24_000).expect("mp3");
+        // The whole file's Info tag gives decoders the exact length.
+        assert_eq!(decode(whole.clone()).samples.len(), samples.len());
+        for bytes in [streamed(AudioFormat::Mp3, &samples), whole] {
+            let audio = decode(bytes);
+            assert_eq!(audio.sample_rate, 24_000);
+            // The encoder's delay and the last frame's padding (a frame is 576 samples).
+            let n = audio.samples.len();
+            assert!(n + 100 >= samples.len() && n <= samples.len() + 3000, "{n} samples decoded of {}", samples.len());
+        }
+    }
+
+    #[test]
+    fn ogg_opus_pages_carry_the_headers_and_the_end() {
+        let samples = tone(24_000);
+        let bytes = streamed(AudioFormat::Opus, &samples);
+        assert_eq!(&bytes[..4], b"OggS");
+        let mut reader = ogg::PacketReader::new(std::io::Cursor::new(bytes));
+        let head = reader.read_packet_expected().expect("head");
+        assert_eq!(&head.data[..8], b"OpusHead");
+        assert_eq!(u16::from_le_bytes([head.data[10], head.data[11]]), 312, "pre-skip of libopus at 24 kHz");
+        let tags = reader.read_packet_expected().expect("tags");
+        assert_eq!(&tags.data[..8], b"OpusTags");
+        let mut last = None;
+        let mut packets = 0;
+        while let Some(p) = reader.read_packet().expect("packet") {
+            packets += 1;
+            last = Some((p.absgp_page(), p.last_in_stream()));
+        }
+        // 1 s + the lookahead, in 20 ms packets; the end trims to exactly 1 s at 48 kHz.
+        assert_eq!(packets, 51);
+        assert_eq!(last, Some((312 + 48_000, true)));
+    }
+
+    #[test]
     fn unsupported_formats_list_the_allowed_ones() {
-        for name in ["mp3", "opus", "aac", "ogg", ""] {
+        for name in ["aac", "ogg", ""] {
             let err = AudioFormat::parse(name).expect_err(name);
             assert_eq!(err.status, 400);
             assert!(err.message.contains(ALLOWED), "{}", err.message);
         }
         assert_eq!(AudioFormat::parse(" WAV ").ok(), Some(AudioFormat::Wav));
+        assert_eq!(AudioFormat::parse("MP3").ok(), Some(AudioFormat::Mp3));
     }
 }

@@ -185,6 +185,7 @@ pub fn run(mut config: Config, bind: Option<String>) -> anyhow::Result<()> {
         config.set("server.bind", &cosy::config::RawValue::Text(b), &cosy::config::Origin::Flag("--bind".into()), None)?;
     }
     // What can be checked at once is, before the port opens (loading the graphs comes after).
+    encode::AudioFormat::parse_setting(&config.server.default_format).map_err(cosy::Error::Config)?;
     Voices::new(&config).store().check_dir()?;
     cosy::model::ModelDir::open(&config.model_dir)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()

@@ -1,6 +1,7 @@
 //! `POST /v1/audio/speech`: the OpenAI request shape plus the cloning fields (`ref_audio`,
-//! `ref_text`, `instructions`, `seed`), as JSON or multipart; the answer whole, as a stream of
-//! audio bytes, or as server-sent events.
+//! `ref_text`, `instructions`, `seed`), as JSON or multipart; the answer as a stream of audio
+//! bytes made as the audio comes (the default, as OpenAI's), whole (`stream: false`), or as
+//! server-sent events.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -8,17 +9,17 @@ use std::time::Instant;
 
 use axum::body::{Body, Bytes};
 use axum::extract::{FromRequest, Multipart, Request, State};
-use axum::http::{header, HeaderMap, StatusCode};
+use axum::http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Extension;
 use base64::Engine as _;
-use cosy::app::speech::{build_request, SpeechOptions};
+use cosy::app::speech::{api_speed, build_request, ApiSpeed, SpeechOptions};
 use cosy::app::voices::{Recording, VoiceChoice};
 use cosy::engine::{Engine, Event, RequestHandle};
 use cosy::request::{TestHooks, Voice};
 use serde::Deserialize;
 
-use super::encode::AudioFormat;
+use super::encode::{AudioFormat, StreamEncoder};
 use super::error::ApiError;
 use super::{ActiveGuard, AppState, RequestId};
 
@@ -31,9 +32,11 @@ pub struct SpeechParams {
     pub input: Option<String>,
     /// A saved voice's name ("default" = the configured default), or `{"id": NAME}`.
     pub voice: Option<serde_json::Value>,
+    /// Absent = `server.default_format` (mp3, as OpenAI).
     pub response_format: Option<String>,
+    /// OpenAI's 0.25 to 4.0; cosy's range is 0.5 to 2.0 (see `cosy::app::speech::api_speed`).
     pub speed: Option<f64>,
-    /// Use the streaming schedule and send audio as it is made.
+    /// Send audio as it is made (absent = true); false = one whole file with exact sizes.
     pub stream: Option<bool>,
     /// "audio" (bytes) or "sse" (`speech.audio.delta` events; streams unless `stream` is false).
     pub stream_format: Option<String>,
@@ -69,7 +72,8 @@ pub fn test_hooks_of(p: Option<TestHooksParams>) -> TestHooks {
 pub struct Plan {
     pub text: String,
     pub format: AudioFormat,
-    pub speed: f64,
+    pub speed: ApiSpeed,
+    /// Sent as it is made (the streaming schedule at speed 1, else sentence by sentence).
     pub stream: bool,
     pub sse: bool,
     pub seed: Option<u64>,
@@ -107,12 +111,14 @@ async fn speech(state: &Arc<AppState>, id: &RequestId, req: Request, started: In
         .map_err(|_| ApiError::timeout(state.config.server.request_timeout_s))??;
     let plan = check(state, params, upload)?;
     let voice = resolve_voice(state, plan.voice).await?;
-    let mut options = SpeechOptions::new(plan.text, voice, false);
-    options.speed = plan.speed;
-    options.stream = Some(plan.stream);
+    // A response sent as it is made follows `say`'s rule (the application layer's): the
+    // streaming schedule at speed 1, else whole sentences, each sent when it is made.
+    let mut options = SpeechOptions::new(plan.text, voice, plan.stream);
+    options.speed = plan.speed.used;
     options.seed = plan.seed;
     options.test_hooks = plan.test_hooks;
     let request = build_request(&state.config, options).map_err(|e| state.api_error(e))?;
+    let schedule = if request.stream { "chunks" } else { "sentences" };
     let mut running = start(state, &engine, request)?;
     tracing::debug!("submitted after {:.1} ms", started.elapsed().as_secs_f64() * 1e3);
     // The first event decides the status: a request that fails before any audio gets a real
@@ -122,6 +128,7 @@ async fn speech(state: &Arc<AppState>, id: &RequestId, req: Request, started: In
     state.metrics.ttfb.observe(ttfb);
     tracing::debug!(request = %id.0, "first audio after {:.1} ms", ttfb * 1e3);
     let finish = Finish { state: state.clone(), started, ttfb, id: id.0.clone() };
+    let mut headers = speed_headers(plan.speed);
     if !plan.stream && !plan.sse {
         let mut samples = first;
         while let Some(chunk) = running.next_or_done(deadline).await? {
@@ -129,17 +136,34 @@ async fn speech(state: &Arc<AppState>, id: &RequestId, req: Request, started: In
         }
         finish.done(samples.len());
         let body = plan.format.encode_whole(&samples, state.sample_rate())?;
-        return Ok(([(header::CONTENT_TYPE, plan.format.content_type())], body).into_response());
+        headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(plan.format.content_type()));
+        return Ok((headers, body).into_response());
     }
+    headers.insert(HeaderName::from_static("x-cosy-stream"), HeaderValue::from_static(schedule));
+    let mut encoder = plan.format.stream_encoder(state.sample_rate())?;
+    let head = encoder.push(&first)?;
+    let stream = Encoded { running, encoder, pending: Some(head), samples: first.len(), deadline, finish, ended: false };
     if plan.sse {
-        let prefix = plan.format.stream_prefix(state.sample_rate());
-        let body = sse_body(running, first, prefix, deadline, finish);
-        return Ok(([(header::CONTENT_TYPE, "text/event-stream"), (header::CACHE_CONTROL, "no-cache")], body).into_response());
+        headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
+        headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+        return Ok((headers, sse_body(stream)).into_response());
     }
-    let mut head = plan.format.stream_prefix(state.sample_rate());
-    head.extend(cosy::audio::pcm16_bytes(&first));
-    let body = audio_body(running, head, first.len(), deadline, finish);
-    Ok(([(header::CONTENT_TYPE, plan.format.content_type())], body).into_response())
+    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(plan.format.content_type()));
+    Ok((headers, audio_body(stream)).into_response())
+}
+
+/// `x-cosy-speed` (the speed used) and `x-cosy-speed-requested` when the asked speed was
+/// brought into cosy's range.
+fn speed_headers(speed: ApiSpeed) -> HeaderMap {
+    let mut headers = HeaderMap::new();
+    if speed.clamped() {
+        for (name, value) in [("x-cosy-speed", speed.used), ("x-cosy-speed-requested", speed.asked)] {
+            if let Ok(v) = HeaderValue::from_str(&value.to_string()) {
+                headers.insert(HeaderName::from_static(name), v);
+            }
+        }
+    }
+    headers
 }
 
 /// Reads the body (JSON or multipart) within `server.max_body_bytes`.
@@ -285,7 +309,7 @@ fn check(state: &AppState, p: SpeechParams, upload: Option<Vec<u8>>) -> Result<P
     };
     // The text rules before any audio is decoded (a bad text costs nothing).
     cosy::app::speech::check_text(&state.config, &text).map_err(ApiError::from_engine)?;
-    let format = AudioFormat::parse(p.response_format.as_deref().unwrap_or("wav"))?;
+    let format = AudioFormat::parse(p.response_format.as_deref().unwrap_or(&state.config.server.default_format))?;
     let sse = match p.stream_format.as_deref().map(str::trim) {
         None | Some("audio") => false,
         Some("sse") => true,
@@ -294,16 +318,9 @@ fn check(state: &AppState, p: SpeechParams, upload: Option<Vec<u8>>) -> Result<P
                 .param("stream_format"))
         }
     };
-    let stream = p.stream.unwrap_or(sse);
-    let speed = p.speed.unwrap_or(1.0);
-    cosy::request::check_options(speed, stream).map_err(ApiError::from_engine)?;
-    if (stream || sse) && format == AudioFormat::Flac {
-        return Err(ApiError::bad_request(
-            "unsupported_response_format",
-            "flac cannot be streamed (its header needs the whole audio); stream pcm or wav, or ask for flac without stream",
-        )
-        .param("response_format"));
-    }
+    // Every format streams (OpenAI's default); `stream: false` asks for one whole file.
+    let stream = p.stream.unwrap_or(true);
+    let speed = api_speed(p.speed).map_err(ApiError::from_engine)?;
     let recording = match (upload, &p.ref_audio) {
         (Some(bytes), _) => Some(bytes),
         (None, Some(data)) => Some(decode_data_url(data)?),
@@ -387,6 +404,8 @@ pub async fn resolve_voice(state: &Arc<AppState>, spec: VoiceSpec) -> Result<Voi
 pub struct Running {
     handle: RequestHandle,
     finished: bool,
+    /// What the request made, once it is done.
+    pub summary: Option<cosy::request::Summary>,
     state: Arc<AppState>,
     /// Counts the request for the shutdown until it is dropped.
     _active: ActiveGuard,
@@ -410,7 +429,7 @@ pub fn start(state: &Arc<AppState>, engine: &Arc<Engine>, request: cosy::request
 
 /// Follows a started request's events from the async side.
 pub fn follow(state: &Arc<AppState>, handle: RequestHandle) -> Running {
-    Running { handle, finished: false, _active: state.track(), state: state.clone() }
+    Running { handle, finished: false, summary: None, _active: state.track(), state: state.clone() }
 }
 
 impl Running {
@@ -433,8 +452,9 @@ impl Running {
                 Err(ApiError::timeout(self.state.config.server.request_timeout_s))
             }
             Ok(Some(Event::Audio(chunk))) => Ok(Some(chunk)),
-            Ok(Some(Event::Done(_))) => {
+            Ok(Some(Event::Done(summary))) => {
                 self.finished = true;
+                self.summary = Some(summary);
                 Ok(None)
             }
             Ok(Some(Event::Failed(e))) => {
@@ -474,32 +494,53 @@ impl Finish {
     }
 }
 
+/// A request's audio, encoded as it comes: the bytes of a streamed response.
+pub struct Encoded {
+    running: Running,
+    encoder: StreamEncoder,
+    /// Bytes made but not yet sent (the first chunk's).
+    pending: Option<Vec<u8>>,
+    samples: usize,
+    deadline: tokio::time::Instant,
+    finish: Finish,
+    ended: bool,
+}
+
+impl Encoded {
+    /// The next bytes to send (never empty), `None` at the end (the request's summary is then
+    /// in `running`).
+    async fn next(&mut self) -> Result<Option<Vec<u8>>, ApiError> {
+        if let Some(bytes) = self.pending.take().filter(|b| !b.is_empty()) {
+            return Ok(Some(bytes));
+        }
+        while !self.ended {
+            let bytes = match self.running.next_or_done(self.deadline).await? {
+                Some(chunk) => {
+                    self.samples += chunk.len();
+                    self.encoder.push(&chunk)?
+                }
+                None => {
+                    self.ended = true;
+                    self.finish.done(self.samples);
+                    self.encoder.finish()?
+                }
+            };
+            if !bytes.is_empty() {
+                return Ok(Some(bytes));
+            }
+        }
+        Ok(None)
+    }
+}
+
 /// Streamed audio bytes; an error after the first byte aborts the connection (the client sees a
 /// broken transfer, never a silently short file).
-fn audio_body(running: Running, head: Vec<u8>, first_samples: usize, deadline: tokio::time::Instant, finish: Finish) -> Body {
-    struct S {
-        running: Running,
-        head: Option<Vec<u8>>,
-        samples: usize,
-        deadline: tokio::time::Instant,
-        finish: Finish,
-    }
-    let s = S { running, head: Some(head), samples: first_samples, deadline, finish };
-    let stream = futures_util::stream::unfold(Some(s), |s| async move {
+fn audio_body(stream: Encoded) -> Body {
+    let stream = futures_util::stream::unfold(Some(stream), |s| async move {
         let mut s = s?;
-        if let Some(head) = s.head.take() {
-            return Some((Ok::<Bytes, std::io::Error>(Bytes::from(head)), Some(s)));
-        }
-        match s.running.next_or_done(s.deadline).await {
-            Ok(Some(chunk)) => {
-                s.samples += chunk.len();
-                let bytes = Bytes::from(cosy::audio::pcm16_bytes(&chunk));
-                Some((Ok(bytes), Some(s)))
-            }
-            Ok(None) => {
-                s.finish.done(s.samples);
-                None
-            }
+        match s.next().await {
+            Ok(Some(bytes)) => Some((Ok::<Bytes, std::io::Error>(Bytes::from(bytes)), Some(s))),
+            Ok(None) => None,
             Err(e) => {
                 tracing::warn!(request = %s.finish.id, "stream aborted: {}", e.message);
                 Some((Err(std::io::Error::other(e.message)), None))
@@ -514,37 +555,30 @@ fn sse_event(value: &serde_json::Value) -> Bytes {
 }
 
 /// Server-sent events: `speech.audio.delta` with base64 audio (the bytes a streamed response in
-/// the same format would carry), then `speech.audio.done`, or an `error` event.
-fn sse_body(running: Running, first: Vec<f32>, prefix: Vec<u8>, deadline: tokio::time::Instant, finish: Finish) -> Body {
-    struct S {
-        running: Running,
-        pending: Option<Vec<u8>>,
-        samples: usize,
-        deadline: tokio::time::Instant,
-        finish: Finish,
-    }
-    let mut head = prefix;
-    head.extend(cosy::audio::pcm16_bytes(&first));
-    let s = S { running, pending: Some(head), samples: first.len(), deadline, finish };
+/// the same format carries, in the same pieces), then `speech.audio.done` with OpenAI's `usage`
+/// (input tokens = the text tokens of the sentences said, output tokens = the speech tokens the
+/// model made), or an `error` event.
+fn sse_body(stream: Encoded) -> Body {
     let b64 = &base64::engine::general_purpose::STANDARD;
-    let stream = futures_util::stream::unfold(Some(s), move |s| async move {
+    let stream = futures_util::stream::unfold(Some(stream), move |s| async move {
         let mut s = s?;
-        if let Some(bytes) = s.pending.take() {
-            let event = serde_json::json!({ "type": "speech.audio.delta", "audio": b64.encode(bytes) });
-            return Some((Ok::<Bytes, std::io::Error>(sse_event(&event)), Some(s)));
-        }
-        match s.running.next_or_done(s.deadline).await {
-            Ok(Some(chunk)) => {
-                s.samples += chunk.len();
-                let event = serde_json::json!({ "type": "speech.audio.delta", "audio": b64.encode(cosy::audio::pcm16_bytes(&chunk)) });
-                Some((Ok(sse_event(&event)), Some(s)))
+        match s.next().await {
+            Ok(Some(bytes)) => {
+                let event = serde_json::json!({ "type": "speech.audio.delta", "audio": b64.encode(bytes) });
+                Some((Ok::<Bytes, std::io::Error>(sse_event(&event)), Some(s)))
             }
             Ok(None) => {
-                s.finish.done(s.samples);
+                let summary = s.running.summary.clone().unwrap_or_default();
+                let rate = s.finish.state.sample_rate();
                 let event = serde_json::json!({
                     "type": "speech.audio.done",
-                    "audio_seconds": s.samples as f64 / f64::from(s.finish.state.sample_rate()),
-                    "sample_rate": s.finish.state.sample_rate(),
+                    "usage": {
+                        "input_tokens": summary.text_tokens,
+                        "output_tokens": summary.speech_tokens,
+                        "total_tokens": summary.text_tokens + summary.speech_tokens,
+                    },
+                    "audio_seconds": s.samples as f64 / f64::from(rate),
+                    "sample_rate": rate,
                 });
                 Some((Ok(sse_event(&event)), None))
             }
