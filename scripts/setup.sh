@@ -17,11 +17,13 @@ for a in "$@"; do
   esac
 done
 
-# cpal (audio output) links ALSA; pkg-config finds it.
-if ! dpkg -s pkg-config libasound2-dev >/dev/null 2>&1; then
+# cpal (audio output) links ALSA; pkg-config finds it. make: the server's mp3 encoder (LAME,
+# bundled in mp3lame-sys) builds with its own configure script. ffmpeg: the server tests decode
+# every response format with it (tests/serve/formats.rs).
+if ! dpkg -s pkg-config libasound2-dev make ffmpeg >/dev/null 2>&1; then
   sudo_cmd=""; [ "$(id -u)" -ne 0 ] && sudo_cmd="sudo"
   $sudo_cmd apt-get update -q
-  $sudo_cmd apt-get install -y -q pkg-config libasound2-dev
+  $sudo_cmd apt-get install -y -q pkg-config libasound2-dev make ffmpeg
 fi
 
 scripts/setup-ort.sh "${ort_args[@]}"

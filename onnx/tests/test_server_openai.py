@@ -190,9 +190,9 @@ def cli_stream_pcm(work: Work) -> bytes:
 
 def _speech(client: openai.OpenAI, *, voice: Any = "me", text: str = TEXT, response_format: str = "wav",
             extra: dict[str, Any] | None = None, **kwargs: Any) -> bytes:
-    """`client.audio.speech.create` (not streamed), the body it returned."""
+    """`client.audio.speech.create` of a whole file (`stream: false`: the server streams by default), the body."""
     response = client.audio.speech.create(model="cosyvoice3", voice=voice, input=text, response_format=response_format,
-                                          extra_body={"seed": SEED, **(extra or {})}, **kwargs)
+                                          extra_body={"seed": SEED, "stream": False, **(extra or {})}, **kwargs)
     return response.content
 
 
@@ -268,6 +268,28 @@ def test_sse_deltas_equal_the_streamed_pcm(client: openai.OpenAI, cli_stream_pcm
     pcm = b"".join(base64.b64decode(e["audio"]) for e in deltas)
     assert pcm == cli_stream_pcm
     assert done["audio_seconds"] == pytest.approx(len(pcm) / 2 / SAMPLE_RATE)
+    usage = done["usage"]  # OpenAI's shape: text tokens in, speech tokens out
+    assert usage["input_tokens"] > 0 and usage["output_tokens"] > 0
+    assert usage["total_tokens"] == usage["input_tokens"] + usage["output_tokens"]
+
+
+def test_default_is_streamed_mp3_as_openai_clients_expect(client: openai.OpenAI) -> None:
+    """What the SDKs send when the caller names no format and no stream: mp3, streamed."""
+    with client.audio.speech.with_streaming_response.create(model="tts-1", voice="me", input=TEXT,
+                                                            extra_body={"seed": SEED}) as r:
+        assert r.status_code == 200
+        assert r.headers.get("content-type", "").startswith("audio/mpeg")
+        assert r.headers.get("x-cosy-stream") == "chunks"
+        body = b"".join(r.iter_bytes())
+    # MPEG audio frames from the first byte (no ID3 tag): the frame sync.
+    assert body[0] == 0xFF and body[1] & 0xE0 == 0xE0
+    # Opus in Ogg, as OpenAI sends it; OpenAI's speed extremes are accepted (spoken at cosy's 0.5 to 2).
+    opus = _speech(client, text=SHORT, response_format="opus")
+    assert opus[:4] == b"OggS" and opus[28:36] == b"OpusHead"
+    raw = client.audio.speech.with_raw_response.create(model="tts-1", voice="me", input=TEXT, response_format="pcm", speed=4.0,
+                                                      extra_body={"seed": SEED})
+    assert raw.headers.get("x-cosy-speed") == "2" and raw.headers.get("x-cosy-stream") == "sentences"
+    assert len(raw.read()) > 0
 
 
 def test_cloning_through_extra_body_equals_cosy_file(work: Work, client: openai.OpenAI) -> None:
@@ -315,12 +337,12 @@ def test_unknown_voice_is_not_found(client: openai.OpenAI) -> None:
     _assert_still_serves(client)
 
 
-def test_mp3_is_a_bad_request(client: openai.OpenAI) -> None:
+def test_aac_is_a_bad_request(client: openai.OpenAI) -> None:
     with pytest.raises(openai.BadRequestError) as err:
-        _speech(client, text=SHORT, response_format="mp3")
+        _speech(client, text=SHORT, response_format="aac")
     assert (err.value.code, err.value.param, err.value.type) == ("unsupported_response_format", "response_format",
                                                                  "invalid_request_error")
-    assert "wav, pcm or flac" in err.value.message
+    assert "mp3, opus, wav, pcm or flac" in err.value.message
     _assert_still_serves(client)
 
 

@@ -20,10 +20,14 @@ fn good(server: &Server) {
 #[test]
 fn speech_matches_cosy_file_whole_streamed_and_sse() {
     let server = start_server(&[]);
-    // Whole wav = `cosy file`.
-    let r = server.post_json("/v1/audio/speech", &json!({"model": "tts-1", "input": TEXT, "voice": "me", "seed": 3}));
+    // Whole wav (`stream: false`: responses stream by default) = `cosy file`.
+    let r = server.post_json(
+        "/v1/audio/speech",
+        &json!({"model": "tts-1", "input": TEXT, "voice": "me", "seed": 3, "response_format": "wav", "stream": false}),
+    );
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(r.header("content-type"), Some("audio/wav"));
+    assert_eq!(r.header("x-cosy-stream"), None, "a whole file");
     assert!(r.header("x-request-id").is_some_and(|id| !id.is_empty()));
     let file = cosy_file(&server, &[TEXT, "--voice", "me", "--seed", "3"]);
     assert!(r.body == file, "the wav differs from `cosy file` ({} vs {} bytes)", r.body.len(), file.len());
@@ -35,11 +39,12 @@ fn speech_matches_cosy_file_whole_streamed_and_sse() {
     );
     assert_eq!(r.status, 200, "{}", r.text());
     assert!(r.header("transfer-encoding").is_some_and(|v| v.contains("chunked")), "{:?}", r.headers);
+    assert_eq!(r.header("x-cosy-stream"), Some("chunks"));
     let streamed = cosy_file(&server, &[TEXT, "--voice", "me", "--seed", "3", "--stream", "--format", "pcm"]);
     assert!(r.body == streamed, "streamed pcm differs from `cosy file --stream` ({} vs {} bytes)", r.body.len(), streamed.len());
 
-    // A streamed wav: the unknown-length header, then the same samples.
-    let r = server.post_json("/v1/audio/speech", &json!({"input": TEXT, "voice": "me", "seed": 3, "stream": true}));
+    // A streamed wav (no `stream`: the default): the unknown-length header, then the same samples.
+    let r = server.post_json("/v1/audio/speech", &json!({"input": TEXT, "voice": "me", "seed": 3, "response_format": "wav"}));
     assert_eq!(r.status, 200);
     assert_eq!(&r.body[..4], b"RIFF");
     assert_eq!(&r.body[4..8], &[0xFF; 4]);
@@ -62,6 +67,11 @@ fn speech_matches_cosy_file_whole_streamed_and_sse() {
     assert!(events.len() >= 2, "{events:?}");
     let (last, deltas) = events.split_last().expect("events");
     assert_eq!(last["type"], "speech.audio.done");
+    // OpenAI's usage: text tokens in, speech tokens out.
+    let usage = &last["usage"];
+    let (input, output) = (usage["input_tokens"].as_u64().expect("input_tokens"), usage["output_tokens"].as_u64().expect("output_tokens"));
+    assert!(input > 0 && output > 0, "{usage}");
+    assert_eq!(usage["total_tokens"].as_u64(), Some(input + output));
     let mut pcm = Vec::new();
     for d in deltas {
         assert_eq!(d["type"], "speech.audio.delta");
@@ -69,14 +79,36 @@ fn speech_matches_cosy_file_whole_streamed_and_sse() {
     }
     assert!(pcm == streamed, "SSE audio differs from the streamed pcm");
 
-    // flac: lossless, so it decodes to the wav's samples.
-    let r = server.post_json("/v1/audio/speech", &json!({"input": TEXT, "voice": "me", "seed": 3, "response_format": "flac"}));
+    // flac: lossless, so it decodes to the wav's samples, whole or streamed.
+    let r = server.post_json("/v1/audio/speech", &json!({"input": TEXT, "voice": "me", "seed": 3, "response_format": "flac", "stream": false}));
     assert_eq!(r.status, 200);
     assert_eq!(&r.body[..4], b"fLaC");
     let flac = cosy::frontend::audio::decode_bytes(std::path::Path::new("flac"), r.body.clone()).expect("flac decodes");
     let wav = cosy::frontend::audio::decode_bytes(std::path::Path::new("wav"), file).expect("wav decodes");
     assert_eq!(flac.samples.len(), wav.samples.len());
     assert!(flac.samples.iter().zip(&wav.samples).all(|(a, b)| (a - b).abs() < 1e-6));
+    let r = server.post_json("/v1/audio/speech", &json!({"input": TEXT, "voice": "me", "seed": 3, "response_format": "flac"}));
+    assert_eq!(r.status, 200);
+    let flac = cosy::frontend::audio::decode_bytes(std::path::Path::new("flac"), r.body.clone()).expect("streamed flac decodes");
+    let pcm: Vec<f32> = streamed.chunks_exact(2).map(|b| f32::from(i16::from_le_bytes([b[0], b[1]])) / 32768.0).collect();
+    assert_eq!(flac.samples.len(), pcm.len());
+    assert!(flac.samples.iter().zip(&pcm).all(|(a, b)| (a - b).abs() < 1e-6), "streamed flac = the streamed samples");
+
+    // SSE with flac: the deltas together are the streamed flac.
+    let r = server.post_json(
+        "/v1/audio/speech",
+        &json!({"input": TEXT, "voice": "me", "seed": 3, "stream_format": "sse", "response_format": "flac"}),
+    );
+    assert_eq!(r.status, 200);
+    let mut bytes = Vec::new();
+    for e in r.text().split("\n\n").filter_map(|e| e.strip_prefix("data: ")) {
+        let v: serde_json::Value = serde_json::from_str(e).expect("event JSON");
+        if v["type"] == "speech.audio.delta" {
+            bytes.extend(unbase64(v["audio"].as_str().expect("audio")));
+        }
+    }
+    let flac = cosy::frontend::audio::decode_bytes(std::path::Path::new("flac"), bytes).expect("SSE flac decodes");
+    assert_eq!(flac.samples.len(), pcm.len());
 }
 
 #[test]
@@ -88,7 +120,7 @@ fn cloning_fields_json_and_multipart() {
     // voice is ignored when ref_audio is given (the openai client always sends one).
     let r = server.post_json(
         "/v1/audio/speech",
-        &json!({"input": TEXT, "voice": "alloy", "ref_audio": data_url(&prompt), "ref_text": ref_text, "seed": 5}),
+        &json!({"input": TEXT, "voice": "alloy", "ref_audio": data_url(&prompt), "ref_text": ref_text, "seed": 5, "response_format": "wav", "stream": false}),
     );
     assert_eq!(r.status, 200, "{}", r.text());
     assert!(r.body == file, "zero-shot from ref_audio differs from `cosy file --prompt-wav`");
@@ -96,7 +128,7 @@ fn cloning_fields_json_and_multipart() {
     // Multipart: the recording as a file part.
     let boundary = "cosyboundary7MA4YWxk";
     let mut body = Vec::new();
-    for (name, value) in [("input", TEXT), ("ref_text", ref_text), ("seed", "5"), ("voice", "alloy")] {
+    for (name, value) in [("input", TEXT), ("ref_text", ref_text), ("seed", "5"), ("voice", "alloy"), ("response_format", "wav"), ("stream", "false")] {
         body.extend(format!("--{boundary}\r\nContent-Disposition: form-data; name=\"{name}\"\r\n\r\n{value}\r\n").as_bytes());
     }
     body.extend(format!("--{boundary}\r\nContent-Disposition: form-data; name=\"ref_audio\"; filename=\"p.wav\"\r\nContent-Type: audio/wav\r\n\r\n").as_bytes());
@@ -109,11 +141,14 @@ fn cloning_fields_json_and_multipart() {
 
     // Instruct mode with a saved voice, and cross-lingual (ref_audio alone).
     let instruct = cosy_file(&server, &[TEXT, "--voice", "me", "--instruct", "Speak slowly.", "--seed", "2"]);
-    let r = server.post_json("/v1/audio/speech", &json!({"input": TEXT, "voice": "me", "instructions": "Speak slowly.", "seed": 2}));
+    let r = server.post_json(
+        "/v1/audio/speech",
+        &json!({"input": TEXT, "voice": "me", "instructions": "Speak slowly.", "seed": 2, "response_format": "wav", "stream": false}),
+    );
     assert_eq!(r.status, 200, "{}", r.text());
     assert!(r.body == instruct, "instruct differs");
     let cross = cosy_file(&server, &[TEXT, "--prompt-wav", prompt.to_str().unwrap(), "--seed", "5"]);
-    let r = server.post_json("/v1/audio/speech", &json!({"input": TEXT, "ref_audio": data_url(&prompt), "seed": 5}));
+    let r = server.post_json("/v1/audio/speech", &json!({"input": TEXT, "ref_audio": data_url(&prompt), "seed": 5, "response_format": "wav", "stream": false}));
     assert_eq!(r.status, 200, "{}", r.text());
     assert!(r.body == cross, "cross-lingual differs");
 }
@@ -145,8 +180,8 @@ fn voices_over_http_are_the_cli_voice_files() {
     assert_eq!(r.status, 201, "{}", r.text());
     assert!(server.voices_dir().join("anna.safetensors").is_file(), "the same file as `cosy voice add`");
     // The same voice as `cosy voice add me` of the same recording and transcript: same audio.
-    let a = server.post_json("/v1/audio/speech", &json!({"input": TEXT, "voice": "anna", "seed": 1}));
-    let b = server.post_json("/v1/audio/speech", &json!({"input": TEXT, "voice": "me", "seed": 1}));
+    let a = server.post_json("/v1/audio/speech", &json!({"input": TEXT, "voice": "anna", "seed": 1, "response_format": "pcm"}));
+    let b = server.post_json("/v1/audio/speech", &json!({"input": TEXT, "voice": "me", "seed": 1, "response_format": "pcm"}));
     assert_eq!(a.status, 200);
     assert!(a.body == b.body, "a voice saved over HTTP speaks as the CLI's");
     // Taken name → 409; overwrite → 201.
@@ -195,12 +230,11 @@ fn bad_requests_get_clear_errors_and_the_server_keeps_serving() {
         ("unknown voice", "POST", "/v1/audio/speech", speech(json!({"input": "Hi.", "voice": "nobody"})), 404, "nobody"),
         ("voice path traversal", "POST", "/v1/audio/speech", speech(json!({"input": "Hi.", "voice": "../../etc/passwd"})), 400, "not allowed"),
         ("voice not a string", "POST", "/v1/audio/speech", speech(json!({"input": "Hi.", "voice": 7})), 400, "voice"),
-        ("mp3", "POST", "/v1/audio/speech", speech(json!({"input": "Hi.", "response_format": "mp3"})), 400, "wav, pcm or flac"),
-        ("unknown format", "POST", "/v1/audio/speech", speech(json!({"input": "Hi.", "response_format": "xyz"})), 400, "wav, pcm or flac"),
-        ("flac streamed", "POST", "/v1/audio/speech", speech(json!({"input": "Hi.", "response_format": "flac", "stream": true})), 400, "flac"),
+        ("aac", "POST", "/v1/audio/speech", speech(json!({"input": "Hi.", "response_format": "aac"})), 400, "mp3, opus, wav, pcm or flac"),
+        ("unknown format", "POST", "/v1/audio/speech", speech(json!({"input": "Hi.", "response_format": "xyz"})), 400, "mp3, opus, wav, pcm or flac"),
         ("bad stream_format", "POST", "/v1/audio/speech", speech(json!({"input": "Hi.", "stream_format": "ws"})), 400, "sse"),
-        ("speed out of range", "POST", "/v1/audio/speech", speech(json!({"input": "Hi.", "speed": 4.0})), 400, "0.5 to 2.0"),
-        ("speed with stream", "POST", "/v1/audio/speech", speech(json!({"input": "Hi.", "speed": 1.5, "stream": true})), 400, "stream"),
+        ("speed above OpenAI's range", "POST", "/v1/audio/speech", speech(json!({"input": "Hi.", "speed": 4.5})), 400, "0.25 to 4"),
+        ("speed below OpenAI's range", "POST", "/v1/audio/speech", speech(json!({"input": "Hi.", "speed": 0.2})), 400, "0.25 to 4"),
         ("negative seed", "POST", "/v1/audio/speech", speech(json!({"input": "Hi.", "seed": -1})), 400, "seed"),
         ("unknown field", "POST", "/v1/audio/speech", speech(json!({"input": "Hi.", "temperature": 0.3})), 400, "temperature"),
         ("test hook without debug.test_hooks", "POST", "/v1/audio/speech",
@@ -396,13 +430,14 @@ fn api_key_is_required_when_set() {
 fn serve_refuses_bad_settings_before_listening() {
     let dir = tempfile::tempdir().unwrap();
     let gc = dir.path().join("gc");
-    let cases: [(&[&str], &str); 5] = [
+    let cases: [(&[&str], &str); 6] = [
         (&["--model", "/nonexistent-model", "serve", "--bind", "127.0.0.1:0"], "model folder"),
         (&["serve", "--bind", "nonsense"], "server.bind"),
         (&["--set", "engine.max_in_flight=0", "serve"], "engine.max_in_flight"),
         // The old name of the same limit is still read, and its errors name what was written.
         (&["--set", "server.max_concurrent=0", "serve"], "server.max_concurrent (now engine.max_in_flight)"),
         (&["--set", "server.max_body_bytes=12", "serve"], "server.max_body_bytes"),
+        (&["--set", "server.default_format=aac", "serve"], "server.default_format"),
     ];
     for (args, needle) in cases {
         let mut cmd = crate::common::cosy_command(&gc);

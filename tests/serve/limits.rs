@@ -215,7 +215,8 @@ fn soak_ends_with_nothing_stuck_and_memory_bounded() {
 fn a_request_past_its_timeout_gets_503_and_frees_its_slot() {
     let server = start_server(&with_hooks(&["server.request_timeout_s=1"]));
     // Held after its first audio: past the deadline whatever the machine.
-    let r = server.post_json("/v1/audio/speech", &json!({"input": "Held.", "voice": "me", "cosy_test": {"hold_after_first_audio": true}}));
+    // A whole file (`stream: false`), so that the status waits for the end.
+    let r = server.post_json("/v1/audio/speech", &json!({"input": "Held.", "voice": "me", "stream": false, "cosy_test": {"hold_after_first_audio": true}}));
     assert_eq!(r.status, 503, "{}", r.text());
     assert!(r.error_message().contains("server.request_timeout_s"));
     assert_eq!(r.json()["error"]["code"], "timeout");

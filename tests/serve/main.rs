@@ -6,4 +6,5 @@ mod common;
 mod serve;
 
 mod api;
+mod formats;
 mod limits;
