@@ -2,6 +2,7 @@
 # Idempotent set-up for a fresh Debian/Ubuntu machine with a Rust toolchain and Python 3.11.
 #   scripts/setup.sh            system packages, ONNX Runtime (.ort/), release build of cosy
 #   scripts/setup.sh --python   also the exporter's venv (torch etc.) at ${COSY_VENV:-~/.cache/cosy/venv}
+#                               and the real clients the tests drive (ffmpeg, chromium, the openai Node SDK)
 #   scripts/setup.sh --gpu      ONNX Runtime with the CUDA + TensorRT providers instead of the CPU build
 # Each step is skipped when already done, so the other scripts call this first.
 set -euo pipefail
@@ -40,6 +41,26 @@ if [ "$want_python" = 1 ]; then
     "$venv/bin/python" -m pip install -q --no-cache-dir --upgrade pip
     "$venv/bin/python" -m pip install -q --no-cache-dir -r onnx/requirements.txt
     echo "$want" > "$stamp"
+  fi
+fi
+
+if [ "$want_python" = 1 ]; then
+  # The real clients of the server tests: ffmpeg decodes what the server sends, headless Chromium
+  # loads pages and checks CORS, the official openai Node SDK (pinned in tests/clients/node).
+  missing=()
+  command -v ffmpeg >/dev/null 2>&1 || missing+=(ffmpeg)
+  command -v chromium >/dev/null 2>&1 || missing+=(chromium)
+  command -v npm >/dev/null 2>&1 || missing+=(nodejs npm)
+  if [ ${#missing[@]} -gt 0 ]; then
+    sudo_cmd=""; [ "$(id -u)" -ne 0 ] && sudo_cmd="sudo"
+    $sudo_cmd apt-get update -q
+    $sudo_cmd apt-get install -y -q --no-install-recommends "${missing[@]}"
+  fi
+  node_dir=tests/clients/node
+  want="$(sha256sum "$node_dir/package-lock.json" | cut -d' ' -f1)"
+  if [ "$(cat "$node_dir/node_modules/.cosy-lock.sha256" 2>/dev/null)" != "$want" ]; then
+    (cd "$node_dir" && npm ci --no-audit --no-fund --loglevel=error)
+    echo "$want" > "$node_dir/node_modules/.cosy-lock.sha256"
   fi
 fi
 
