@@ -45,10 +45,9 @@ if [ "$want_python" = 1 ]; then
 fi
 
 if [ "$want_python" = 1 ]; then
-  # The real clients of the server tests: ffmpeg decodes what the server sends, headless Chromium
-  # loads pages and checks CORS, the official openai Node SDK (pinned in tests/clients/node).
+  # The real clients of the Python server tests (ffmpeg is above): headless Chromium loads pages
+  # and checks CORS, the official openai Node SDK (pinned in tests/clients/node).
   missing=()
-  command -v ffmpeg >/dev/null 2>&1 || missing+=(ffmpeg)
   command -v chromium >/dev/null 2>&1 || missing+=(chromium)
   command -v npm >/dev/null 2>&1 || missing+=(nodejs npm)
   if [ ${#missing[@]} -gt 0 ]; then
