@@ -7,3 +7,4 @@ mod serve;
 
 mod api;
 mod limits;
+mod openai;
