@@ -42,7 +42,7 @@ impl Origins {
     /// Whether a page from `origin` (the `Origin` header as sent) may use the API.
     pub fn allows(&self, origin: &str) -> bool {
         let origin = origin.trim().trim_end_matches('/').to_ascii_lowercase();
-        if self.any || self.list.iter().any(|o| *o == origin) {
+        if self.any || self.list.contains(&origin) {
             return true;
         }
         self.loopback && is_loopback_origin(&origin)
