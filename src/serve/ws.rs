@@ -2,16 +2,25 @@
 //!
 //! Client → server (text frames, JSON): `{"type": "session.config", ...}` first (the speech
 //! request's fields but `input`: `voice`, `ref_audio`, `ref_text`, `instructions`, `seed`,
-//! `response_format` = "pcm"), then `{"type": "input.text", "text": "..."}` pieces, then
-//! `{"type": "input.done"}`; `{"type": "session.close"}` ends the session at once.
+//! `response_format` = "pcm"; unknown fields are accepted and named), then
+//! `{"type": "input.text", "text": "..."}` pieces, then `{"type": "input.done"}`;
+//! `{"type": "session.close"}` ends the session at once.
 //!
-//! Server → client: `session.created`; for each text segment `audio.start`, binary frames of
-//! s16le 24 kHz mono PCM as they are made, `audio.done`; after `input.done` and the last segment
-//! `session.done`, then the socket closes. Errors: `{"type": "error", "error": {...}}`, then close.
+//! Server → client: `session.created` (with the voice used and the fields ignored); for each
+//! text segment `audio.start`, binary frames of s16le 24 kHz mono PCM as they are made,
+//! `audio.done`; after `input.done` and the last segment `session.done`, then the socket closes.
+//! Errors: `{"type": "error", "error": {...}}`, then close.
 //!
-//! Text is spoken segment by segment: a segment ends at settled sentence punctuation (`.`, `!`,
-//! `?`, `;` followed by a space or line break; `。！？；` and line breaks at once), or at
-//! `input.done`. Segments run one after another, each a streaming engine request.
+//! Text-in streaming (a voice with a transcript or an instruction): the pieces go into one
+//! request as they arrive; when its speech ends before its text, the rest is a new segment
+//! (`cosy::app::text_in`, the rule for every front end). Otherwise ("sentences") text is spoken
+//! segment by segment: a segment ends at settled sentence punctuation (`.`, `!`, `?`, `;`
+//! followed by a space or line break; `。！？；` and line breaks at once), or at `input.done`;
+//! segments run one after another, each a streaming engine request.
+//!
+//! Browsers: the handshake's `Origin`, when present, must be allowed (`server.cors_origins`),
+//! and the key may come as the subprotocol `cosy-key.KEY` (answered `cosy`) or `?api_key=`
+//! (`super::given_key`).
 
 use std::collections::VecDeque;
 use std::sync::Arc;
