@@ -987,6 +987,35 @@ mod tests {
     }
 
     #[test]
+    fn voice_aliases_and_cors_origins_are_checked() {
+        let set = |pairs: &[(&str, &str)]| {
+            let flags = pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+            Config::load(&LoadOptions { flags, ..LoadOptions::default() })
+        };
+        let c = set(&[("voices.aliases.alloy", "anna"), ("voices.aliases.my-voice", "ben")]).unwrap();
+        assert_eq!(c.voices.aliases.get("alloy").map(String::as_str), Some("anna"));
+        assert_eq!(c.voices.aliases.len(), 2);
+        assert!(set(&[("voices.aliases.alloy", "anna"), ("voices.aliases.alloy", "")]).unwrap().voices.aliases.is_empty());
+        for (key, value, needle) in [
+            ("voices.aliases.../x", "anna", "not a voice name"),
+            ("voices.aliases.default", "anna", "not a voice name"),
+            ("voices.aliases.alloy", "a/b", "saved voice's name"),
+            ("voices.aliases.alloy", "alloy", "itself"),
+            ("voices.aliases", "anna", "table"),
+            ("server.cors_origins", "app.example.com", "no scheme"),
+            ("server.cors_origins", "https://a.example/path", "not an origin"),
+            ("server.cors_origins", "*, https://a.example", "alone"),
+        ] {
+            let e = set(&[(key, value)]).expect_err(key).to_string();
+            assert!(e.contains(key) && e.contains(needle), "{key}={value}: {e}");
+        }
+        let c = set(&[("server.cors_origins", "HTTPS://App.Example.com/, http://localhost:3000")]).unwrap();
+        assert_eq!(c.server.cors_origins, Some(vec!["https://app.example.com".to_string(), "http://localhost:3000".to_string()]));
+        assert_eq!(set(&[("server.cors_origins", "")]).unwrap().server.cors_origins, Some(vec![]));
+        assert_eq!(Config::default().server.cors_origins, None);
+    }
+
+    #[test]
     fn providers_parse_lists_and_refuse_repeats() {
         let v = RawValue::Text("tensorrt, CUDA,cpu".into());
         assert_eq!(providers_of(&v), Some(vec![ProviderKind::TensorRt, ProviderKind::Cuda, ProviderKind::Cpu]));
