@@ -115,7 +115,7 @@ impl Notes {
     /// Names the ignored fields in the log (once per request).
     pub fn ignored(&mut self, fields: Vec<String>) {
         if !fields.is_empty() {
-            tracing::info!("ignored unknown fields: {}", fields.join(", "));
+            tracing::info!("ignored unknown fields: {}", field_list(&fields));
         }
         self.ignored = fields;
     }
@@ -126,11 +126,26 @@ impl Notes {
             headers.insert("x-cosy-voice", v);
         }
         if !self.ignored.is_empty() {
-            if let Ok(v) = HeaderValue::from_str(&self.ignored.join(", ")) {
+            if let Ok(v) = HeaderValue::from_str(&field_list(&self.ignored)) {
                 headers.insert("x-cosy-ignored-fields", v);
             }
         }
     }
+}
+
+/// Field names for a header or a log line: printable ASCII (others become `?`), each at most 64
+/// characters, at most 16 names, then how many more (a client decides the names: bounded).
+pub fn field_list(names: &[String]) -> String {
+    const MAX_NAMES: usize = 16;
+    let mut shown: Vec<String> = names
+        .iter()
+        .take(MAX_NAMES)
+        .map(|n| n.chars().take(64).map(|c| if c.is_ascii_graphic() || c == ' ' { c } else { '?' }).collect())
+        .collect();
+    if names.len() > MAX_NAMES {
+        shown.push(format!("... ({} more)", names.len() - MAX_NAMES));
+    }
+    shown.join(", ")
 }
 
 async fn speech(state: &Arc<AppState>, id: &RequestId, req: Request, started: Instant, notes: &mut Notes) -> Result<Response, ApiError> {
@@ -616,4 +631,19 @@ fn sse_body(running: Running, first: Vec<f32>, prefix: Vec<u8>, deadline: tokio:
         }
     });
     Body::from_stream(stream)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::field_list;
+
+    #[test]
+    fn ignored_field_lists_are_bounded_and_printable() {
+        assert_eq!(field_list(&["a".into(), "b c".into()]), "a, b c");
+        assert_eq!(field_list(&["x\ny\u{e9}".into()]), "x?y?");
+        let many: Vec<String> = (0..20).map(|i| format!("f{i}")).collect();
+        let list = field_list(&many);
+        assert!(list.starts_with("f0, f1,") && list.ends_with("f15, ... (4 more)"), "{list}");
+        assert_eq!(field_list(&["z".repeat(100)]).len(), 64);
+    }
 }

@@ -233,7 +233,7 @@ async fn run_session(
     let name = if recording.is_some() { None } else { voice_name(config.voice.clone())? };
     let spec = VoiceSpec { name, recording, transcript: config.ref_text.clone(), instruction: config.instructions.clone() };
     if !ignored.is_empty() {
-        tracing::info!(request = %id, "session.config: ignored unknown fields: {}", ignored.join(", "));
+        tracing::info!(request = %id, "session.config: ignored unknown fields: {}", super::speech::field_list(&ignored));
     }
     let resolved = resolve_voice(state, spec).await?;
     let voice = resolved.voice;
@@ -257,7 +257,7 @@ async fn run_session(
         event(serde_json::json!({
             "type": "session.created", "request_id": id, "sample_rate": state.sample_rate(), "format": "pcm",
             "text_streaming": if bistream { "bistream" } else { "sentences" },
-            "voice": resolved.how.to_string(), "ignored_fields": ignored,
+            "voice": resolved.how.to_string(), "ignored_fields": ignored.iter().take(16).collect::<Vec<_>>(),
         })),
     )
     .await?;
