@@ -82,7 +82,7 @@ fn main() -> anyhow::Result<()> {
         let seed = run as u64 + 1;
         // (a) text-in streaming: words fed as they "arrive".
         let t0 = Instant::now();
-        let (feed, handle) = engine.submit_bistream(request(seed), BistreamOptions::default(), None)?;
+        let (mut feed, handle) = engine.submit_bistream(request(seed), BistreamOptions::default(), None)?;
         let feeder = {
             let words = words.clone();
             std::thread::spawn(move || {

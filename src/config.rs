@@ -122,6 +122,10 @@ pub struct VoiceSettings {
     /// The voice `say`, `file` and `profile` use when given neither `--voice` nor `--prompt-wav`;
     /// `None`: the one the voices folder names (`cosy voice default NAME`), if any.
     pub default: Option<String>,
+    /// `[voices.aliases]`: other names for saved voices (`alloy = "anna"`), used when no saved
+    /// voice has the name a request gives (`app::voices::Voices::resolve`). Keys are OpenAI's voice
+    /// names or any valid voice name.
+    pub aliases: BTreeMap<String, String>,
 }
 
 /// `[text]`: the text frontend.
@@ -216,6 +220,14 @@ pub struct ServerSettings {
     /// The `response_format` of a speech request that names none (OpenAI's default: mp3). The
     /// server checks the name against the formats it writes before it listens.
     pub default_format: String,
+    /// Origins (`https://app.example.com`) whose pages may call the API (CORS) and open the
+    /// WebSocket; `["*"]` = any. `None` (not set): the loopback origins (`http://localhost`,
+    /// `http://127.0.0.1`, `http://[::1]`, any port) when the server listens on a loopback
+    /// address, none otherwise.
+    pub cors_origins: Option<Vec<String>>,
+    /// The listings (`GET /v1/models`, `/v1/audio/models`, `/v1/audio/voices`) answer without the
+    /// API key (Open WebUI lists voices without sending it).
+    pub public_listings: bool,
 }
 
 impl fmt::Debug for ServerSettings {
@@ -233,6 +245,8 @@ impl fmt::Debug for ServerSettings {
             .field("shutdown_grace_s", &self.shutdown_grace_s)
             .field("warmup", &self.warmup)
             .field("default_format", &self.default_format)
+            .field("cors_origins", &self.cors_origins)
+            .field("public_listings", &self.public_listings)
             .finish()
     }
 }
@@ -284,7 +298,7 @@ impl Default for Config {
                 stream_scale_factor: None,
             },
             output: OutputSettings { device: "default".into() },
-            voices: VoiceSettings { dir: PathBuf::from("voices"), default: None },
+            voices: VoiceSettings { dir: PathBuf::from("voices"), default: None, aliases: BTreeMap::new() },
             limits: LimitSettings { max_text_chars: 5000 },
             engine: EngineSettings { max_batch: 16, max_in_flight: 16, max_queue: 64, dit_max_batch: 8, file_concurrency: 4 },
             text: TextSettings { normalizer: NormalizerChoice::Auto },
@@ -300,6 +314,8 @@ impl Default for Config {
                 shutdown_grace_s: 30,
                 warmup: true,
                 default_format: "mp3".into(),
+                cors_origins: None,
+                public_listings: false,
             },
             debug: DebugSettings::default(),
             source_file: None,
@@ -336,6 +352,7 @@ pub const KEYS: &[&str] = &[
     "output.device",
     "voices.dir",
     "voices.default",
+    "voices.aliases.<name>",
     "limits.max_text_chars",
     "engine.max_batch",
     "engine.max_in_flight",
@@ -354,6 +371,8 @@ pub const KEYS: &[&str] = &[
     "server.shutdown_grace_s",
     "server.warmup",
     "server.default_format",
+    "server.cors_origins",
+    "server.public_listings",
     "debug.test_hooks",
 ];
 
@@ -672,6 +691,33 @@ impl Config {
                 let s = text_of(value).map(|s| s.trim().to_ascii_lowercase()).filter(|s| !s.is_empty());
                 self.server.default_format = s.ok_or_else(|| bad("a response format's name, e.g. \"mp3\" (the server lists the others)"))?;
             }
+            "server.public_listings" => self.server.public_listings = bool_of(value).ok_or_else(|| bad("true, false"))?,
+            "server.cors_origins" => {
+                self.server.cors_origins = Some(origins_of(value).map_err(|why| bad(&format!("{CORS_ALLOWED} ({why})")))?)
+            }
+            "voices.aliases" => {
+                return Err(bad("a table of aliases: [voices.aliases] then alloy = \"anna\" (or --set voices.aliases.alloy=anna)"));
+            }
+            _ if key.starts_with("voices.aliases.") => {
+                let alias = &key["voices.aliases.".len()..];
+                if alias == "default" || check_voice_name(alias).is_err() {
+                    return Err(Error::Config(format!(
+                        "{origin}: {key}: the alias {alias:?} is not a voice name a request can give; use one of OpenAI's voice names \
+                         (alloy, ash, ballad, coral, echo, fable, onyx, nova, sage, shimmer, verse, marin, cedar) or 1-64 letters, \
+                         digits, '.', '_', '-' (not \"default\")"
+                    )));
+                }
+                let s = text_of(value).ok_or_else(|| bad("a saved voice's name (string), or \"\" to remove the alias"))?;
+                if s.is_empty() {
+                    self.voices.aliases.remove(alias);
+                } else {
+                    check_voice_name(&s).map_err(|_| bad("a saved voice's name (letters, digits, '.', '_', '-'), or \"\" to remove the alias"))?;
+                    if s == alias {
+                        return Err(bad("another voice's name (an alias of itself means nothing)"));
+                    }
+                    self.voices.aliases.insert(alias.to_string(), s);
+                }
+            }
             "debug.test_hooks" => self.debug.test_hooks = bool_of(value).ok_or_else(|| bad("true, false"))?,
             "text.normalizer" => {
                 self.text.normalizer = text_of(value)
@@ -781,6 +827,48 @@ const IGNORED_ENV: &[&str] = &[
     "COSY_FUZZ_FROM",
     "COSY_FUZZ_CASE_SECONDS",
 ];
+
+const CORS_ALLOWED: &str = "a list of origins such as [\"https://app.example.com\", \"http://localhost:3000\"] \
+     (array, or comma-separated text; [] or \"\" = none; [\"*\"] = any)";
+
+/// `server.cors_origins`: `scheme://host[:port]` each (what a browser sends as `Origin`), or `*`
+/// alone; lower-cased, without a trailing slash.
+fn origins_of(v: &RawValue) -> std::result::Result<Vec<String>, String> {
+    let items: Vec<String> = match v {
+        RawValue::Toml(toml::Value::Array(items)) => {
+            items.iter().map(|i| i.as_str().map(str::to_string)).collect::<Option<_>>().ok_or("every item must be a string")?
+        }
+        RawValue::Toml(toml::Value::String(s)) | RawValue::Text(s) => s.split(',').map(str::to_string).collect(),
+        _ => return Err("not a list".into()),
+    };
+    let mut out: Vec<String> = Vec::new();
+    for item in items {
+        let o = item.trim().trim_end_matches('/').to_ascii_lowercase();
+        if o.is_empty() {
+            continue;
+        }
+        if o == "*" {
+            out.push(o);
+            continue;
+        }
+        let Some((scheme, rest)) = o.split_once("://") else {
+            return Err(format!("{item:?} has no scheme; write it as a browser sends it, e.g. https://app.example.com"));
+        };
+        let host_ok = !rest.is_empty()
+            && !rest.contains('/')
+            && rest.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | ':' | '[' | ']' | '_'));
+        if !matches!(scheme, "http" | "https") || !host_ok {
+            return Err(format!("{item:?} is not an origin (scheme://host[:port], no path)"));
+        }
+        if !out.contains(&o) {
+            out.push(o);
+        }
+    }
+    if out.len() > 1 && out.iter().any(|o| o == "*") {
+        return Err("\"*\" (any origin) goes alone".into());
+    }
+    Ok(out)
+}
 
 const PROVIDERS_ALLOWED: &str =
     "a list of tensorrt, cuda, cpu in priority order (array, or comma-separated text), without repeats";
@@ -906,6 +994,35 @@ mod tests {
         assert!(Config::load(&opts).is_ok());
         opts.env = vec![("COSY_MODLE".into(), "x".into())];
         assert!(Config::load(&opts).is_err(), "a misspelt variable is still refused");
+    }
+
+    #[test]
+    fn voice_aliases_and_cors_origins_are_checked() {
+        let set = |pairs: &[(&str, &str)]| {
+            let flags = pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+            Config::load(&LoadOptions { flags, ..LoadOptions::default() })
+        };
+        let c = set(&[("voices.aliases.alloy", "anna"), ("voices.aliases.my-voice", "ben")]).unwrap();
+        assert_eq!(c.voices.aliases.get("alloy").map(String::as_str), Some("anna"));
+        assert_eq!(c.voices.aliases.len(), 2);
+        assert!(set(&[("voices.aliases.alloy", "anna"), ("voices.aliases.alloy", "")]).unwrap().voices.aliases.is_empty());
+        for (key, value, needle) in [
+            ("voices.aliases.../x", "anna", "not a voice name"),
+            ("voices.aliases.default", "anna", "not a voice name"),
+            ("voices.aliases.alloy", "a/b", "saved voice's name"),
+            ("voices.aliases.alloy", "alloy", "itself"),
+            ("voices.aliases", "anna", "table"),
+            ("server.cors_origins", "app.example.com", "no scheme"),
+            ("server.cors_origins", "https://a.example/path", "not an origin"),
+            ("server.cors_origins", "*, https://a.example", "alone"),
+        ] {
+            let e = set(&[(key, value)]).expect_err(key).to_string();
+            assert!(e.contains(key) && e.contains(needle), "{key}={value}: {e}");
+        }
+        let c = set(&[("server.cors_origins", "HTTPS://App.Example.com/, http://localhost:3000")]).unwrap();
+        assert_eq!(c.server.cors_origins, Some(vec!["https://app.example.com".to_string(), "http://localhost:3000".to_string()]));
+        assert_eq!(set(&[("server.cors_origins", "")]).unwrap().server.cors_origins, Some(vec![]));
+        assert_eq!(Config::default().server.cors_origins, None);
     }
 
     #[test]

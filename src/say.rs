@@ -190,7 +190,7 @@ fn say_until_stopped(
     let handle = match text {
         SayText::Whole => engine.submit_observed(req.clone(), Some(observer.clone()))?,
         SayText::Stdin(options) => {
-            let (feed, handle) = engine.submit_bistream(req.clone(), options, Some(observer.clone()))?;
+            let (mut feed, handle) = engine.submit_bistream(req.clone(), options, Some(observer.clone()))?;
             let log = log.clone();
             // Standard input is read on its own thread, each read a piece, while audio plays.
             std::thread::Builder::new()

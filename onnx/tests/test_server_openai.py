@@ -229,6 +229,30 @@ def test_voice_object_and_default_name_pick_the_saved_voice(client: openai.OpenA
     assert _speech(client, text=SHORT, voice="default") == by_name
 
 
+def test_openai_voice_names_speak_with_the_default_voice_and_say_so(client: openai.OpenAI) -> None:
+    # pipecat and LiveKit send only OpenAI's names: with no saved voice or alias of that name,
+    # the default voice ("me" here), named in x-cosy-voice.
+    by_name = _speech(client, text=SHORT)
+    for voice in ("alloy", "cedar", {"id": "nova"}):
+        raw = client.audio.speech.with_raw_response.create(model="tts-1", voice=voice, input=SHORT, response_format="wav",
+                                                           extra_body={"seed": SEED})
+        name = voice["id"] if isinstance(voice, dict) else voice
+        assert raw.headers.get("x-cosy-voice") == f"me (default voice, for {name})"
+        assert raw.content == by_name
+
+
+def test_extra_fields_are_accepted_and_named(client: openai.OpenAI) -> None:
+    # The SDK passes extra_body keys through as top-level fields; the server names what it ignored.
+    raw = client.audio.speech.with_raw_response.create(model="cosyvoice3", voice="me", input=SHORT, response_format="wav",
+                                                       extra_body={"seed": SEED, "temperature": 0.7, "lang": "en"})
+    assert sorted(raw.headers.get("x-cosy-ignored-fields", "").split(", ")) == ["lang", "temperature"]
+    assert raw.content == _speech(client, text=SHORT)
+    with pytest.raises(openai.BadRequestError) as err:
+        _speech(client, text=SHORT, extra={"seed": "seven"})
+    assert "seed" in err.value.message
+    _assert_still_serves(client)
+
+
 def _stream_chunks(client: openai.OpenAI, **kwargs: Any) -> tuple[list[bytes], str]:
     """A streamed speech request: the body chunks as they arrived and the content type."""
     with client.audio.speech.with_streaming_response.create(model="cosyvoice3", voice="me", input=TEXT, **kwargs) as r:

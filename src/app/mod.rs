@@ -5,6 +5,8 @@
 //!   or in memory), add, list and remove saved voices (and what removing the default means).
 //! * [`speech`]: build an engine [`crate::request::Request`] from a front end's options, with
 //!   every check in one place (text, speed, streaming, text-in streaming, test hooks).
+//! * [`text_in`]: text that arrives in pieces, spoken segment by segment (text-in streaming),
+//!   a new segment when the speech ends before the text, so no text is dropped.
 //! * [`drain`]: run a request's handle into a sink (a file, stdout, a player, a report).
 //! * [`dump`]: `--dump DIR`, every sentence's intermediates as `.npy`, through the engine's observer.
 //!
@@ -16,4 +18,5 @@
 pub mod drain;
 pub mod dump;
 pub mod speech;
+pub mod text_in;
 pub mod voices;

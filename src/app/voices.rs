@@ -1,6 +1,15 @@
 //! Voices, once for every front end: which voice a request speaks with, and the saved voices
 //! (add, list, remove, the default).
+//!
+//! A name resolves ([`Voices::resolve`]) to the saved voice of that name; else through the alias
+//! table of the config (`[voices.aliases]`, e.g. `alloy = "anna"`); else, for one of OpenAI's
+//! voice names ([`OPENAI_VOICES`]), to the default voice, so that clients that only know those
+//! names (pipecat, LiveKit, the openai SDKs) work. Never silently: [`Resolved::how`] says which
+//! voice was used and why, and each front end reports it (a header, a log line, a stderr line).
+//! Any other unknown name is an error listing the saved voices.
 
+use std::collections::BTreeMap;
+use std::fmt;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -38,6 +47,82 @@ impl Recording {
     }
 }
 
+/// OpenAI's voice names (its speech API, 2025): clients send these and some accept no other.
+pub const OPENAI_VOICES: [&str; 13] =
+    ["alloy", "ash", "ballad", "coral", "echo", "fable", "onyx", "nova", "sage", "shimmer", "verse", "marin", "cedar"];
+
+/// Whether `name` is one of OpenAI's voice names ([`OPENAI_VOICES`]).
+pub fn is_openai_voice(name: &str) -> bool {
+    OPENAI_VOICES.contains(&name)
+}
+
+/// How a request's voice was chosen: what a front end reports (header, log, stderr).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum VoiceSource {
+    /// The prompt recording the request carried.
+    Recording,
+    /// The saved voice the request named.
+    Saved { name: String },
+    /// An alias of the config (`voices.aliases.<alias> = "<name>"`).
+    Alias { alias: String, name: String },
+    /// An OpenAI voice name that is neither a saved voice nor an alias: the default voice.
+    OpenAiDefault { asked: String, name: String },
+    /// No name given: the default voice.
+    Default { name: String },
+}
+
+impl VoiceSource {
+    /// The saved voice used, if any.
+    pub fn voice_name(&self) -> Option<&str> {
+        match self {
+            VoiceSource::Recording => None,
+            VoiceSource::Saved { name } | VoiceSource::Alias { name, .. } | VoiceSource::OpenAiDefault { name, .. } | VoiceSource::Default { name } => {
+                Some(name)
+            }
+        }
+    }
+
+    /// Whether the voice used is not the one the request named (an alias, or the default for an
+    /// OpenAI name): front ends that stay quiet about the obvious still report these.
+    pub fn is_substitute(&self) -> bool {
+        matches!(self, VoiceSource::Alias { .. } | VoiceSource::OpenAiDefault { .. })
+    }
+}
+
+/// `anna`, `anna (alias of alloy)`, `me (default voice, for alloy)`, `me (default voice)`,
+/// `prompt recording`: one line, ASCII when the names are (they are: see `check_voice_name`).
+impl fmt::Display for VoiceSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            VoiceSource::Recording => write!(f, "prompt recording"),
+            VoiceSource::Saved { name } => write!(f, "{name}"),
+            VoiceSource::Alias { alias, name } => write!(f, "{name} (alias of {alias})"),
+            VoiceSource::OpenAiDefault { asked, name } => write!(f, "{name} (default voice, for {asked})"),
+            VoiceSource::Default { name } => write!(f, "{name} (default voice)"),
+        }
+    }
+}
+
+/// A resolved voice and how it was chosen.
+#[derive(Debug, Clone)]
+pub struct Resolved {
+    pub voice: Voice,
+    pub how: VoiceSource,
+}
+
+/// A name a request may use beyond the saved voices (an alias, an OpenAI name) and what it
+/// resolves to now ([`Voices::extra_names`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExtraName {
+    pub id: String,
+    /// `"alias"` (of the config) or `"default"` (an OpenAI name: the default voice).
+    pub via: &'static str,
+    /// The alias's voice, or the default voice (`None`: there is no default).
+    pub target: Option<String>,
+    /// Whether `target` is a saved voice now (a request for `id` works).
+    pub available: bool,
+}
+
 /// What a request says about its voice, as a front end received it.
 #[derive(Debug, Clone, Default)]
 pub struct VoiceChoice {
@@ -49,6 +134,11 @@ pub struct VoiceChoice {
     pub transcript: Option<String>,
     /// A style instruction (instruct mode), with a recording or a saved voice.
     pub instruction: Option<String>,
+}
+
+/// `resolve` never chooses a recording by name.
+fn unreachable_recording() -> Result<SavedVoice> {
+    Err(Error::Runtime("voice resolution: a recording has no saved voice".into()))
 }
 
 /// An audio problem as an input error about the prompt recording (`ref_audio` in the HTTP API).
@@ -75,6 +165,8 @@ pub struct Voices {
     store: VoiceStore,
     /// `voices.default` in the config (beats the folder's marker).
     configured_default: Option<String>,
+    /// `[voices.aliases]`: another name for a saved voice (`alloy = "anna"`).
+    aliases: BTreeMap<String, String>,
     model_dir: PathBuf,
 }
 
@@ -103,6 +195,7 @@ impl Voices {
         Voices {
             store: VoiceStore::new(&config.voices.dir),
             configured_default: config.voices.default.clone(),
+            aliases: config.voices.aliases.clone(),
             model_dir: config.model_dir.clone(),
         }
     }
@@ -123,9 +216,12 @@ impl Voices {
         crate::model::ModelDir::open(&self.model_dir).ok().and_then(|d| model_key(&d).ok())
     }
 
-    /// The voice of a request. `model_key` is the loaded model's (or [`Self::model_key_on_disk`]):
-    /// a saved voice made for another model is refused before any work.
-    pub fn resolve(&self, choice: VoiceChoice, model_key: Option<&str>) -> Result<Voice> {
+    /// The voice of a request, and how it was chosen. `model_key` is the loaded model's (or
+    /// [`Self::model_key_on_disk`]): a saved voice made for another model is refused before any
+    /// work. A name is, in this order: a saved voice; an alias of the config; one of OpenAI's
+    /// names ([`OPENAI_VOICES`]), which means the default voice; else unknown (an error listing
+    /// the saved voices).
+    pub fn resolve(&self, choice: VoiceChoice, model_key: Option<&str>) -> Result<Resolved> {
         let VoiceChoice { name, recording, transcript, instruction } = choice;
         for (param, value) in [("ref_text", &transcript), ("instructions", &instruction)] {
             if value.as_deref().is_some_and(|v| v.trim().is_empty()) {
@@ -152,14 +248,15 @@ impl Voices {
                 ));
             }
             let audio = check_recording(&recording)?;
-            return Ok(match recording {
+            let voice = match recording {
                 Recording::File(wav) => match (transcript, instruction) {
                     (Some(transcript), _) => Voice::ZeroShot { wav, transcript },
                     (None, Some(instruction)) => Voice::Instruct { wav, instruction },
                     (None, None) => Voice::CrossLingual { wav },
                 },
                 Recording::Memory { label, .. } => Voice::Recording { audio, label, transcript, instruction },
-            });
+            };
+            return Ok(Resolved { voice, how: VoiceSource::Recording });
         }
         if transcript.is_some() {
             return Err(Error::input(
@@ -168,24 +265,78 @@ impl Voices {
                 "a prompt transcript describes a prompt recording, which is missing; give both (CLI --prompt-wav, HTTP ref_audio)",
             ));
         }
-        let (name, from_default) = match name {
-            Some(name) => (name, None),
-            None => match self.default_voice()? {
-                Some((name, source)) => (name, Some(source)),
-                None => {
-                    return Err(Error::input(
-                        InputCode::NoVoice,
-                        Some("voice"),
-                        format!(
-                            "no voice given and no default voice: name a saved voice or give a prompt recording, or save a default \
-                             (`cosy voice add NAME --wav FILE --text TEXT --default`; voices in {})",
-                            self.store.dir.display()
-                        ),
-                    ))
-                }
-            },
+        let how = self.choose(name.as_deref())?;
+        let saved = match &how {
+            VoiceSource::Saved { name } => self.load_saved(name, model_key),
+            VoiceSource::Alias { alias, name } => self.load_saved(name, model_key).map_err(|e| match e {
+                Error::Input { code: InputCode::VoiceNotFound, param, message } => Error::Input {
+                    code: InputCode::VoiceNotFound,
+                    param,
+                    message: format!(
+                        "voice {alias:?} is an alias (voices.aliases.{alias} = {name:?} in the config) of a voice that is not there: {message}; \
+                         fix the alias, or save the voice {name:?}"
+                    ),
+                },
+                Error::Input { code, param, message } => Error::Input {
+                    code,
+                    param,
+                    message: format!("voice {alias:?} (alias of {name:?}, voices.aliases.{alias} in the config): {message}"),
+                },
+                other => other,
+            }),
+            VoiceSource::OpenAiDefault { name, .. } | VoiceSource::Default { name } => {
+                self.load_saved(name, model_key).map_err(|e| self.about_default(name, e))
+            }
+            VoiceSource::Recording => unreachable_recording(),
+        }?;
+        Ok(Resolved { voice: Voice::Saved { voice: Arc::new(saved), instruction }, how })
+    }
+
+    /// Which saved voice a name (or no name) means, and why; nothing is read but the folder.
+    fn choose(&self, name: Option<&str>) -> Result<VoiceSource> {
+        let Some(name) = name else {
+            return Ok(VoiceSource::Default { name: self.default_name(None)? });
         };
-        let saved = self.load_saved(&name, model_key).map_err(|e| match (&from_default, e) {
+        check_name(name)?;
+        if self.store.path_of(name).exists() {
+            return Ok(VoiceSource::Saved { name: name.to_string() });
+        }
+        if let Some(target) = self.aliases.get(name) {
+            return Ok(VoiceSource::Alias { alias: name.to_string(), name: target.clone() });
+        }
+        if is_openai_voice(name) {
+            return Ok(VoiceSource::OpenAiDefault { asked: name.to_string(), name: self.default_name(Some(name))? });
+        }
+        // Not there: the store's error lists the saved voices.
+        Ok(VoiceSource::Saved { name: name.to_string() })
+    }
+
+    /// The default voice's name, or the error that there is none (`for_name`: the OpenAI name
+    /// that asked for it).
+    fn default_name(&self, for_name: Option<&str>) -> Result<String> {
+        match self.default_voice()? {
+            Some((name, _)) => Ok(name),
+            None => {
+                let what = match for_name {
+                    Some(asked) => format!(
+                        "voice {asked:?} (an OpenAI voice name) means the default voice, and there is none: map it to a saved voice \
+                         in the config ([voices.aliases] {asked} = \"NAME\"), save a voice named {asked}, or save a default"
+                    ),
+                    None => "no voice given and no default voice: name a saved voice or give a prompt recording, or save a default".into(),
+                };
+                Err(Error::input(
+                    InputCode::NoVoice,
+                    Some("voice"),
+                    format!("{what} (`cosy voice add NAME --wav FILE --text TEXT --default`; voices in {})", self.store.dir.display()),
+                ))
+            }
+        }
+    }
+
+    /// A problem with the default voice, saying where the default was set.
+    fn about_default(&self, name: &str, e: Error) -> Error {
+        let source = self.default_voice().ok().flatten().map(|(_, s)| s);
+        match (source, e) {
             (Some(source), Error::Input { code, param, message }) => {
                 let from = match source {
                     DefaultSource::Config => "voices.default in the config".to_string(),
@@ -194,8 +345,28 @@ impl Voices {
                 Error::Input { code, param, message: format!("default voice {name:?} (from {from}): {message}; pick another with `cosy voice default NAME`") }
             }
             (_, e) => e,
-        })?;
-        Ok(Voice::Saved { voice: Arc::new(saved), instruction })
+        }
+    }
+
+    /// The names a request may use besides the saved voices (`saved`): the aliases of the config
+    /// and OpenAI's voice names, each with the voice it resolves to now. A saved voice of the
+    /// same name wins, so such names are left out.
+    pub fn extra_names(&self, saved: &[String]) -> Vec<ExtraName> {
+        let default = self.default_voice().ok().flatten().map(|(n, _)| n);
+        let there = |name: &Option<String>| name.as_ref().is_some_and(|n| saved.contains(n));
+        let mut out: Vec<ExtraName> = Vec::new();
+        for (alias, target) in &self.aliases {
+            if !saved.contains(alias) {
+                let target = Some(target.clone());
+                out.push(ExtraName { id: alias.clone(), via: "alias", available: there(&target), target });
+            }
+        }
+        for name in OPENAI_VOICES {
+            if !saved.iter().any(|s| s == name) && !self.aliases.contains_key(name) {
+                out.push(ExtraName { id: name.to_string(), via: "default", available: there(&default), target: default.clone() });
+            }
+        }
+        out
     }
 
     /// A saved voice by name, checked against `model_key` when given.

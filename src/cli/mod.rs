@@ -704,7 +704,7 @@ fn file_bistream(config: &Config, args: &FileArgs, format: crate::audio::OutputF
     let engine = crate::engine::Engine::load(config)?;
     let rate = engine.sample_rate();
     let options = crate::engine::BistreamOptions { normalize_sentences: args.normalize_sentences };
-    let (feed, handle) = engine.submit_bistream(req, options, None)?;
+    let (mut feed, handle) = engine.submit_bistream(req, options, None)?;
     let reader = std::thread::Builder::new()
         .name("stdin-text".into())
         .spawn(move || match crate::frontend::text::read_pieces(std::io::stdin().lock(), "<stdin>", |p| feed.send(p)) {
@@ -752,7 +752,14 @@ fn resolve_voice(config: &Config, c: &VoiceArgs) -> Result<crate::request::Voice
         instruction: c.instruct.clone(),
     };
     let key = voices.model_key_on_disk();
-    voices.resolve(choice, key.as_deref())
+    let resolved = voices.resolve(choice, key.as_deref())?;
+    // A name that meant another voice (an alias, or the default for an OpenAI name) is said.
+    if resolved.how.is_substitute() {
+        eprintln!("note: voice {}", resolved.how);
+    } else {
+        tracing::info!("voice: {}", resolved.how);
+    }
+    Ok(resolved.voice)
 }
 
 fn say_command(config: &Config, args: &SayArgs) -> anyhow::Result<()> {

@@ -145,6 +145,8 @@ pub struct Engine {
     dit: Arc<DitBatcher>,
     load_times: Vec<StageLoad>,
     test_hooks: bool,
+    /// `limits.max_text_chars`: what a [`TextFeed`] takes at most.
+    max_text_chars: usize,
 }
 
 /// How to build an [`Engine`] ([`Engine::builder`]).
@@ -203,6 +205,7 @@ impl EngineBuilder<'_> {
             dit: opened.dit,
             load_times: opened.load_times,
             test_hooks: self.test_hooks || config.debug.test_hooks,
+            max_text_chars: config.limits.max_text_chars,
         };
         if let Some(request) = self.warm_up {
             let started = std::time::Instant::now();
@@ -349,15 +352,21 @@ impl Engine {
         options: BistreamOptions,
         observer: Option<Arc<dyn SynthesisObserver + Send>>,
     ) -> Result<(TextFeed, RequestHandle)> {
-        // Pieces queue here until the LLM takes them; a writer far ahead of the speech is held
-        // back by the bound (the text limit bounds the whole anyway).
-        let (tx, rx) = crossbeam_channel::bounded::<Result<String>>(1024);
+        // Pieces queue here until the LLM takes them. Sending never blocks (an async front end
+        // must keep reading audio while it writes text): the queue is bounded by the text limit
+        // instead, which `TextFeed::send` enforces.
+        let (tx, rx) = crossbeam_channel::unbounded::<Result<String>>();
+        let taken = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let taken_here = taken.clone();
         let hooks = request.test_hooks.clone();
         let handle = self.spawn(observer, hooks, move |synth, observer, on_chunk| {
             // While it waits for text, the request still notices a cancel.
             let pieces = std::iter::from_fn(|| loop {
                 match rx.recv_timeout(Duration::from_millis(50)) {
-                    Ok(piece) => return Some(piece),
+                    Ok(piece) => {
+                        taken_here.fetch_add(1, Ordering::SeqCst);
+                        return Some(piece);
+                    }
                     Err(crossbeam_channel::RecvTimeoutError::Timeout) if observer.cancelled() => return Some(Err(Error::Cancelled)),
                     Err(crossbeam_channel::RecvTimeoutError::Timeout) => continue,
                     Err(crossbeam_channel::RecvTimeoutError::Disconnected) => return None,
@@ -369,7 +378,7 @@ impl Engine {
                 synth.synthesize_bistream(&request, pieces, observer, on_chunk)
             }
         })?;
-        Ok((TextFeed { tx }, handle))
+        Ok((TextFeed { tx, taken, sent: 0, chars: 0, limit: self.max_text_chars }, handle))
     }
 
     fn spawn<J>(
@@ -438,12 +447,53 @@ pub struct BistreamOptions {
 /// Dropping it (or [`TextFeed::finish`]) ends the text.
 pub struct TextFeed {
     tx: crossbeam_channel::Sender<Result<String>>,
+    /// Pieces the request has taken from the queue (its thread counts them).
+    taken: Arc<std::sync::atomic::AtomicUsize>,
+    /// Pieces handed over, and their characters (bounded by `limit`: the queue never blocks).
+    sent: usize,
+    chars: usize,
+    limit: usize,
 }
 
 impl TextFeed {
-    /// Hands the next piece of text to the request (any length; spaces count as written).
-    pub fn send(&self, piece: impl Into<String>) -> Result<()> {
-        self.tx.send(Ok(piece.into())).map_err(|_| Error::Runtime("the request has ended; it takes no more text".into()))
+    /// Hands the next piece of text to the request (any length; spaces count as written; an
+    /// empty piece is no piece). Never blocks; more than `limits.max_text_chars` characters in
+    /// all are refused.
+    pub fn send(&mut self, piece: impl Into<String>) -> Result<()> {
+        let piece = piece.into();
+        if piece.is_empty() {
+            return Ok(());
+        }
+        self.chars += piece.chars().count();
+        if self.chars > self.limit {
+            return Err(Error::input(
+                crate::error::InputCode::TextTooLong,
+                Some("input"),
+                format!(
+                    "the streamed text has more than {} characters (limits.max_text_chars); split it, or raise the limit",
+                    self.limit
+                ),
+            ));
+        }
+        self.sent += 1;
+        self.tx.send(Ok(piece)).map_err(|_| Error::Runtime("the request has ended; it takes no more text".into()))
+    }
+
+    /// How many of the pieces sent (empty ones not counted) the request has taken so far. Once
+    /// it has ended, the pieces after these were never read: text a front end may speak in a
+    /// new request (`app::text_in`).
+    pub fn taken(&self) -> usize {
+        self.taken.load(Ordering::SeqCst)
+    }
+
+    /// How many pieces were sent (empty ones not counted).
+    pub fn sent(&self) -> usize {
+        self.sent
+    }
+
+    /// [`TextFeed::taken`], readable after the feed is finished.
+    pub fn progress(&self) -> FeedProgress {
+        FeedProgress(self.taken.clone())
     }
 
     /// Ends the request with `error` (bad input upstream: invalid text, a broken connection).
@@ -453,6 +503,16 @@ impl TextFeed {
 
     /// The text is complete.
     pub fn finish(self) {}
+}
+
+/// How many pieces a text-in streaming request has taken ([`TextFeed::progress`]).
+#[derive(Clone)]
+pub struct FeedProgress(Arc<std::sync::atomic::AtomicUsize>);
+
+impl FeedProgress {
+    pub fn taken(&self) -> usize {
+        self.0.load(Ordering::SeqCst)
+    }
 }
 
 /// A request in flight. Dropping it cancels the request.

@@ -10,6 +10,7 @@
 //! next token). SIGTERM or Ctrl-C: stop accepting, let the work
 //! in flight finish within `server.shutdown_grace_s`, exit.
 
+mod cors;
 mod encode;
 mod error;
 mod listen;
@@ -57,6 +58,8 @@ pub struct AppState {
     /// One permit per open connection (`server.max_connections`; a WebSocket session holds its
     /// connection's until it ends).
     connection_slots: Arc<Semaphore>,
+    /// The web pages that may use the API (`server.cors_origins`): CORS and the WebSocket's Origin.
+    pub origins: cors::Origins,
 }
 
 /// The id of one HTTP exchange: the client's `x-request-id` when it is sane, else our own.
@@ -64,8 +67,9 @@ pub struct AppState {
 pub struct RequestId(pub String);
 
 impl AppState {
-    fn new(config: Config) -> AppState {
+    fn new(config: Config, loopback_bind: bool) -> AppState {
         AppState {
+            origins: cors::Origins::new(config.server.cors_origins.as_deref(), loopback_bind),
             voices: Voices::new(&config),
             connection_slots: Arc::new(Semaphore::new(config.server.max_connections)),
             config,
@@ -114,8 +118,8 @@ impl AppState {
         let mut builder = Engine::builder(&self.config).profiler(self.profiler.clone());
         if self.config.server.warmup {
             match self.voices.resolve(cosy::app::voices::VoiceChoice::default(), None) {
-                Ok(voice) => {
-                    let mut warm_up = cosy::request::Request::new("Hello.", voice);
+                Ok(resolved) => {
+                    let mut warm_up = cosy::request::Request::new("Hello.", resolved.voice);
                     warm_up.stream = true;
                     builder = builder.warm_up(warm_up);
                 }
@@ -205,10 +209,12 @@ async fn serve(config: Config) -> anyhow::Result<()> {
         cosy::Error::Config(format!("server.bind {bind}: cannot listen there ({e}); pick a free port or another address"))
     })?;
     let addr = listener.local_addr()?;
-    let state = Arc::new(AppState::new(config));
+    let state = Arc::new(AppState::new(config, addr.ip().is_loopback()));
     if state.config.server.api_key.is_none() && !addr.ip().is_loopback() {
         tracing::warn!("listening on {addr} without server.api_key: anyone who reaches this port can use the API");
     }
+    tracing::info!("web pages allowed (CORS, WebSocket): {}", state.origins.describe());
+    log_aliases(&state);
     // One line on stderr whatever the log level: scripts and tests read the port from it.
     eprintln!("cosy serve: listening on http://{addr}");
 
@@ -281,6 +287,7 @@ fn router(state: Arc<AppState>) -> Router {
         .route("/v1/audio/voices", get(voices::list).post(voices::create))
         .route("/v1/audio/voices/{name}", delete(voices::remove))
         .route("/v1/models", get(models))
+        .route("/v1/audio/models", get(models))
         .route_layer(from_fn_with_state(state.clone(), authorize));
     Router::new()
         .route("/health", get(health))
@@ -291,6 +298,10 @@ fn router(state: Arc<AppState>) -> Router {
         .method_not_allowed_fallback(method_not_allowed)
         // Bodies are read with server.max_body_bytes by the handlers themselves (a clear 413).
         .layer(DefaultBodyLimit::max(state.config.server.max_body_bytes))
+        // Browsers: preflights answered (204) and the CORS headers on every answer, before any
+        // route (a preflight carries no API key).
+        .layer(state.origins.layer())
+        .layer(axum::middleware::from_fn(cors::preflight_no_content))
         .layer(from_fn_with_state(state.clone(), request_context))
         .with_state(state)
 }
@@ -305,6 +316,7 @@ fn route_label(path: &str) -> &'static str {
         "/v1/audio/speech/stream" => "/v1/audio/speech/stream",
         "/v1/audio/voices" => "/v1/audio/voices",
         "/v1/models" => "/v1/models",
+        "/v1/audio/models" => "/v1/audio/models",
         p if p.starts_with("/v1/audio/voices/") => "/v1/audio/voices/{name}",
         _ => "other",
     }
@@ -338,23 +350,85 @@ async fn request_context(State(state): State<Arc<AppState>>, mut req: Request, n
     response
 }
 
-/// `Authorization: Bearer KEY` when `server.api_key` is set, compared in constant time.
+/// The listings: `GET` on these answer without the key when `server.public_listings` is set.
+const LISTINGS: [&str; 3] = ["/v1/models", "/v1/audio/models", "/v1/audio/voices"];
+
+/// The WebSocket route, where the key may also come as a subprotocol or a query parameter (a
+/// browser's WebSocket cannot send `Authorization`).
+pub const WS_ROUTE: &str = "/v1/audio/speech/stream";
+
+/// The subprotocol a WebSocket client offers (`Sec-WebSocket-Protocol: cosy, cosy-key.KEY`); the
+/// server answers `cosy`, never the key.
+pub const WS_PROTOCOL: &str = "cosy";
+const WS_KEY_PROTOCOL: &str = "cosy-key.";
+
+/// The API key a request carries: `Authorization: Bearer KEY`; on the WebSocket route also the
+/// subprotocol `cosy-key.KEY` or the query parameter `api_key=KEY`.
+fn given_key(req: &Request) -> Option<String> {
+    let bearer = req.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).map(str::trim).and_then(|v| {
+        let (scheme, token) = v.split_once(' ')?;
+        scheme.eq_ignore_ascii_case("bearer").then(|| token.trim().to_string())
+    });
+    if bearer.is_some() || req.uri().path() != WS_ROUTE {
+        return bearer;
+    }
+    let protocol = req
+        .headers()
+        .get_all(header::SEC_WEBSOCKET_PROTOCOL)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .find_map(|p| p.trim().strip_prefix(WS_KEY_PROTOCOL).map(str::to_string));
+    protocol.or_else(|| {
+        req.uri().query()?.split('&').find_map(|pair| pair.strip_prefix("api_key=").map(percent_decode))
+    })
+}
+
+/// `%XX` escapes and `+` (a space) of a query value.
+fn percent_decode(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let escaped = (bytes[i] == b'%')
+            .then(|| bytes.get(i + 1..i + 3))
+            .flatten()
+            .and_then(|hex| std::str::from_utf8(hex).ok())
+            .and_then(|hex| u8::from_str_radix(hex, 16).ok());
+        match (escaped, bytes[i]) {
+            (Some(b), _) => {
+                out.push(b);
+                i += 3;
+                continue;
+            }
+            (None, b'+') => out.push(b' '),
+            (None, b) => out.push(b),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// The API key when `server.api_key` is set (compared in constant time), except for the listings
+/// when `server.public_listings` is set.
 async fn authorize(State(state): State<Arc<AppState>>, req: Request, next: Next) -> Response {
     let Some(key) = &state.config.server.api_key else {
         return next.run(req).await;
     };
-    let given = req.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).map(str::trim);
-    let token = given.and_then(|v| {
-        let (scheme, token) = v.split_once(' ')?;
-        scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
-    });
-    match token {
-        None => ApiError::new(
-            StatusCode::UNAUTHORIZED,
-            "missing_api_key",
-            "this server needs an API key: send the header `Authorization: Bearer KEY` (server.api_key)",
-        )
-        .into_response(),
+    if state.config.server.public_listings && req.method() == axum::http::Method::GET && LISTINGS.contains(&req.uri().path()) {
+        return next.run(req).await;
+    }
+    let token = given_key(&req);
+    match token.as_deref() {
+        None => {
+            let how = if req.uri().path() == WS_ROUTE {
+                "send the header `Authorization: Bearer KEY`, or (from a browser) the subprotocols `cosy, cosy-key.KEY` or the query `?api_key=KEY`"
+            } else {
+                "send the header `Authorization: Bearer KEY`"
+            };
+            ApiError::new(StatusCode::UNAUTHORIZED, "missing_api_key", format!("this server needs an API key: {how} (server.api_key)"))
+                .into_response()
+        }
         Some(t) if !same_secret(t.as_bytes(), key.as_bytes()) => {
             ApiError::new(StatusCode::UNAUTHORIZED, "invalid_api_key", "the API key is not valid for this server").into_response()
         }
@@ -388,12 +462,32 @@ async fn metrics_page(State(state): State<Arc<AppState>>) -> Response {
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], body).into_response()
 }
 
+/// `GET /v1/models` and `GET /v1/audio/models`: OpenAI's list (`object`, `data`) and, for Open
+/// WebUI's `/audio/models`, `models` as `{"id", "name"}` objects; one answer both read.
 async fn models() -> Response {
     axum::Json(serde_json::json!({
         "object": "list",
-        "data": [{ "id": MODEL_ID, "object": "model", "owned_by": "cosy" }],
+        "data": [{ "id": MODEL_ID, "object": "model", "created": 0, "owned_by": "cosy" }],
+        "models": [{ "id": MODEL_ID, "name": MODEL_ID }],
     }))
     .into_response()
+}
+
+/// Says at start which names mean which voice, and warns of an alias to a voice that is not
+/// there (it may be saved later: a request for it fails until then, naming the alias).
+fn log_aliases(state: &AppState) {
+    let saved = state.voices.store().names().unwrap_or_default();
+    for extra in state.voices.extra_names(&saved) {
+        match (extra.via, &extra.target) {
+            ("alias", Some(to)) if extra.available => tracing::info!("voice {} means {to} (voices.aliases)", extra.id),
+            ("alias", Some(to)) => tracing::warn!(
+                "voices.aliases.{} = {to:?}: there is no saved voice {to}; requests for {} fail until it is saved",
+                extra.id,
+                extra.id
+            ),
+            _ => {}
+        }
+    }
 }
 
 async fn not_found(req: Request) -> Response {
@@ -401,7 +495,7 @@ async fn not_found(req: Request) -> Response {
         "unknown_route",
         format!(
             "no such endpoint: {} {}; the API is POST /v1/audio/speech, GET /v1/audio/speech/stream (WebSocket), \
-             GET|POST /v1/audio/voices, DELETE /v1/audio/voices/NAME, GET /v1/models, /health, /ready, /metrics",
+             GET|POST /v1/audio/voices, DELETE /v1/audio/voices/NAME, GET /v1/models, GET /v1/audio/models, /health, /ready, /metrics",
             req.method(),
             req.uri().path()
         ),
@@ -428,6 +522,13 @@ mod tests {
         assert!(!same_secret(b"abc", b"abd"));
         assert!(!same_secret(b"ab", b"abc"));
         assert!(!same_secret(b"", b"abc"));
+    }
+
+    #[test]
+    fn query_keys_are_decoded() {
+        assert_eq!(percent_decode("a%2Fb+c%"), "a/b c%");
+        assert_eq!(percent_decode("%zz%4"), "%zz%4");
+        assert_eq!(percent_decode("s3cret"), "s3cret");
     }
 
     #[test]

@@ -14,18 +14,20 @@ use axum::response::{IntoResponse, Response};
 use axum::Extension;
 use base64::Engine as _;
 use cosy::app::speech::{api_speed, build_request, ApiSpeed, SpeechOptions};
-use cosy::app::voices::{Recording, VoiceChoice};
+use cosy::app::voices::{Recording, Resolved, VoiceChoice};
 use cosy::engine::{Engine, Event, RequestHandle};
-use cosy::request::{TestHooks, Voice};
+use cosy::request::TestHooks;
 use serde::Deserialize;
 
 use super::encode::{AudioFormat, StreamEncoder};
 use super::error::ApiError;
 use super::{ActiveGuard, AppState, RequestId};
 
-/// The fields a speech request may carry (JSON names; multipart uses the same names).
+/// The fields a speech request may carry (JSON names; multipart uses the same names). Other
+/// fields are accepted and named in `x-cosy-ignored-fields` and the log (clients send extras:
+/// the openai SDKs pass `extra_body` keys through, pipecat and LiveKit send fields of newer API
+/// versions); a known field of the wrong type is still a 400.
 #[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct SpeechParams {
     /// Any model name is accepted: one server serves one model.
     pub model: Option<String>,
@@ -93,24 +95,75 @@ pub struct VoiceSpec {
 
 pub async fn handle(State(state): State<Arc<AppState>>, Extension(id): Extension<RequestId>, req: Request) -> Response {
     let started = Instant::now();
-    match speech(&state, &id, req, started).await {
+    let mut notes = Notes::default();
+    let mut response = match speech(&state, &id, req, started, &mut notes).await {
         Ok(response) => response,
         Err(e) => {
             tracing::info!("refused: {} {}", e.status.as_u16(), e.message);
             e.into_response()
         }
+    };
+    notes.apply(&mut response);
+    response
+}
+
+/// What a response says about how its request was read: the voice used (`x-cosy-voice`) and the
+/// fields ignored (`x-cosy-ignored-fields`), on errors too.
+#[derive(Debug, Default)]
+pub struct Notes {
+    pub voice: Option<String>,
+    pub ignored: Vec<String>,
+}
+
+impl Notes {
+    /// Names the ignored fields in the log (once per request).
+    pub fn ignored(&mut self, fields: Vec<String>) {
+        if !fields.is_empty() {
+            tracing::info!("ignored unknown fields: {}", field_list(&fields));
+        }
+        self.ignored = fields;
+    }
+
+    pub fn apply(&self, response: &mut Response) {
+        let headers = response.headers_mut();
+        if let Some(v) = self.voice.as_deref().and_then(|v| HeaderValue::from_str(v).ok()) {
+            headers.insert("x-cosy-voice", v);
+        }
+        if !self.ignored.is_empty() {
+            if let Ok(v) = HeaderValue::from_str(&field_list(&self.ignored)) {
+                headers.insert("x-cosy-ignored-fields", v);
+            }
+        }
     }
 }
 
-async fn speech(state: &Arc<AppState>, id: &RequestId, req: Request, started: Instant) -> Result<Response, ApiError> {
+/// Field names for a header or a log line: printable ASCII (others become `?`), each at most 64
+/// characters, at most 16 names, then how many more (a client decides the names: bounded).
+pub fn field_list(names: &[String]) -> String {
+    const MAX_NAMES: usize = 16;
+    let mut shown: Vec<String> = names
+        .iter()
+        .take(MAX_NAMES)
+        .map(|n| n.chars().take(64).map(|c| if c.is_ascii_graphic() || c == ' ' { c } else { '?' }).collect())
+        .collect();
+    if names.len() > MAX_NAMES {
+        shown.push(format!("... ({} more)", names.len() - MAX_NAMES));
+    }
+    shown.join(", ")
+}
+
+async fn speech(state: &Arc<AppState>, id: &RequestId, req: Request, started: Instant, notes: &mut Notes) -> Result<Response, ApiError> {
     let engine = state.engine()?;
     let deadline = state.request_deadline(started);
     // A client that sends its body slowly is bounded by the same deadline.
-    let (params, upload) = tokio::time::timeout_at(deadline, read_params(state, req))
+    let (params, upload, ignored) = tokio::time::timeout_at(deadline, read_params(state, req))
         .await
         .map_err(|_| ApiError::timeout(state.config.server.request_timeout_s))??;
+    notes.ignored(ignored);
     let plan = check(state, params, upload)?;
-    let voice = resolve_voice(state, plan.voice).await?;
+    let resolved = resolve_voice(state, plan.voice).await?;
+    notes.voice = Some(resolved.how.to_string());
+    let voice = resolved.voice;
     // A response sent as it is made follows `say`'s rule (the application layer's): the
     // streaming schedule at speed 1, else whole sentences, each sent when it is made.
     let mut options = SpeechOptions::new(plan.text, voice, plan.stream);
@@ -167,7 +220,10 @@ fn speed_headers(speed: ApiSpeed) -> HeaderMap {
 }
 
 /// Reads the body (JSON or multipart) within `server.max_body_bytes`.
-async fn read_params(state: &Arc<AppState>, req: Request) -> Result<(SpeechParams, Option<Vec<u8>>), ApiError> {
+/// The parameters, the uploaded recording (multipart) and the names of the fields ignored.
+type Params = (SpeechParams, Option<Vec<u8>>, Vec<String>);
+
+async fn read_params(state: &Arc<AppState>, req: Request) -> Result<Params, ApiError> {
     let limit = state.config.server.max_body_bytes;
     let content_type = req.headers().get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("").to_ascii_lowercase();
     check_declared_length(req.headers(), limit)?;
@@ -185,8 +241,8 @@ async fn read_params(state: &Arc<AppState>, req: Request) -> Result<(SpeechParam
         ));
     }
     let bytes = read_body(req.into_body(), limit).await?;
-    let params = parse_json(&bytes, r#"{"input": "Hello.", "voice": "default"}"#)?;
-    Ok((params, None))
+    let (params, ignored) = parse_json(&bytes, r#"{"input": "Hello.", "voice": "default"}"#)?;
+    Ok((params, None, ignored))
 }
 
 /// 413 at once when the client says its body is too large.
@@ -217,17 +273,33 @@ pub async fn read_body(body: Body, limit: usize) -> Result<Bytes, ApiError> {
     })
 }
 
-/// The body as `T`; `example` is a JSON object of the kind expected (for the empty-body error).
-pub fn parse_json<T: serde::de::DeserializeOwned>(bytes: &[u8], example: &str) -> Result<T, ApiError> {
+/// The body as `T`, and the fields it has that `T` does not know (ignored); `example` is a JSON
+/// object of the kind expected (for the empty-body error).
+pub fn parse_json<T: serde::de::DeserializeOwned>(bytes: &[u8], example: &str) -> Result<(T, Vec<String>), ApiError> {
     if bytes.iter().all(u8::is_ascii_whitespace) {
         return Err(ApiError::bad_request("invalid_json", format!("the request body is empty; send a JSON object such as {example}")));
     }
     let text = std::str::from_utf8(bytes)
         .map_err(|e| ApiError::bad_request("invalid_json", format!("the request body is not UTF-8 text ({e})")))?;
     let mut de = serde_json::Deserializer::from_str(text);
-    let value: T = serde_path_to_error::deserialize(&mut de).map_err(|e| field_error("the request body", e))?;
+    let mut ignored = Vec::new();
+    let value: T = serde_path_to_error::deserialize(serde_ignored::Deserializer::new(&mut de, &mut |path: serde_ignored::Path| ignored.push(path.to_string())))
+        .map_err(|e| field_error("the request body", e))?;
     de.end().map_err(|e| ApiError::bad_request("invalid_json", format!("the request body is not a valid request: {e}")))?;
-    Ok(value)
+    Ok((value, ignored))
+}
+
+/// Form fields (as JSON values) as `T`, and the names of the fields `T` does not know.
+pub fn from_fields<T: serde::de::DeserializeOwned>(
+    what: &str,
+    fields: serde_json::Map<String, serde_json::Value>,
+) -> Result<(T, Vec<String>), ApiError> {
+    let mut ignored = Vec::new();
+    let value: T = serde_path_to_error::deserialize(serde_ignored::Deserializer::new(serde_json::Value::Object(fields), &mut |path: serde_ignored::Path| {
+        ignored.push(path.to_string())
+    }))
+    .map_err(|e| field_error(what, e))?;
+    Ok((value, ignored))
 }
 
 /// A deserialisation error naming the field at fault (`field seed: invalid value ...`).
@@ -269,7 +341,7 @@ pub async fn read_form(
 
 /// Multipart fields become the JSON fields; a file part named `ref_audio` (or `file`, `audio`)
 /// is the prompt recording.
-async fn read_multipart(multipart: Multipart, limit: usize) -> Result<(SpeechParams, Option<Vec<u8>>), ApiError> {
+async fn read_multipart(multipart: Multipart, limit: usize) -> Result<Params, ApiError> {
     let is_upload = |name: &str, is_file: bool| matches!(name, "ref_audio" | "file" | "audio") && (is_file || name != "ref_audio");
     let typed = |name: &str, text: String| -> Result<serde_json::Value, ApiError> {
         Ok(match name {
@@ -288,9 +360,8 @@ async fn read_multipart(multipart: Multipart, limit: usize) -> Result<(SpeechPar
         })
     };
     let (fields, upload) = read_form(multipart, limit, is_upload, typed).await?;
-    let params: SpeechParams = serde_path_to_error::deserialize(serde_json::Value::Object(fields))
-        .map_err(|e| field_error("the multipart request", e))?;
-    Ok((params, upload))
+    let (params, ignored) = from_fields::<SpeechParams>("the multipart request", fields)?;
+    Ok((params, upload, ignored))
 }
 
 pub fn multipart_error(e: axum::extract::multipart::MultipartError, limit: usize) -> ApiError {
@@ -386,14 +457,17 @@ pub fn decode_data_url(data: &str) -> Result<Vec<u8>, ApiError> {
 }
 
 /// The voice, through the application layer, on a blocking thread (decoding a recording,
-/// reading a voice file).
-pub async fn resolve_voice(state: &Arc<AppState>, spec: VoiceSpec) -> Result<Voice, ApiError> {
+/// reading a voice file); logged with how it was chosen (an alias, the default for an OpenAI
+/// name), which the routes also name in their answer.
+pub async fn resolve_voice(state: &Arc<AppState>, spec: VoiceSpec) -> Result<Resolved, ApiError> {
     let state = state.clone();
-    tokio::task::spawn_blocking(move || -> Result<Voice, ApiError> {
+    tokio::task::spawn_blocking(move || -> Result<Resolved, ApiError> {
         let key = state.engine()?.voice_key().to_string();
         let recording = spec.recording.map(|bytes| Recording::from_bytes("ref_audio", bytes)).transpose().map_err(ApiError::from_engine)?;
         let choice = VoiceChoice { name: spec.name, recording, transcript: spec.transcript, instruction: spec.instruction };
-        state.voices.resolve(choice, Some(&key)).map_err(ApiError::from_engine)
+        let resolved = state.voices.resolve(choice, Some(&key)).map_err(ApiError::from_engine)?;
+        tracing::info!("voice: {}", resolved.how);
+        Ok(resolved)
     })
     .await
     .map_err(|e| ApiError::internal(format!("voice: {e}")))?
@@ -591,4 +665,19 @@ fn sse_body(stream: Encoded) -> Body {
         }
     });
     Body::from_stream(stream)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::field_list;
+
+    #[test]
+    fn ignored_field_lists_are_bounded_and_printable() {
+        assert_eq!(field_list(&["a".into(), "b c".into()]), "a, b c");
+        assert_eq!(field_list(&["x\ny\u{e9}".into()]), "x?y?");
+        let many: Vec<String> = (0..20).map(|i| format!("f{i}")).collect();
+        let list = field_list(&many);
+        assert!(list.starts_with("f0, f1,") && list.ends_with("f15, ... (4 more)"), "{list}");
+        assert_eq!(field_list(&["z".repeat(100)]).len(), 64);
+    }
 }

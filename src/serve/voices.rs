@@ -11,17 +11,31 @@ use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 
 use super::error::ApiError;
-use super::speech::{check_declared_length, decode_data_url, field_error, parse_json, read_body, read_form};
+use super::speech::{check_declared_length, decode_data_url, from_fields, parse_json, read_body, read_form, Notes};
 use super::AppState;
 
-/// `GET /v1/audio/voices`
+/// `GET /v1/audio/voices`: `voices` as `{"id", "name"}` objects (Open WebUI's shape): the saved
+/// voices, then the other names a request may give (the aliases of the config, OpenAI's voice
+/// names) with what each resolves to now; `data`: the saved voices in detail; `default`.
 pub async fn list(State(state): State<Arc<AppState>>) -> Response {
     let st = state.clone();
     let listed = tokio::task::spawn_blocking(move || -> Result<serde_json::Value, ApiError> {
         let key = st.engine.get().map(|e| e.voice_key().to_string());
         let entries = st.voices.list(key.as_deref()).map_err(ApiError::from_engine)?;
         let default = entries.iter().find(|e| e.is_default).map(|e| e.name.clone());
-        let names: Vec<&str> = entries.iter().map(|e| e.name.as_str()).collect();
+        let saved: Vec<String> = entries.iter().map(|e| e.name.clone()).collect();
+        let mut voices: Vec<serde_json::Value> = saved.iter().map(|n| serde_json::json!({ "id": n, "name": n })).collect();
+        for extra in st.voices.extra_names(&saved) {
+            let target = extra.target.as_deref().unwrap_or("");
+            let name = match (extra.via, extra.available) {
+                ("alias", true) => format!("{} (alias of {target})", extra.id),
+                ("alias", false) => format!("{} (alias of {target}, which is missing)", extra.id),
+                (_, true) => format!("{} (default voice: {target})", extra.id),
+                (_, false) => format!("{} (no default voice)", extra.id),
+            };
+            let resolves_to = extra.available.then_some(target);
+            voices.push(serde_json::json!({ "id": extra.id, "name": name, "resolves_to": resolves_to }));
+        }
         let data: Vec<serde_json::Value> = entries
             .iter()
             .map(|e| match &e.voice {
@@ -36,7 +50,7 @@ pub async fn list(State(state): State<Arc<AppState>>) -> Response {
                 Err(problem) => serde_json::json!({ "name": e.name, "usable": false, "error": problem }),
             })
             .collect();
-        Ok(serde_json::json!({ "object": "list", "voices": names, "default": default, "data": data }))
+        Ok(serde_json::json!({ "object": "list", "voices": voices, "default": default, "data": data }))
     })
     .await;
     match listed {
@@ -46,8 +60,9 @@ pub async fn list(State(state): State<Arc<AppState>>) -> Response {
     }
 }
 
+/// The fields of a new voice; others are accepted and named in `x-cosy-ignored-fields`, as for
+/// a speech request.
 #[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
 struct VoiceForm {
     name: Option<String>,
     /// What the recording says (vLLM-Omni's name; `transcript` and `text` are accepted too).
@@ -65,13 +80,16 @@ struct VoiceForm {
 /// `POST /v1/audio/voices`: multipart (`audio_sample` file, `name`, `ref_text`) or JSON with
 /// `ref_audio` as a data URL. 201 with the voice; 409 when the name is taken (unless overwrite).
 pub async fn create(State(state): State<Arc<AppState>>, req: Request) -> Response {
-    match create_voice(&state, req).await {
+    let mut notes = Notes::default();
+    let mut response = match create_voice(&state, req, &mut notes).await {
         Ok(r) => r,
         Err(e) => e.into_response(),
-    }
+    };
+    notes.apply(&mut response);
+    response
 }
 
-async fn create_voice(state: &Arc<AppState>, req: Request) -> Result<Response, ApiError> {
+async fn create_voice(state: &Arc<AppState>, req: Request, notes: &mut Notes) -> Result<Response, ApiError> {
     let engine = state.engine()?;
     let limit = state.config.server.max_body_bytes;
     check_declared_length(req.headers(), limit)?;
@@ -88,13 +106,14 @@ async fn create_voice(state: &Arc<AppState>, req: Request) -> Result<Response, A
             })
         };
         let (fields, upload) = read_form(multipart, limit, is_upload, typed).await?;
-        let form: VoiceForm = serde_path_to_error::deserialize(serde_json::Value::Object(fields))
-            .map_err(|e| field_error("the voice form", e))?;
+        let (form, ignored) = from_fields::<VoiceForm>("the voice form", fields)?;
+        notes.ignored(ignored);
         (form, upload)
     } else if content_type.is_empty() || content_type.starts_with("application/json") {
         let bytes = read_body(req.into_body(), limit).await?;
-        let form: VoiceForm =
+        let (form, ignored): (VoiceForm, _) =
             parse_json(&bytes, r#"{"name": "me", "ref_audio": "data:audio/wav;base64,...", "ref_text": "what it says"}"#)?;
+        notes.ignored(ignored);
         let upload = form.ref_audio.as_deref().map(decode_data_url).transpose()?;
         (form, upload)
     } else {

@@ -2,16 +2,25 @@
 //!
 //! Client → server (text frames, JSON): `{"type": "session.config", ...}` first (the speech
 //! request's fields but `input`: `voice`, `ref_audio`, `ref_text`, `instructions`, `seed`,
-//! `response_format` = "pcm"), then `{"type": "input.text", "text": "..."}` pieces, then
-//! `{"type": "input.done"}`; `{"type": "session.close"}` ends the session at once.
+//! `response_format` = "pcm"; unknown fields are accepted and named), then
+//! `{"type": "input.text", "text": "..."}` pieces, then `{"type": "input.done"}`;
+//! `{"type": "session.close"}` ends the session at once.
 //!
-//! Server → client: `session.created`; for each text segment `audio.start`, binary frames of
-//! s16le 24 kHz mono PCM as they are made, `audio.done`; after `input.done` and the last segment
-//! `session.done`, then the socket closes. Errors: `{"type": "error", "error": {...}}`, then close.
+//! Server → client: `session.created` (with the voice used and the fields ignored); for each
+//! text segment `audio.start`, binary frames of s16le 24 kHz mono PCM as they are made,
+//! `audio.done`; after `input.done` and the last segment `session.done`, then the socket closes.
+//! Errors: `{"type": "error", "error": {...}}`, then close.
 //!
-//! Text is spoken segment by segment: a segment ends at settled sentence punctuation (`.`, `!`,
-//! `?`, `;` followed by a space or line break; `。！？；` and line breaks at once), or at
-//! `input.done`. Segments run one after another, each a streaming engine request.
+//! Text-in streaming (a voice with a transcript or an instruction): the pieces go into one
+//! request as they arrive; when its speech ends before its text, the rest is a new segment
+//! (`cosy::app::text_in`, the rule for every front end). Otherwise ("sentences") text is spoken
+//! segment by segment: a segment ends at settled sentence punctuation (`.`, `!`, `?`, `;`
+//! followed by a space or line break; `。！？；` and line breaks at once), or at `input.done`;
+//! segments run one after another, each a streaming engine request.
+//!
+//! Browsers: the handshake's `Origin`, when present, must be allowed (`server.cors_origins`),
+//! and the key may come as the subprotocol `cosy-key.KEY` (answered `cosy`) or `?api_key=`
+//! (`super::given_key`).
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -26,6 +35,8 @@ use futures_util::{SinkExt, StreamExt};
 use serde::Deserialize;
 use tokio::sync::mpsc;
 
+use cosy::app::text_in::{Next, TextIn};
+
 use super::error::ApiError;
 use super::speech::{decode_data_url, resolve_voice, voice_name, Finish, Running, VoiceSpec};
 use super::{AppState, RequestId};
@@ -34,8 +45,23 @@ pub async fn handle(
     State(state): State<Arc<AppState>>,
     Extension(id): Extension<RequestId>,
     connection: Option<Extension<super::listen::ConnectionSlot>>,
+    headers: axum::http::HeaderMap,
     upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
 ) -> Response {
+    // A browser sends its page's Origin (and no preflight): only the pages server.cors_origins
+    // allows may open a session. Clients that are not browsers send none.
+    if let Some(origin) = headers.get(axum::http::header::ORIGIN) {
+        let origin = origin.to_str().unwrap_or("");
+        if !state.origins.allows(origin) {
+            tracing::info!("WebSocket from origin {origin:?} refused (server.cors_origins)");
+            return ApiError::new(
+                axum::http::StatusCode::FORBIDDEN,
+                "origin_not_allowed",
+                format!("web pages from {origin:?} may not open this WebSocket; the server allows them with server.cors_origins"),
+            )
+            .into_response();
+        }
+    }
     let upgrade = match upgrade {
         Ok(upgrade) => upgrade,
         // A plain HTTP request (or a broken handshake): the same JSON error as everywhere else.
@@ -52,6 +78,9 @@ pub async fn handle(
     }
     let limit = state.config.server.max_body_bytes;
     upgrade
+        // `cosy` when the client offers it (a browser that sends its key as `cosy-key.KEY` must
+        // also offer `cosy`: the answer names one of the offered protocols, never the key).
+        .protocols([super::WS_PROTOCOL])
         .max_message_size(limit)
         .max_frame_size(limit)
         .on_upgrade(move |socket| async move {
@@ -62,11 +91,20 @@ pub async fn handle(
         })
 }
 
+#[derive(Debug)]
+enum ClientMessage {
+    /// The configuration, and the names of its fields the server does not know (ignored, and
+    /// named in `session.created`).
+    Config(SessionConfig, Vec<String>),
+    Text { text: String },
+    Done,
+    Close,
+}
+
+/// The other messages' shapes (`type` and their fields).
 #[derive(Debug, Deserialize)]
 #[serde(tag = "type")]
-enum ClientMessage {
-    #[serde(rename = "session.config")]
-    Config(SessionConfig),
+enum OtherMessage {
     #[serde(rename = "input.text")]
     Text { text: String },
     #[serde(rename = "input.done")]
@@ -75,8 +113,30 @@ enum ClientMessage {
     Close,
 }
 
+/// A client's text frame as a message. `session.config` takes unknown fields as a speech request
+/// does (accepted, named); a field of the wrong type is an error.
+fn parse_message(text: &str) -> Result<ClientMessage, ApiError> {
+    let bad = |e: &dyn std::fmt::Display| {
+        ApiError::bad_request(
+            "invalid_message",
+            format!("message is not a valid session message ({e}); send session.config, input.text, input.done or session.close"),
+        )
+    };
+    let value: serde_json::Value = serde_json::from_str(text).map_err(|e| bad(&e))?;
+    if value.get("type").and_then(|t| t.as_str()) == Some("session.config") {
+        let serde_json::Value::Object(mut fields) = value else { return Err(bad(&"not an object")) };
+        fields.remove("type");
+        let (config, ignored) = super::speech::from_fields::<SessionConfig>("session.config", fields)?;
+        return Ok(ClientMessage::Config(config, ignored));
+    }
+    Ok(match serde_json::from_value::<OtherMessage>(value).map_err(|e| bad(&e))? {
+        OtherMessage::Text { text } => ClientMessage::Text { text },
+        OtherMessage::Done => ClientMessage::Done,
+        OtherMessage::Close => ClientMessage::Close,
+    })
+}
+
 #[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
 struct SessionConfig {
     model: Option<String>,
     voice: Option<serde_json::Value>,
@@ -109,12 +169,7 @@ async fn session(socket: WebSocket, state: Arc<AppState>, id: String) {
     let reader = tokio::spawn(async move {
         while let Some(message) = source.next().await {
             let parsed = match message {
-                Ok(Message::Text(text)) => serde_json::from_str::<ClientMessage>(text.as_str()).map_err(|e| {
-                    ApiError::bad_request(
-                        "invalid_message",
-                        format!("message is not a valid session message ({e}); send session.config, input.text, input.done or session.close"),
-                    )
-                }),
+                Ok(Message::Text(text)) => parse_message(text.as_str()),
                 Ok(Message::Binary(_)) => Err(ApiError::bad_request("invalid_message", "binary messages are not accepted; send JSON text messages")),
                 Ok(Message::Close(_)) | Err(_) => break,
                 Ok(_) => continue,
@@ -154,8 +209,8 @@ async fn run_session(
     let idle = Duration::from_secs(state.config.server.request_timeout_s);
     let max_chars = state.config.limits.max_text_chars;
     // 1. The configuration.
-    let config = match tokio::time::timeout(idle, client.recv()).await {
-        Ok(Some(Ok(ClientMessage::Config(c)))) => c,
+    let (config, ignored) = match tokio::time::timeout(idle, client.recv()).await {
+        Ok(Some(Ok(ClientMessage::Config(c, ignored)))) => (c, ignored),
         Ok(Some(Ok(_))) => {
             return Err(ApiError::bad_request("missing_config", "send {\"type\": \"session.config\", ...} first"));
         }
@@ -177,7 +232,11 @@ async fn run_session(
     let recording = config.ref_audio.as_deref().map(decode_data_url).transpose()?;
     let name = if recording.is_some() { None } else { voice_name(config.voice.clone())? };
     let spec = VoiceSpec { name, recording, transcript: config.ref_text.clone(), instruction: config.instructions.clone() };
-    let voice = resolve_voice(state, spec).await?;
+    if !ignored.is_empty() {
+        tracing::info!(request = %id, "session.config: ignored unknown fields: {}", super::speech::field_list(&ignored));
+    }
+    let resolved = resolve_voice(state, spec).await?;
+    let voice = resolved.voice;
     let has_prompt_text = cosy::app::speech::can_stream_text(&voice, 1.0);
     let bistream = match config.text_streaming.as_deref().map(str::trim) {
         None => has_prompt_text,
@@ -198,6 +257,7 @@ async fn run_session(
         event(serde_json::json!({
             "type": "session.created", "request_id": id, "sample_rate": state.sample_rate(), "format": "pcm",
             "text_streaming": if bistream { "bistream" } else { "sentences" },
+            "voice": resolved.how.to_string(), "ignored_fields": ignored.iter().take(16).collect::<Vec<_>>(),
         })),
     )
     .await?;
@@ -316,7 +376,7 @@ fn incoming(message: Option<Result<ClientMessage, ApiError>>, received_chars: &m
     match message {
         None | Some(Ok(ClientMessage::Close)) => Ok(Incoming::Closed),
         Some(Err(e)) => Err(e),
-        Some(Ok(ClientMessage::Config(_))) => Err(ApiError::bad_request("invalid_message", "session.config may be sent once, first")),
+        Some(Ok(ClientMessage::Config(..))) => Err(ApiError::bad_request("invalid_message", "session.config may be sent once, first")),
         Some(Ok(ClientMessage::Done)) => Ok(Incoming::Done),
         Some(Ok(ClientMessage::Text { text })) => {
             *received_chars += text.chars().count();
@@ -331,8 +391,9 @@ fn incoming(message: Option<Result<ClientMessage, ApiError>>, received_chars: &m
     }
 }
 
-/// One text-in streaming request for the whole session: every `input.text` piece goes into it as
-/// it arrives, `input.done` ends its text, audio frames leave as they are made.
+/// Text-in streaming for the whole session (`cosy::app::text_in`): every `input.text` piece
+/// goes into the segment speaking as it arrives, `input.done` ends its text, audio frames leave
+/// as they are made. When a segment's speech ends before its text, the rest is a new segment.
 async fn run_bistream(
     sink: &mut Sink,
     client: &mut mpsc::Receiver<Result<ClientMessage, ApiError>>,
@@ -345,63 +406,90 @@ async fn run_bistream(
     let idle = Duration::from_secs(state.config.server.request_timeout_s);
     let max_chars = state.config.limits.max_text_chars;
     let engine = state.engine()?;
-    let started = Instant::now();
     let mut speech = cosy::app::speech::SpeechOptions::new(String::new(), voice, true);
     speech.seed = seed;
     let request = cosy::app::speech::build_streaming_request(speech).map_err(|e| state.api_error(e))?;
-    let (feed, handle) = engine.submit_bistream(request, options, None).map_err(|e| state.api_error(e))?;
-    let mut running = super::speech::follow(state, handle);
-    let mut feed = Some(feed);
-    let mut finish = Finish { state: state.clone(), started, ttfb: 0.0, id: id.to_string() };
+    let (mut text_in, handle) = TextIn::start(engine, request, options).map_err(|e| state.api_error(e))?;
+    // The segment speaking: its request, whether its audio.start went out, its samples.
+    let new_segment = |handle| (super::speech::follow(state, handle), false, 0usize, Finish { state: state.clone(), started: Instant::now(), ttfb: 0.0, id: id.to_string() });
+    let mut current = Some(new_segment(handle));
     let mut received_chars = 0usize;
-    let mut samples = 0usize;
+    let mut total_samples = 0usize;
     let mut last_activity = Instant::now();
+    let session_done = |segments: usize, samples: usize| {
+        event(serde_json::json!({
+            "type": "session.done",
+            "segments": segments,
+            "audio_seconds": samples as f64 / f64::from(state.sample_rate()),
+        }))
+    };
     loop {
         let deadline = tokio::time::Instant::from_std(last_activity + idle);
         tokio::select! {
-            message = client.recv(), if feed.is_some() => {
+            message = client.recv(), if !text_in.input_done() => {
                 last_activity = Instant::now();
-                match incoming(message, &mut received_chars, max_chars)? {
+                let started = match incoming(message, &mut received_chars, max_chars)? {
                     Incoming::Closed => return Ok(()),
-                    Incoming::Text(text) => {
-                        if let Some(f) = &feed {
-                            f.send(text).map_err(ApiError::from_engine)?;
+                    Incoming::Text(text) => text_in.push(text).map_err(|e| state.api_error(e))?,
+                    Incoming::Done => text_in.finish().map_err(|e| state.api_error(e))?,
+                };
+                if let Some(handle) = started {
+                    current = Some(new_segment(handle));
+                } else if current.is_none() && text_in.input_done() {
+                    // Nothing left to say after a segment that ended early.
+                    send(sink, session_done(text_in.segments(), total_samples)).await?;
+                    return Ok(());
+                }
+            }
+            chunk = async {
+                match current.as_mut() {
+                    Some((running, ..)) => running.next_or_done(deadline).await,
+                    None => std::future::pending().await,
+                }
+            } => {
+                last_activity = Instant::now();
+                let Some((_, announced, samples, finish)) = current.as_mut() else { continue };
+                let segment = text_in.current().unwrap_or(0);
+                match chunk? {
+                    Some(audio) => {
+                        if !*announced {
+                            *announced = true;
+                            finish.ttfb = finish.started.elapsed().as_secs_f64();
+                            state.metrics.ttfb.observe(finish.ttfb);
+                            send(sink, event(serde_json::json!({ "type": "audio.start", "segment": segment }))).await?;
                         }
+                        *samples += audio.len();
+                        total_samples += audio.len();
+                        send(sink, Message::Binary(cosy::audio::pcm16_bytes(&audio).into())).await?;
                     }
-                    Incoming::Done => {
-                        if let Some(f) = feed.take() {
-                            f.finish();
+                    None => {
+                        let (_, announced, samples, finish) = current.take().expect("a segment was speaking");
+                        finish.done(samples);
+                        let end = text_in.segment_ended().map_err(|e| state.api_error(e))?;
+                        if !announced {
+                            send(sink, event(serde_json::json!({ "type": "audio.start", "segment": end.index }))).await?;
+                        }
+                        send(
+                            sink,
+                            event(serde_json::json!({
+                                "type": "audio.done", "segment": end.index, "samples": samples,
+                                "text": end.text, "ended_early": end.ended_early,
+                            })),
+                        )
+                        .await?;
+                        match end.next {
+                            Next::Segment(handle) => current = Some(new_segment(handle)),
+                            Next::Waiting => {}
+                            Next::Finished => {
+                                send(sink, session_done(text_in.segments(), total_samples)).await?;
+                                return Ok(());
+                            }
                         }
                     }
                 }
             }
-            chunk = running.next_or_done(deadline) => {
-                last_activity = Instant::now();
-                match chunk? {
-                    Some(audio) => {
-                        if samples == 0 {
-                            finish.ttfb = started.elapsed().as_secs_f64();
-                            state.metrics.ttfb.observe(finish.ttfb);
-                            send(sink, event(serde_json::json!({ "type": "audio.start", "segment": 0 }))).await?;
-                        }
-                        samples += audio.len();
-                        send(sink, Message::Binary(cosy::audio::pcm16_bytes(&audio).into())).await?;
-                    }
-                    None => {
-                        finish.done(samples);
-                        send(sink, event(serde_json::json!({ "type": "audio.done", "segment": 0, "samples": samples }))).await?;
-                        send(
-                            sink,
-                            event(serde_json::json!({
-                                "type": "session.done",
-                                "segments": 1,
-                                "audio_seconds": samples as f64 / f64::from(state.sample_rate()),
-                            })),
-                        )
-                        .await?;
-                        return Ok(());
-                    }
-                }
+            _ = tokio::time::sleep_until(deadline), if current.is_none() => {
+                return Err(ApiError::timeout(state.config.server.request_timeout_s));
             }
         }
     }

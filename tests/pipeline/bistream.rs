@@ -67,7 +67,7 @@ fn bistream_matches_the_official_tokens_and_audio() {
         req.seed = meta["seed"].as_u64();
         req.stream = meta["stream"].as_bool().unwrap_or(false);
         let observer = std::sync::Arc::new(Tokens(Mutex::new(Vec::new())));
-        let (feed, handle) = engine.submit_bistream(req, BistreamOptions::default(), Some(observer.clone())).unwrap();
+        let (mut feed, handle) = engine.submit_bistream(req, BistreamOptions::default(), Some(observer.clone())).unwrap();
         for piece in &pieces {
             feed.send(piece.clone()).unwrap();
         }
@@ -109,8 +109,8 @@ fn bistream_runs_in_the_engine_beside_other_requests() {
     let whole_text = "The fishermen turned their boats toward the shore.";
 
     let tokens = Arc::new(Tokens(Mutex::new(Vec::new())));
-    let (feed, streamed) = engine.submit_bistream(request("", 0), BistreamOptions::default(), Some(tokens.clone())).unwrap();
-    let (bad_feed, failing) = engine.submit_bistream(request("", 0), BistreamOptions::default(), None).unwrap();
+    let (mut feed, streamed) = engine.submit_bistream(request("", 0), BistreamOptions::default(), Some(tokens.clone())).unwrap();
+    let (mut bad_feed, failing) = engine.submit_bistream(request("", 0), BistreamOptions::default(), None).unwrap();
     let whole = engine.submit(request(whole_text, 7)).unwrap();
     // Fewer text tokens than the first prompt-mixing round takes, then the error: the failing
     // request never reaches the LLM, so the two sentences the hook waits for are the others.

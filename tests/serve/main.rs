@@ -8,3 +8,4 @@ mod serve;
 mod api;
 mod formats;
 mod limits;
+mod openai;

@@ -1,0 +1,139 @@
+//! Browsers: which web pages may call the API (CORS) and open the WebSocket.
+//!
+//! One list, `server.cors_origins`, decides both ([`Origins::allows`]): tower-http's
+//! `CorsLayer` answers preflights and adds the headers to every answer for the HTTP routes, and
+//! the WebSocket handler refuses an upgrade whose `Origin` is not allowed (browsers send `Origin`
+//! on a WebSocket handshake but do not preflight it: without that check any page could open a
+//! session). Not set, the list is the loopback origins when the server listens on a loopback
+//! address (a page served from the same machine, e.g. a local web UI), none otherwise.
+
+use std::time::Duration;
+
+use axum::extract::Request;
+use axum::http::{HeaderName, HeaderValue, Method, StatusCode};
+use axum::middleware::Next;
+use axum::response::Response;
+use tower_http::cors::{AllowHeaders, AllowMethods, AllowOrigin, CorsLayer, ExposeHeaders};
+
+/// The response headers a page may read: every `x-cosy-*` header (through `*`, which browsers
+/// honour for requests without cookies, as these are) and, for older browsers, the ones by name.
+const EXPOSED: &[&str] = &["*", "x-cosy-voice", "x-cosy-ignored-fields", "x-request-id", "retry-after", "content-type"];
+
+/// The origins allowed (`server.cors_origins`, or the loopback default).
+#[derive(Debug, Clone)]
+pub struct Origins {
+    /// `*`: any origin.
+    any: bool,
+    /// `scheme://host[:port]`, lower case.
+    list: Vec<String>,
+    /// The default on a loopback bind: `http(s)://localhost|127.0.0.1|[::1]` on any port.
+    loopback: bool,
+}
+
+impl Origins {
+    /// From `server.cors_origins` (`None`: not set) and whether the server listens on loopback.
+    pub fn new(configured: Option<&[String]>, loopback_bind: bool) -> Origins {
+        match configured {
+            Some(list) => Origins { any: list.iter().any(|o| o == "*"), list: list.to_vec(), loopback: false },
+            None => Origins { any: false, list: Vec::new(), loopback: loopback_bind },
+        }
+    }
+
+    /// Whether a page from `origin` (the `Origin` header as sent) may use the API.
+    pub fn allows(&self, origin: &str) -> bool {
+        let origin = origin.trim().trim_end_matches('/').to_ascii_lowercase();
+        if self.any || self.list.contains(&origin) {
+            return true;
+        }
+        self.loopback && is_loopback_origin(&origin)
+    }
+
+    /// What the log says at start.
+    pub fn describe(&self) -> String {
+        match (self.any, self.loopback, self.list.is_empty()) {
+            (true, ..) => "any origin (server.cors_origins = [\"*\"])".into(),
+            (_, true, _) => "pages from localhost, 127.0.0.1 and [::1] (the default on a loopback bind)".into(),
+            (_, _, true) => "no web page (server.cors_origins is empty)".into(),
+            _ => self.list.join(", "),
+        }
+    }
+
+    /// tower-http's layer over this list: preflights answered (any method the API has, the
+    /// request headers echoed: `Authorization`, `Content-Type`, `x-stainless-*` and the rest), the
+    /// allowed origin echoed, the `x-cosy-*` headers exposed.
+    pub fn layer(&self) -> CorsLayer {
+        let origins = self.clone();
+        let exposed: Vec<HeaderName> = EXPOSED.iter().map(|h| HeaderName::from_static(h)).collect();
+        CorsLayer::new()
+            .allow_origin(AllowOrigin::predicate(move |origin: &HeaderValue, _| origin.to_str().is_ok_and(|o| origins.allows(o))))
+            .allow_methods(AllowMethods::list([Method::GET, Method::POST, Method::DELETE, Method::OPTIONS]))
+            .allow_headers(AllowHeaders::mirror_request())
+            .expose_headers(ExposeHeaders::list(exposed))
+            .max_age(Duration::from_secs(3600))
+    }
+}
+
+/// `http(s)://localhost`, `127.x.x.x` or `[::1]`, any port.
+fn is_loopback_origin(origin: &str) -> bool {
+    let Some(rest) = origin.strip_prefix("http://").or_else(|| origin.strip_prefix("https://")) else { return false };
+    let host = if let Some(v6) = rest.strip_prefix('[') {
+        match v6.split_once(']') {
+            Some((h, port)) if port.is_empty() || port.starts_with(':') => return h == "::1" && port_ok(port),
+            _ => return false,
+        }
+    } else {
+        match rest.split_once(':') {
+            Some((h, port)) => {
+                if !port_ok(&format!(":{port}")) {
+                    return false;
+                }
+                h
+            }
+            None => rest,
+        }
+    };
+    host == "localhost" || host.parse::<std::net::Ipv4Addr>().is_ok_and(|ip| ip.is_loopback())
+}
+
+fn port_ok(port: &str) -> bool {
+    port.is_empty() || port.strip_prefix(':').is_some_and(|p| p.parse::<u16>().is_ok())
+}
+
+/// Preflights are answered 204 No Content (tower-http answers 200 with the same headers).
+pub async fn preflight_no_content(req: Request, next: Next) -> Response {
+    let preflight = req.method() == Method::OPTIONS;
+    let mut response = next.run(req).await;
+    if preflight && response.status() == StatusCode::OK {
+        *response.status_mut() = StatusCode::NO_CONTENT;
+    }
+    response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn loopback_default_allows_local_pages_only() {
+        let o = Origins::new(None, true);
+        for ok in ["http://localhost", "http://localhost:3000", "http://127.0.0.1:8080", "https://[::1]:5173", "HTTP://LOCALHOST:1/"] {
+            assert!(o.allows(ok), "{ok}");
+        }
+        for no in ["https://evil.example", "http://localhost.evil.example", "http://127.0.0.1.nip.io", "null", "http://[::2]", "http://localhost:x"] {
+            assert!(!o.allows(no), "{no}");
+        }
+        assert!(!Origins::new(None, false).allows("http://localhost:3000"), "no default beyond loopback");
+    }
+
+    #[test]
+    fn a_configured_list_is_exact() {
+        let list = vec!["https://app.example.com".to_string()];
+        let o = Origins::new(Some(&list), true);
+        assert!(o.allows("https://app.example.com"));
+        assert!(!o.allows("https://app.example.com:8443"));
+        assert!(!o.allows("http://localhost:3000"), "a list replaces the loopback default");
+        assert!(Origins::new(Some(&["*".to_string()]), false).allows("https://anything.example"));
+        assert!(!Origins::new(Some(&[]), true).allows("http://localhost"));
+        let _ = o.layer();
+    }
+}
