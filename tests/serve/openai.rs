@@ -56,7 +56,13 @@ fn read_session(ws: &mut Ws) -> (Vec<serde_json::Value>, Vec<u8>) {
     }
 }
 
-fn speech(server: &Server, body: serde_json::Value) -> crate::serve::Reply {
+/// A speech request for a whole wav (the bytes `cosy file` writes), unless the body says otherwise.
+fn speech(server: &Server, mut body: serde_json::Value) -> crate::serve::Reply {
+    for (field, value) in [("response_format", json!("wav")), ("stream", json!(false))] {
+        if body.get(field).is_none() {
+            body[field] = value;
+        }
+    }
     server.post_json("/v1/audio/speech", &body)
 }
 
