@@ -2,7 +2,8 @@
 # Idempotent set-up for a fresh Debian/Ubuntu machine with a Rust toolchain and Python 3.11.
 #   scripts/setup.sh            system packages, ONNX Runtime (.ort/), release build of cosy
 #   scripts/setup.sh --python   also the exporter's venv (torch etc.) at ${COSY_VENV:-~/.cache/cosy/venv}
-#                               and the real clients the tests drive (ffmpeg, chromium, the openai Node SDK)
+#                               and the real clients the tests drive (ffmpeg, chromium, the openai Python
+#                               SDK in its own small venv, the openai Node SDK)
 #   scripts/setup.sh --gpu      ONNX Runtime with the CUDA + TensorRT providers instead of the CPU build
 # Each step is skipped when already done, so the other scripts call this first.
 set -euo pipefail
@@ -54,6 +55,14 @@ if [ "$want_python" = 1 ]; then
     sudo_cmd=""; [ "$(id -u)" -ne 0 ] && sudo_cmd="sudo"
     $sudo_cmd apt-get update -q
     $sudo_cmd apt-get install -y -q --no-install-recommends "${missing[@]}"
+  fi
+  # The Python clients (the openai SDK) in a small venv of their own, not the exporter's.
+  cvenv="${COSY_CLIENTS_TEST_VENV:-$HOME/.cache/cosy/client-tests-venv}"
+  want="$(sha256sum tests/clients/requirements.txt | cut -d' ' -f1)"
+  if [ ! -x "$cvenv/bin/python" ] || [ "$(cat "$cvenv/.cosy-requirements.sha256" 2>/dev/null)" != "$want" ]; then
+    python3 -m venv "$cvenv"
+    "$cvenv/bin/python" -m pip install -q --no-cache-dir -r tests/clients/requirements.txt
+    echo "$want" > "$cvenv/.cosy-requirements.sha256"
   fi
   node_dir=tests/clients/node
   want="$(sha256sum "$node_dir/package-lock.json" | cut -d' ' -f1)"
