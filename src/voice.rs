@@ -46,6 +46,27 @@ pub const VOICE_FORMAT_VERSION: &str = "1";
 /// File name extension of a voice.
 pub const VOICE_EXTENSION: &str = "safetensors";
 
+/// The largest voice file read. A voice holds at most a 30 s prompt: 750 speech tokens, a
+/// [1500, 80] mel, a [192] embedding and a few kB of metadata, about 0.5 MB; anything far larger
+/// in the voices folder is not a voice, and is never read whole.
+pub const MAX_VOICE_FILE_BYTES: u64 = 16 << 20;
+/// The largest safetensors header of a voice file read (its JSON: metadata and tensor table).
+const MAX_VOICE_HEADER_BYTES: u64 = 1 << 20;
+
+/// What a listing shows of a voice, read from the file's header alone (bounded memory and time,
+/// whatever the file): the header is checked as far as it goes — format, version, tensor table —
+/// and against the file's size (a truncated file is named as such); the tensor data is not read.
+#[derive(Debug, Clone, PartialEq)]
+pub struct VoiceSummary {
+    pub name: String,
+    pub transcript: String,
+    /// Prompt speech tokens (25 per second of recording).
+    pub speech_tokens: usize,
+    pub model_key: String,
+    pub model: String,
+    pub created: String,
+}
+
 /// A voice as stored: the prompt's features plus where they came from.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SavedVoice {
@@ -339,16 +360,120 @@ impl VoiceStore {
         ))
     }
 
-    /// Reads voice `name`; an unknown name lists the voices there are.
+    /// Reads voice `name`; an unknown name lists the voices there are. A file larger than any
+    /// voice ([`MAX_VOICE_FILE_BYTES`]) is refused before it is read.
     pub fn load(&self, name: &str) -> Result<SavedVoice> {
         check_voice_name(name)?;
         let path = self.path_of(name);
-        let bytes = match std::fs::read(&path) {
-            Ok(b) => b,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(self.unknown(name)?),
-            Err(e) => return Err(self.not_a_folder().unwrap_or_else(|| Error::io(&path, e))),
+        let file = match self.open_voice_file(&path) {
+            Ok(f) => f,
+            Err(Some(e)) => return Err(e),
+            Err(None) => return Err(self.unknown(name)?),
         };
+        let mut bytes = Vec::new();
+        std::io::Read::read_to_end(&mut std::io::Read::take(file, MAX_VOICE_FILE_BYTES + 1), &mut bytes)
+            .map_err(|e| Error::io(&path, e))?;
         SavedVoice::from_bytes(&bytes, &path)
+    }
+
+    /// Opens a voice file after checking what it is: `Err(None)` when there is nothing of that
+    /// name, `Err(Some(_))` for a dangling symbolic link, a folder, or a file too large to be a
+    /// voice (each named as such).
+    fn open_voice_file(&self, path: &Path) -> std::result::Result<std::fs::File, Option<Error>> {
+        let not_voice = |why: String| {
+            Some(Error::invalid(format!(
+                "{}: {why}; remove it from the voices folder, or add the voice again (`cosy voice add`)",
+                path.display()
+            )))
+        };
+        let meta = match std::fs::metadata(path) {
+            Ok(m) => m,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(match std::fs::symlink_metadata(path) {
+                    Ok(_) => {
+                        let target = std::fs::read_link(path).map(|t| t.display().to_string()).unwrap_or_default();
+                        not_voice(format!("a symbolic link to {target:?}, which does not exist"))
+                    }
+                    Err(_) => None,
+                });
+            }
+            Err(e) => return Err(Some(self.not_a_folder().unwrap_or_else(|| Error::io(path, e)))),
+        };
+        if !meta.is_file() {
+            return Err(not_voice("not a file".into()));
+        }
+        if meta.len() > MAX_VOICE_FILE_BYTES {
+            return Err(not_voice(format!(
+                "not a voice file ({} bytes; a voice file is under {} MiB)",
+                meta.len(),
+                MAX_VOICE_FILE_BYTES >> 20
+            )));
+        }
+        std::fs::File::open(path).map_err(|e| Some(Error::io(path, e)))
+    }
+
+    /// What a listing shows of voice `name`, from its header alone ([`VoiceSummary`]).
+    pub fn summary(&self, name: &str) -> Result<VoiceSummary> {
+        check_voice_name(name)?;
+        let path = self.path_of(name);
+        let mut file = match self.open_voice_file(&path) {
+            Ok(f) => f,
+            Err(Some(e)) => return Err(e),
+            Err(None) => return Err(self.unknown(name)?),
+        };
+        let size = file.metadata().map_err(|e| Error::io(&path, e))?.len();
+        let bad = |msg: String| Error::invalid(format!("voice file {}: {msg}; add the voice again (`cosy voice add`)", path.display()));
+        let mut len = [0u8; 8];
+        std::io::Read::read_exact(&mut file, &mut len).map_err(|_| bad(format!("not a voice file ({size} bytes, no header)")))?;
+        let header_len = u64::from_le_bytes(len);
+        if header_len > MAX_VOICE_HEADER_BYTES || header_len + 8 > size {
+            return Err(bad(format!("not a voice file (its first bytes announce a {header_len}-byte header in a {size}-byte file)")));
+        }
+        let mut header = vec![0u8; header_len as usize];
+        std::io::Read::read_exact(&mut file, &mut header).map_err(|e| Error::io(&path, e))?;
+        let header: serde_json::Value =
+            serde_json::from_slice(&header).map_err(|e| bad(format!("not a voice file (header: {e})")))?;
+        let meta = header.get("__metadata__").and_then(|m| m.as_object());
+        let get = |k: &str| {
+            meta.and_then(|m| m.get(k)).and_then(|v| v.as_str()).map(str::to_string).ok_or_else(|| bad(format!("metadata {k:?} missing")))
+        };
+        if get("format")? != VOICE_FORMAT {
+            return Err(bad(format!("format is {:?}, expected {VOICE_FORMAT:?}", get("format")?)));
+        }
+        let version = get("format_version")?;
+        if version != VOICE_FORMAT_VERSION {
+            return Err(bad(format!("format_version {version}, this cosy reads {VOICE_FORMAT_VERSION}")));
+        }
+        // The tensor table: the three tensors, shapes that fit together, data inside the file.
+        let tensor = |name: &str, dtype: &str| -> Result<(Vec<u64>, u64)> {
+            let t = header.get(name).ok_or_else(|| bad(format!("tensor {name:?} missing")))?;
+            if t.get("dtype").and_then(|d| d.as_str()) != Some(dtype) {
+                return Err(bad(format!("tensor {name} is not {dtype}")));
+            }
+            let shape: Vec<u64> =
+                t.get("shape").and_then(|s| s.as_array()).map(|a| a.iter().filter_map(|d| d.as_u64()).collect()).unwrap_or_default();
+            let end = t.get("data_offsets").and_then(|o| o.get(1)).and_then(|e| e.as_u64()).ok_or_else(|| bad(format!("tensor {name}: no data offsets")))?;
+            Ok((shape, end))
+        };
+        let (ts, t_end) = tensor("speech_token", "I64")?;
+        let (fs, f_end) = tensor("prompt_feat", "F32")?;
+        let (es, e_end) = tensor("embedding", "F32")?;
+        let tokens = match (ts.as_slice(), fs.as_slice(), es.as_slice()) {
+            ([l], [frames, _], [_]) if *frames == 2 * l && *l > 0 => *l,
+            _ => return Err(bad(format!("tensor shapes {ts:?}, {fs:?}, {es:?} do not fit together"))),
+        };
+        let needed = 8 + header_len + t_end.max(f_end).max(e_end);
+        if size < needed {
+            return Err(bad(format!("truncated: {size} bytes, its header describes {needed}")));
+        }
+        Ok(VoiceSummary {
+            name: get("name")?,
+            transcript: get("transcript")?,
+            speech_tokens: usize::try_from(tokens).unwrap_or(usize::MAX),
+            model_key: get("model_key")?,
+            model: get("model")?,
+            created: get("created")?,
+        })
     }
 
     /// Writes `voice` atomically; an existing voice of that name is kept unless `replace`. Two
@@ -503,6 +628,8 @@ impl VoiceStore {
         if !self.path_of(name).is_file() {
             return Err(self.unknown(name)?);
         }
+        // A default that cannot be read would only fail later, in every request without a voice.
+        self.summary(name)?;
         let path = self.default_marker();
         crate::output::write_bytes(&path, format!("{name}\n").as_bytes())?;
         Ok(path)

@@ -19,7 +19,7 @@ use crate::error::{Error, InputCode, Result};
 use crate::frontend::audio::{check_length, load_audio, Audio, MAX_TOKENIZER_SECONDS};
 use crate::request::Voice;
 use crate::vocab::check_voice_name as check_name;
-use crate::voice::{model_key, DefaultSource, SavedVoice, VoiceStore};
+use crate::voice::{model_key, DefaultSource, SavedVoice, VoiceStore, VoiceSummary};
 
 /// Speech tokens per second of CosyVoice3's speech tokenizer (s3tokenizer v3: 16 kHz audio,
 /// one token per 640 samples): a saved voice's length in seconds.
@@ -28,6 +28,11 @@ pub const SPEECH_TOKENS_PER_SECOND: f64 = 25.0;
 /// How long a saved voice's recording was, in seconds.
 pub fn voice_seconds(voice: &SavedVoice) -> f64 {
     voice.speech_token.len() as f64 / SPEECH_TOKENS_PER_SECOND
+}
+
+/// [`voice_seconds`] of a listed voice (its header's token count).
+pub fn summary_seconds(voice: &VoiceSummary) -> f64 {
+    voice.speech_tokens as f64 / SPEECH_TOKENS_PER_SECOND
 }
 
 /// A prompt recording: a file (the CLI) or audio already decoded (an upload).
@@ -174,10 +179,12 @@ pub struct Voices {
 #[derive(Debug, Clone)]
 pub struct VoiceEntry {
     pub name: String,
-    /// The voice, or why it cannot be read.
-    pub voice: std::result::Result<SavedVoice, String>,
+    /// The voice as its file's header describes it (read in bounded memory), or why it cannot be
+    /// used: a damaged or truncated file, a dangling link, a file that is not a voice.
+    pub voice: std::result::Result<VoiceSummary, String>,
     pub is_default: bool,
-    /// Whether it was made for the model in use (`None` when that is not known).
+    /// Whether it was made for the model in use (`None` when that is not known, or the file is
+    /// broken).
     pub fits_model: Option<bool>,
 }
 
@@ -428,11 +435,11 @@ impl Voices {
             .names()?
             .into_iter()
             .map(|name| {
-                let voice = self.store.load(&name).map_err(|e| e.to_string());
+                // The header only: a stray multi-GB file costs a few bytes of reading.
+                let voice = self.store.summary(&name).map_err(|e| e.to_string());
                 let fits_model = match (&voice, model_key) {
                     (Ok(v), Some(k)) => Some(v.model_key == k),
-                    (Err(_), _) => Some(false),
-                    (Ok(_), None) => None,
+                    _ => None,
                 };
                 VoiceEntry { is_default: default.as_deref() == Some(name.as_str()), name, voice, fits_model }
             })

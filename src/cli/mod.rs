@@ -842,14 +842,18 @@ fn voice_command(config: &Config, action: &VoiceAction) -> anyhow::Result<()> {
                 return Ok(());
             }
             for e in entries {
-                let mark = if e.is_default { "  (default)" } else { "" };
                 match &e.voice {
                     Ok(v) => {
                         let fit = if e.fits_model == Some(false) { "  [made for another model]" } else { "" };
-                        let secs = crate::app::voices::voice_seconds(v);
+                        let mark = if e.is_default { "  (default)" } else { "" };
+                        let secs = crate::app::voices::summary_seconds(v);
                         println!("{}  {}  {secs:.1} s  {:?}{fit}{mark}", e.name, v.created, v.transcript);
                     }
-                    Err(problem) => println!("{}  [unreadable: {problem}]", e.name),
+                    Err(problem) => {
+                        // A broken default is still the default: say so, and what it means.
+                        let mark = if e.is_default { "  (default: requests without a voice fail until it is fixed)" } else { "" };
+                        println!("{}  [unusable: {problem}]{mark}", e.name);
+                    }
                 }
             }
             Ok(())

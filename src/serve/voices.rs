@@ -24,7 +24,18 @@ pub async fn list(State(state): State<Arc<AppState>>) -> Response {
         let entries = st.voices.list(key.as_deref()).map_err(ApiError::from_engine)?;
         let default = entries.iter().find(|e| e.is_default).map(|e| e.name.clone());
         let saved: Vec<String> = entries.iter().map(|e| e.name.clone()).collect();
-        let mut voices: Vec<serde_json::Value> = saved.iter().map(|n| serde_json::json!({ "id": n, "name": n })).collect();
+        // A voice a request cannot use says so in its name (Open WebUI shows the name only).
+        let mut voices: Vec<serde_json::Value> = entries
+            .iter()
+            .map(|e| {
+                let name = match (&e.voice, e.fits_model) {
+                    (Err(_), _) => format!("{} (unusable: see data)", e.name),
+                    (Ok(_), Some(false)) => format!("{} (made for another model)", e.name),
+                    (Ok(_), _) => e.name.clone(),
+                };
+                serde_json::json!({ "id": e.name, "name": name })
+            })
+            .collect();
         for extra in st.voices.extra_names(&saved) {
             let target = extra.target.as_deref().unwrap_or("");
             let name = match (extra.via, extra.available) {
@@ -42,12 +53,12 @@ pub async fn list(State(state): State<Arc<AppState>>) -> Response {
                 Ok(v) => serde_json::json!({
                     "name": e.name,
                     "transcript": v.transcript,
-                    "seconds": cosy::app::voices::voice_seconds(v),
+                    "seconds": cosy::app::voices::summary_seconds(v),
                     "created": v.created,
                     "default": e.is_default,
                     "usable": e.fits_model,
                 }),
-                Err(problem) => serde_json::json!({ "name": e.name, "usable": false, "error": problem }),
+                Err(problem) => serde_json::json!({ "name": e.name, "default": e.is_default, "usable": false, "error": problem }),
             })
             .collect();
         Ok(serde_json::json!({ "object": "list", "voices": voices, "default": default, "data": data }))

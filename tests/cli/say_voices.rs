@@ -260,3 +260,52 @@ fn a_voice_made_for_another_model_is_refused_naming_both() {
     assert!(saved.check_model(&key, &model()).is_err());
     assert_ne!(saved.model_key, key);
 }
+
+/// A listing reads each file's header only: a 3 GB stray file, a dangling link, a truncated voice
+/// and another model's voice are each described as what they are, in bounded memory, one line
+/// each, and the default mark stays on the default even when it is broken.
+#[test]
+fn a_listing_reads_headers_only_and_names_every_broken_entry() {
+    let d = tempfile::tempdir().unwrap();
+    let dir = d.path();
+    ok(&add(dir, "good"));
+    let [huge, dangling, cut, foreign] = crate::common::broken_voices(&dir.join("voices"), "good");
+    // `voice default` refuses a broken voice; a default that broke afterwards is still listed as one.
+    let line = refused(&cosy(dir, &["voice", "default", cut]), "broken default");
+    assert!(line.contains("truncated"), "{line}");
+    std::fs::write(dir.join("voices/DEFAULT"), format!("{cut}\n")).unwrap();
+
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_cosy"));
+    for (k, _) in std::env::vars() {
+        if k.starts_with("COSY_") {
+            cmd.env_remove(k);
+        }
+    }
+    cmd.current_dir(dir).arg("--model").arg(model()).args(["--provider", "cpu", "--set"]);
+    cmd.arg(format!("voices.dir={}", dir.join("voices").display())).args(["voice", "list"]);
+    let (out, peak) = crate::common::run_measuring_peak_memory(&cmd);
+    let listed = ok(&out);
+    // Reading the 3 GB file whole would take 3 GB; the headers take a few kB (the process itself
+    // is a few tens of MB).
+    assert!(peak < 100 << 20, "voice list peaked at {} MB:\n{listed}", peak >> 20);
+    let line = |name: &str| -> String {
+        let lines: Vec<&str> = listed.lines().filter(|l| l.split_whitespace().next() == Some(name)).collect();
+        assert_eq!(lines.len(), 1, "one line for {name}:\n{listed}");
+        lines[0].to_string()
+    };
+    assert_eq!(listed.lines().count(), 5, "{listed}");
+    assert!(line("good").contains(TRANSCRIPT) && !line("good").contains('['), "{listed}");
+    assert!(line(huge).contains("[unusable:") && line(huge).contains("not a voice file"), "{listed}");
+    assert!(line(dangling).contains("symbolic link") && line(dangling).contains("does not exist"), "{listed}");
+    assert!(line(cut).contains("truncated") && line(cut).contains("(default: requests without a voice fail"), "{listed}");
+    assert!(line(foreign).contains("[made for another model]") && line(foreign).contains(TRANSCRIPT), "{listed}");
+    assert!(!line(foreign).contains("(default"), "{listed}");
+
+    // Loading them for speech is bounded the same way, with the same words.
+    let out_wav = dir.join("o.wav");
+    let huge_refused = refused(&cosy(dir, &["file", "--voice", huge, "-o", out_wav.to_str().unwrap(), TEXT]), "huge voice");
+    assert!(huge_refused.contains("not a voice file") && huge_refused.contains("huge.safetensors"), "{huge_refused}");
+    let dangling_refused = refused(&cosy(dir, &["file", "--voice", dangling, "-o", out_wav.to_str().unwrap(), TEXT]), "dangling");
+    assert!(dangling_refused.contains("symbolic link"), "{dangling_refused}");
+    assert!(!out_wav.exists());
+}

@@ -362,3 +362,49 @@ impl BistreamCase {
 pub fn log_mel_distance(a: &[f32], b: &[f32]) -> f64 {
     compare::logmel_mean_abs(a, b)
 }
+
+/// Fills `voices` (which holds a good voice file `good`) with what a listing must describe
+/// without reading it whole: `huge` (a 3 GB sparse file named like a voice), `dangling` (a link
+/// to nothing), `cut` (the good voice truncated) and `foreign` (the good voice made for another
+/// model). Returns the names, in that order.
+pub fn broken_voices(voices: &Path, good: &str) -> [&'static str; 4] {
+    let good_path = voices.join(format!("{good}.safetensors"));
+    let huge = std::fs::File::create(voices.join("huge.safetensors")).expect("create huge");
+    huge.set_len(3 << 30).expect("a sparse 3 GB file");
+    std::os::unix::fs::symlink(voices.join("gone.bin"), voices.join("dangling.safetensors")).expect("symlink");
+    let bytes = std::fs::read(&good_path).expect("good voice");
+    std::fs::write(voices.join("cut.safetensors"), &bytes[..bytes.len() / 2]).expect("cut");
+    let mut foreign = cosy::voice::SavedVoice::from_bytes(&bytes, &good_path).expect("parse good voice");
+    foreign.name = "foreign".into();
+    foreign.model_key = "0".repeat(64);
+    std::fs::write(voices.join("foreign.safetensors"), foreign.to_bytes().expect("voice bytes")).expect("foreign");
+    ["huge", "dangling", "cut", "foreign"]
+}
+
+/// Runs `cmd` under `python3`'s resource module and returns its output and its peak resident
+/// memory in bytes (the child's `ru_maxrss`, which Rust's std does not expose).
+pub fn run_measuring_peak_memory(cmd: &std::process::Command) -> (std::process::Output, u64) {
+    let script = "import resource, subprocess, sys\n\
+                  r = subprocess.run(sys.argv[1:], capture_output=True)\n\
+                  sys.stdout.buffer.write(r.stdout)\n\
+                  sys.stderr.buffer.write(r.stderr)\n\
+                  sys.stderr.write('\\npeak-rss-kb %d\\n' % resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)\n\
+                  sys.exit(r.returncode)\n";
+    let mut py = std::process::Command::new("python3");
+    py.arg("-c").arg(script).arg(cmd.get_program()).args(cmd.get_args());
+    if let Some(dir) = cmd.get_current_dir() {
+        py.current_dir(dir);
+    }
+    for (k, v) in cmd.get_envs() {
+        match v {
+            Some(v) => py.env(k, v),
+            None => py.env_remove(k),
+        };
+    }
+    let mut out = py.output().expect("python3 (to measure peak memory)");
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    let (rest, peak) = stderr.rsplit_once("\npeak-rss-kb ").expect("peak memory line");
+    let kb: u64 = peak.trim().parse().expect("peak kB");
+    out.stderr = rest.as_bytes().to_vec();
+    (out, kb * 1024)
+}

@@ -192,6 +192,16 @@ impl Server {
             .map_or(0, |kb| kb * 1024)
     }
 
+    /// Peak resident memory of the server process so far (VmHWM), in bytes.
+    pub fn peak_rss_bytes(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap_or_default();
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmHWM:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+            .map_or(0, |kb| kb * 1024)
+    }
+
     /// SIGTERM, then the exit status (within `limit`).
     pub fn terminate(&mut self, limit: Duration) -> std::process::ExitStatus {
         unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };

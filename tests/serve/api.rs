@@ -572,3 +572,33 @@ fn websocket_bistream_matches_the_official_code() {
     assert_eq!(r.status, 200, "{}", r.text());
     server.wait_for("nothing in flight", Duration::from_secs(10), |s| s.metric("cosy_requests_in_flight") == 0.0);
 }
+
+/// `GET /v1/audio/voices` reads each voice file's header only (as `cosy voice list`): a 3 GB stray
+/// file, a dangling link, a truncated voice and another model's voice are each listed as what
+/// they are, and the server's peak memory does not move by anything like the stray file's size.
+#[test]
+fn voice_listing_reads_headers_only_and_names_broken_entries() {
+    let server = start_server(&[]);
+    let [huge, dangling, cut, foreign] = crate::common::broken_voices(&server.voices_dir(), "me");
+    let before = server.peak_rss_bytes();
+    let r = server.request("GET", "/v1/audio/voices", &[], b"");
+    assert_eq!(r.status, 200, "{}", r.text());
+    let grown = server.peak_rss_bytes().saturating_sub(before);
+    assert!(grown < 100 << 20, "listing raised the server's peak memory by {} MB", grown >> 20);
+    let v = r.json();
+    let data = v["data"].as_array().expect("data");
+    let entry = |name: &str| data.iter().find(|e| e["name"] == name).unwrap_or_else(|| panic!("{name} listed: {v}"));
+    assert_eq!(data.len(), 5, "{v}");
+    assert_eq!(entry("me")["usable"], true);
+    assert_eq!(entry("me")["default"], true);
+    for (name, says) in [(huge, "not a voice file"), (dangling, "symbolic link"), (cut, "truncated")] {
+        assert_eq!(entry(name)["usable"], false, "{v}");
+        assert!(entry(name)["error"].as_str().unwrap_or("").contains(says), "{name}: {v}");
+    }
+    assert_eq!(entry(foreign)["usable"], false, "{v}");
+    assert!(entry(foreign)["error"].is_null() && entry(foreign)["transcript"].is_string(), "{v}");
+    let picker: Vec<(&str, &str)> =
+        v["voices"].as_array().unwrap().iter().map(|e| (e["id"].as_str().unwrap(), e["name"].as_str().unwrap())).collect();
+    assert!(picker.contains(&(foreign, "foreign (made for another model)")), "{picker:?}");
+    assert!(picker.contains(&(huge, "huge (unusable: see data)")), "{picker:?}");
+}
