@@ -36,7 +36,8 @@ pub struct RuntimeSettings {
     pub device_id: u32,
     /// Intra-op threads for CPU work; 0 lets ONNX Runtime choose.
     pub threads: usize,
-    /// TensorRT engine cache folder.
+    /// TensorRT engine cache folder; default [`default_engine_cache`] (the user's cache folder,
+    /// never the current folder).
     pub engine_cache: PathBuf,
     /// Folder of the optimised-graph cache (CPU sessions); `None`: `<engine_cache>/graphs`.
     pub graph_cache: Option<PathBuf>,
@@ -264,7 +265,7 @@ impl Default for Config {
                 precision: Precision::Fp32,
                 device_id: 0,
                 threads: 0,
-                engine_cache: PathBuf::from("engines"),
+                engine_cache: default_engine_cache(),
                 graph_cache: None,
                 graph_cache_enabled: true,
                 cuda_mem_limit: 0,
@@ -542,7 +543,10 @@ impl Config {
                     .filter(|&v| v <= 1024)
                     .ok_or_else(|| bad("an integer 0..=1024 (0: ONNX Runtime's choice)"))?
             }
-            "runtime.engine_cache" => self.runtime.engine_cache = path_value(value)?,
+            "runtime.engine_cache" => {
+                let s = text_of(value).ok_or_else(|| bad("a path (string); \"\" for the user's cache folder"))?;
+                self.runtime.engine_cache = if s.is_empty() { default_engine_cache() } else { path_value(value)? };
+            }
             "runtime.graph_cache" => {
                 let s = text_of(value).ok_or_else(|| bad("a path (string); \"\" for <runtime.engine_cache>/graphs"))?;
                 self.runtime.graph_cache = if s.is_empty() { None } else { Some(path_value(value)?) };
@@ -757,6 +761,19 @@ impl Config {
         }
         (search_root.join(".ort").join("libonnxruntime.so"), "default location")
     }
+}
+
+/// The TensorRT engine cache when no config, environment or flag names one:
+/// `$XDG_CACHE_HOME/cosy/engines`, else `~/.cache/cosy/engines` (the optimised-graph cache is its
+/// `graphs/` folder), else, with no home folder at all, `/var/cache/cosy/engines`. Never relative:
+/// a run writes nothing into the current folder unless asked to (a config file's relative
+/// `runtime.engine_cache = "engines"` is relative to the file's folder).
+pub fn default_engine_cache() -> PathBuf {
+    dirs::cache_dir()
+        .filter(|d| d.is_absolute())
+        .unwrap_or_else(|| PathBuf::from("/var/cache"))
+        .join("cosy")
+        .join("engines")
 }
 
 /// `COSY_*` variables that are not settings (used by scripts and tests).

@@ -75,7 +75,8 @@ fn the_committed_config_toml_is_valid_and_equals_the_defaults() {
     let c = Config::load(&LoadOptions { config_file: Some(file.clone()), ..Default::default() }).unwrap();
     // Paths in the file are relative to it.
     let mut d = Config { model_dir: file.parent().unwrap().join("models/cosyvoice3"), ..Default::default() };
-    d.runtime.engine_cache = file.parent().unwrap().join("engines");
+    // The caches are in the user's cache folder, never relative to the current folder.
+    assert!(d.runtime.engine_cache.is_absolute() && d.runtime.engine_cache.ends_with("cosy/engines"), "{d:?}");
     d.voices.dir = file.parent().unwrap().join("voices");
     d.source_file = Some(file);
     assert_eq!(c, d, "config.toml documents exactly the built-in defaults");
