@@ -226,3 +226,34 @@ fn the_old_server_limit_keys_set_the_engines() {
     let bad = LoadOptions { flags: vec![("server.max_concurrent".into(), "0".into())], ..Default::default() };
     assert!(config_err(&bad).contains("server.max_concurrent (now engine.max_in_flight)"));
 }
+
+/// Every error about a config file names the file, the line (and for a syntax error the column)
+/// and the key or table: a duplicate table or key, a bad value, an unknown key, broken syntax.
+#[test]
+fn config_file_errors_name_the_file_the_line_and_the_key() {
+    let d = tempfile::tempdir().unwrap();
+    let cases: &[(&str, &str, &[&str])] = &[
+        (
+            "[runtime]\nthreads = 2\n\n[runtime]\nprecision = \"fp16\"\n",
+            "duplicate table",
+            &["cosy.toml:4:", "table [runtime] appears twice", "first on line 1"],
+        ),
+        (
+            "[runtime]\nthreads = 2\nprecision = \"fp32\"\nthreads = 3\n",
+            "duplicate key",
+            &["cosy.toml:4:1:", "key runtime.threads appears twice", "first on line 2"],
+        ),
+        ("# seeds\n[sampling]\nseed = -4\n", "bad value", &["cosy.toml:3:", "sampling.seed = -4", "an integer >= 0"]),
+        ("\n\n[runtime]\nthread = 2\n", "unknown key", &["cosy.toml:4:", "runtime.thread", "unknown key"]),
+        ("runtime.threads = \"many\"\n", "dotted key", &["cosy.toml:1:", "runtime.threads"]),
+        ("[server]\nbind = \"x\n", "syntax", &["cosy.toml:2:", "not valid TOML"]),
+    ];
+    for (text, what, needles) in cases {
+        let file = write(d.path(), text);
+        let m = config_err(&LoadOptions { config_file: Some(file), ..Default::default() });
+        for n in *needles {
+            assert!(m.contains(n), "{what}: {m:?} lacks {n:?}");
+        }
+        assert!(!m.contains('\n'), "{what}: one line: {m:?}");
+    }
+}
