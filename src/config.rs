@@ -476,7 +476,7 @@ impl Config {
         let env_file = opts.env.iter().find(|(k, _)| k == CONFIG_ENV).map(|(_, v)| PathBuf::from(v));
         let named = opts.config_file.clone().or(env_file);
         let file = match named {
-            Some(p) if p.as_os_str().is_empty() => {
+            Some(p) if p.to_string_lossy().trim().is_empty() => {
                 return Err(Error::Config(format!(
                     "the config file named (--config or {CONFIG_ENV}) is empty; give a file path, or leave it out for ./config.toml"
                 )))

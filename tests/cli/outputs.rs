@@ -379,7 +379,7 @@ fn a_sentence_without_speech_tokens_is_named() {
         dir,
         &[
             "--set", "sampling.top_k=6761", "--set", "sampling.top_p=1.0", "file", "--prompt-wav", p.to_str().unwrap(),
-            "--seed", "5", "--no-text-frontend", "-o", "o.wav", "--", "Hi.",
+            "--seed", "5", "--no-text-frontend", "-o", "o5.wav", "--", "Hi.",
         ],
     );
     ok(&o, "another seed speaks the same text");
