@@ -36,7 +36,8 @@ pub struct RuntimeSettings {
     pub device_id: u32,
     /// Intra-op threads for CPU work; 0 lets ONNX Runtime choose.
     pub threads: usize,
-    /// TensorRT engine cache folder.
+    /// TensorRT engine cache folder; default [`default_engine_cache`] (the user's cache folder,
+    /// never the current folder).
     pub engine_cache: PathBuf,
     /// Folder of the optimised-graph cache (CPU sessions); `None`: `<engine_cache>/graphs`.
     pub graph_cache: Option<PathBuf>,
@@ -282,7 +283,7 @@ impl Default for Config {
                 precision: Precision::Fp32,
                 device_id: 0,
                 threads: 0,
-                engine_cache: PathBuf::from("engines"),
+                engine_cache: default_engine_cache(),
                 graph_cache: None,
                 graph_cache_enabled: true,
                 cuda_mem_limit: 0,
@@ -402,10 +403,43 @@ pub const ENV_VARS: &[(&str, &str)] = &[
 /// The environment variable naming the config file when `--config` is not given.
 pub const CONFIG_ENV: &str = "COSY_CONFIG";
 
+/// The environment variable holding a log filter (it overrides `-v`/`-q`): checked as strictly as
+/// the settings ([`check_log_filter`]).
+pub const LOG_ENV: &str = "COSY_LOG";
+
+/// The levels a log filter may name.
+const LOG_LEVELS: [&str; 6] = ["trace", "debug", "info", "warn", "error", "off"];
+
+/// Checks a `COSY_LOG` filter: comma-separated directives, each a level or `TARGET=LEVEL` (e.g.
+/// `debug`, `cosy=debug,ort=warn`). Stricter than `tracing`'s own syntax, which takes any bare
+/// word as a target at every level: a misspelt level (`COSY_LOG=verbose`) would silently log
+/// nothing of what was meant. Empty is refused too (unset the variable instead).
+pub fn check_log_filter(value: &str) -> Result<()> {
+    let fix = "give a level (trace, debug, info, warn, error, off) or TARGET=LEVEL directives, e.g. COSY_LOG=debug or \
+COSY_LOG=cosy=debug,ort=warn";
+    let bad = |why: String| Error::Config(format!("environment {LOG_ENV}={value:?}: {why}; {fix}"));
+    if value.trim().is_empty() {
+        return Err(bad("is empty (unset it for the default)".into()));
+    }
+    for d in value.split(',').map(str::trim) {
+        let level = match d.rsplit_once('=') {
+            Some((target, level)) if !target.trim().is_empty() => level.trim(),
+            Some(_) => return Err(bad(format!("{d:?} has no target before '='"))),
+            None => d,
+        };
+        if !LOG_LEVELS.contains(&level.to_ascii_lowercase().as_str()) {
+            return Err(bad(format!("{level:?} is not a level")));
+        }
+    }
+    tracing_subscriber::EnvFilter::try_new(value).map(|_| ()).map_err(|e| bad(format!("not a log filter ({e})")))
+}
+
 /// Where a value came from, for error messages.
 #[derive(Debug, Clone)]
 pub enum Origin {
     File(PathBuf),
+    /// A line of a config file (1-based): errors read `config.toml:12: runtime.threads = …`.
+    FileLine(PathBuf, usize),
     Env(&'static str),
     Flag(String),
 }
@@ -414,6 +448,7 @@ impl fmt::Display for Origin {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Origin::File(p) => write!(f, "{}", p.display()),
+            Origin::FileLine(p, line) => write!(f, "{}:{line}", p.display()),
             Origin::Env(v) => write!(f, "environment {v}"),
             Origin::Flag(s) => write!(f, "flag {s}"),
         }
@@ -466,6 +501,11 @@ impl Config {
         let env_file = opts.env.iter().find(|(k, _)| k == CONFIG_ENV).map(|(_, v)| PathBuf::from(v));
         let named = opts.config_file.clone().or(env_file);
         let file = match named {
+            Some(p) if p.to_string_lossy().trim().is_empty() => {
+                return Err(Error::Config(format!(
+                    "the config file named (--config or {CONFIG_ENV}) is empty; give a file path, or leave it out for ./config.toml"
+                )))
+            }
             Some(p) => {
                 if p.is_dir() {
                     return Err(Error::Config(format!(
@@ -489,7 +529,10 @@ impl Config {
                 cfg.set(key, &RawValue::Text(value.clone()), &Origin::Env(var), None)?;
             }
         }
-        let known_env: Vec<&str> = ENV_VARS.iter().map(|(v, _)| *v).chain([CONFIG_ENV]).collect();
+        if let Some((_, value)) = opts.env.iter().find(|(k, _)| k == LOG_ENV) {
+            check_log_filter(value)?;
+        }
+        let known_env: Vec<&str> = ENV_VARS.iter().map(|(v, _)| *v).chain([CONFIG_ENV, LOG_ENV]).collect();
         for (name, value) in &opts.env {
             // A misspelt variable would otherwise be ignored without a word.
             if name.starts_with("COSY_")
@@ -509,16 +552,21 @@ impl Config {
         Ok(cfg)
     }
 
-    /// Reads one TOML file over the current values.
+    /// Reads one TOML file over the current values. Every error names the file and the line
+    /// (`config.toml:12:`): a syntax error also the column and the key or table it is about, a
+    /// bad value its key.
     pub fn apply_file(&mut self, path: &Path) -> Result<()> {
         let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
-        let table: toml::Table = toml::from_str(&text)
-            .map_err(|e| Error::Config(format!("{}: not valid TOML: {}", path.display(), e.message())))?;
+        let table: toml::Table = toml::from_str(&text).map_err(|e| toml_error(path, &text, &e))?;
+        let lines = key_lines(&text);
         let base = path.parent().map(Path::to_path_buf).unwrap_or_default();
-        let origin = Origin::File(path.to_path_buf());
         let mut leaves = Vec::new();
         flatten("", &toml::Value::Table(table), &mut leaves);
         for (key, value) in leaves {
+            let origin = match lines.get(&key) {
+                Some(&line) => Origin::FileLine(path.to_path_buf(), line),
+                None => Origin::File(path.to_path_buf()),
+            };
             self.set(&key, &RawValue::Toml(value), &origin, Some(&base))?;
         }
         self.source_file = Some(path.to_path_buf());
@@ -536,6 +584,10 @@ impl Config {
         };
         let path_value = |v: &RawValue| -> Result<PathBuf> {
             let s = text_of(v).ok_or_else(|| bad("a path (string)"))?;
+            // An empty path would silently mean the current folder (or the config file's).
+            if s.is_empty() {
+                return Err(bad("a path, not empty (\".\" for the current folder)"));
+            }
             let p = PathBuf::from(s);
             Ok(match base {
                 Some(b) if p.is_relative() => b.join(p),
@@ -567,7 +619,10 @@ impl Config {
                     .filter(|&v| v <= 1024)
                     .ok_or_else(|| bad("an integer 0..=1024 (0: ONNX Runtime's choice)"))?
             }
-            "runtime.engine_cache" => self.runtime.engine_cache = path_value(value)?,
+            "runtime.engine_cache" => {
+                let s = text_of(value).ok_or_else(|| bad("a path (string); \"\" for the user's cache folder"))?;
+                self.runtime.engine_cache = if s.is_empty() { default_engine_cache() } else { path_value(value)? };
+            }
             "runtime.graph_cache" => {
                 let s = text_of(value).ok_or_else(|| bad("a path (string); \"\" for <runtime.engine_cache>/graphs"))?;
                 self.runtime.graph_cache = if s.is_empty() { None } else { Some(path_value(value)?) };
@@ -815,11 +870,23 @@ impl Config {
     }
 }
 
+/// The TensorRT engine cache when no config, environment or flag names one:
+/// `$XDG_CACHE_HOME/cosy/engines`, else `~/.cache/cosy/engines` (the optimised-graph cache is its
+/// `graphs/` folder), else, with no home folder at all, `/var/cache/cosy/engines`. Never relative:
+/// a run writes nothing into the current folder unless asked to (a config file's relative
+/// `runtime.engine_cache = "engines"` is relative to the file's folder).
+pub fn default_engine_cache() -> PathBuf {
+    dirs::cache_dir()
+        .filter(|d| d.is_absolute())
+        .unwrap_or_else(|| PathBuf::from("/var/cache"))
+        .join("cosy")
+        .join("engines")
+}
+
 /// `COSY_*` variables that are not settings (used by scripts and tests).
 const IGNORED_ENV: &[&str] = &[
     "COSY_VENV",
     "COSY_SHARED",
-    "COSY_LOG",
     "COSY_WETEXT_DIR",
     "COSY_TN_CASES",
     "COSY_FUZZ_CASES",
@@ -872,6 +939,103 @@ fn origins_of(v: &RawValue) -> std::result::Result<Vec<String>, String> {
 
 const PROVIDERS_ALLOWED: &str =
     "a list of tensorrt, cuda, cpu in priority order (array, or comma-separated text), without repeats";
+
+/// Line and column (1-based, in characters) of a byte offset.
+fn line_col(text: &str, offset: usize) -> (usize, usize) {
+    let before = &text[..floor_boundary(text, offset)];
+    let line = before.matches('\n').count() + 1;
+    let col = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+    (line, col)
+}
+
+/// The character boundary at or before byte `i` (a parser's span is always on one; this keeps a
+/// slice from panicking if it is not).
+fn floor_boundary(text: &str, i: usize) -> usize {
+    let mut i = i.min(text.len());
+    while !text.is_char_boundary(i) {
+        i -= 1;
+    }
+    i
+}
+
+/// A TOML syntax error as one line: the file, line and column, what is wrong, and the text there
+/// (the duplicate key or table the `toml` crate's message leaves out).
+fn toml_error(path: &Path, text: &str, e: &toml::de::Error) -> Error {
+    let msg = e.message().trim().trim_end_matches('.').to_string();
+    let Some(span) = e.span() else {
+        return Error::Config(format!("{}: not valid TOML: {msg}", path.display()));
+    };
+    let (line, col) = line_col(text, span.start);
+    let start = floor_boundary(text, span.start);
+    let end = floor_boundary(text, span.end.max(span.start));
+    let at: String = text[start..end].lines().next().unwrap_or("").trim().chars().take(60).collect();
+    let file = path.display();
+    if msg.contains("duplicate") {
+        return Error::Config(format!(
+            "{file}:{line}:{col}: not valid TOML: {}; each table and each key may appear once: remove or merge the repeat",
+            describe_duplicate(text, line, &at)
+        ));
+    }
+    let at = if at.is_empty() { String::new() } else { format!(" (at `{at}`)") };
+    Error::Config(format!("{file}:{line}:{col}: not valid TOML: {msg}{at}"))
+}
+
+/// What a duplicate is, for [`toml_error`]: the table (`[runtime]`) or the dotted key
+/// (`runtime.threads`) repeated on `line` (1-based), and the line it first appeared on when that
+/// can be seen from the text.
+fn describe_duplicate(text: &str, line: usize, at: &str) -> String {
+    let lines: Vec<&str> = text.lines().map(str::trim).collect();
+    let here = lines.get(line - 1).copied().unwrap_or("");
+    let header = |l: &str| -> Option<String> {
+        let l = l.split('#').next().unwrap_or("").trim();
+        l.starts_with('[').then(|| l.trim_matches(|c| c == '[' || c == ']').trim().to_string())
+    };
+    let before = &lines[..(line - 1).min(lines.len())];
+    if let Some(table) = header(here) {
+        let first = before.iter().position(|l| header(l).as_deref() == Some(table.as_str()));
+        let also = first.map_or(String::new(), |i| format!(" (first on line {})", i + 1));
+        return format!("table [{table}] appears twice{also}");
+    }
+    // The table the key is in: the last header above it.
+    let section = before.iter().rposition(|l| header(l).is_some());
+    let table = section.and_then(|i| header(before[i])).unwrap_or_default();
+    let key = if at.is_empty() { here.split('=').next().unwrap_or("").trim().to_string() } else { at.to_string() };
+    let full = if here.contains('{') {
+        format!("{key} (in the inline table on this line)")
+    } else if table.is_empty() {
+        key.clone()
+    } else {
+        format!("{table}.{key}")
+    };
+    let from = section.map_or(0, |i| i + 1);
+    let first = before[from..]
+        .iter()
+        .position(|l| l.split('=').next().is_some_and(|k| k.trim() == key))
+        .map(|i| from + i);
+    let also = first.map_or(String::new(), |i| format!(" (first on line {})", i + 1));
+    format!("key {full} appears twice{also}")
+}
+
+/// The line of each dotted key of a config file that parses (keys of inline tables and dotted keys
+/// included), for errors about its values.
+fn key_lines(text: &str) -> BTreeMap<String, usize> {
+    fn walk(text: &str, prefix: &str, table: &toml::de::DeTable<'_>, out: &mut BTreeMap<String, usize>) {
+        for (k, v) in table.iter() {
+            let key = if prefix.is_empty() { k.get_ref().to_string() } else { format!("{prefix}.{}", k.get_ref()) };
+            match v.get_ref() {
+                toml::de::DeValue::Table(t) => walk(text, &key, t, out),
+                _ => {
+                    out.insert(key, line_col(text, k.span().start).0);
+                }
+            }
+        }
+    }
+    let mut out = BTreeMap::new();
+    if let Ok(doc) = toml::de::DeTable::parse(text) {
+        walk(text, "", doc.get_ref(), &mut out);
+    }
+    out
+}
 
 fn flatten(prefix: &str, value: &toml::Value, out: &mut Vec<(String, toml::Value)>) {
     match value {

@@ -170,7 +170,12 @@ pub fn run(config: &Config, opts: &DoctorOptions) -> DoctorReport {
 
     let Some(rt) = runtime else { return r };
     let model = Arc::new(model);
-    let factory = SessionFactory::with_runtime(rt, config, model.clone());
+    // The doctor writes nothing: its sessions open with the optimised-graph cache off (it only
+    // lists that cache's entries below), and it builds no TensorRT engine.
+    let mut looking = config.clone();
+    looking.runtime.graph_cache_enabled = false;
+    let factory = SessionFactory::with_runtime(rt, &looking, model.clone());
+    let graph_cache = config.graph_cache_dir().map(crate::runtime::GraphCache::new);
 
     r.section("graphs (I/O against the manifest)");
     if opts.quick {
@@ -261,7 +266,7 @@ pub fn run(config: &Config, opts: &DoctorOptions) -> DoctorReport {
     }
 
     r.section("optimised-graph cache (CPU sessions)");
-    match &factory.graph_cache {
+    match &graph_cache {
         None => r.line("off (runtime.graph_cache_enabled = false): every CPU session optimises its graph at load"),
         Some(cache) => {
             r.line(format!("folder: {}", cache.root.display()));

@@ -9,8 +9,16 @@ use tracing_subscriber::EnvFilter;
 fn main() {
     // clap prints usage errors itself and exits with 2.
     let cli = Cli::parse();
-    let filter = std::env::var("COSY_LOG")
-        .ok()
+    // Checked as strictly as every COSY_* variable (Config::load checks it too).
+    let log_env = std::env::var_os(cosy::config::LOG_ENV).map(|v| v.to_string_lossy().into_owned());
+    if let Some(f) = &log_env {
+        if let Err(e) = cosy::config::check_log_filter(f) {
+            let err = anyhow::Error::from(e);
+            eprintln!("cosy: {}", one_line(&err));
+            std::process::exit(exit_code(&err));
+        }
+    }
+    let filter = log_env
         .and_then(|f| EnvFilter::try_new(f).ok())
         .unwrap_or_else(|| {
             EnvFilter::new(format!("cosy={},ort={}", cli.log_filter(), ort_level(cli.log_filter())))

@@ -292,6 +292,23 @@ pub fn same_file(a: &Path, b: &Path) -> bool {
     identity(a) == identity(b)
 }
 
+/// Refuses an output that would write over one of the command's inputs (`inputs`: each input's
+/// flag and path, e.g. `--input lines.txt`, `--prompt-wav me.wav`): an output never replaces what
+/// the command reads, whatever spelling or link names it.
+pub fn check_not_an_input(label: &str, out: &Path, inputs: &[(&str, &Path)]) -> Result<()> {
+    for (flag, input) in inputs {
+        if input.as_os_str() != "-" && input.exists() && same_file(out, input) {
+            return Err(Error::invalid(format!(
+                "{label} {}: is the file given as {flag} ({}); an output never replaces an input: choose another output name{}",
+                shown(out),
+                shown(input),
+                if label == "--name-template" { " (another template, or -o FOLDER)" } else { "" }
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// Rewrites an io error so that its message also says what the user can do about it. The kind
 /// is kept, so callers can still match on it. Names the user's path, never a temporary one.
 pub fn explain_write_error(e: io::Error, path: &Path) -> Error {

@@ -41,13 +41,19 @@ pub enum Output {
 }
 
 impl Output {
-    /// From `--device` or else `output.device`.
-    pub fn from_setting(flag: Option<&str>, config_value: &str) -> Output {
-        match flag.unwrap_or(config_value).trim() {
+    /// From `--device` or else `output.device`. An empty or blank `--device` is refused (as an
+    /// empty `output.device` is by the config): it is not taken for the default device.
+    pub fn from_setting(flag: Option<&str>, config_value: &str) -> Result<Output> {
+        if flag.is_some_and(|f| f.trim().is_empty()) {
+            return Err(Error::invalid(
+                "--device \"\": give a device name (see `cosy say --list-devices`), `default` or `none`; or leave --device out for output.device",
+            ));
+        }
+        Ok(match flag.unwrap_or(config_value).trim() {
             "" | "default" => Output::Default,
             "none" => Output::Nothing,
             name => Output::Named(name.to_string()),
-        }
+        })
     }
 }
 

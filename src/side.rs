@@ -81,6 +81,11 @@ impl SideFile {
         Ok((shape, &self.mmap[start..start + len]))
     }
 
+    /// A tensor's shape (its data is not read).
+    pub fn shape(&self, name: &str) -> Result<Vec<usize>> {
+        Ok(self.locate(name)?.0)
+    }
+
     /// A float32 tensor.
     pub fn f32(&self, name: &str) -> Result<SideTensor<f32>> {
         let (shape, bytes) = self.bytes_of(name, Dtype::F32)?;

@@ -258,14 +258,21 @@ impl SavedVoice {
         };
         // NaN or inf in the features gives all-zero audio with no error: refuse the voice.
         let name = get("name")?;
+        // The message names the file the user's name led to, and a command that replaces that
+        // very file: the name stored inside may differ (a copied or renamed file).
+        let file_name = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
         for (what, bad_value) in [
             ("speaker embedding", embedding.iter().any(|v| !v.is_finite())),
             ("prompt mel (prompt_feat)", prompt_feat.iter().any(|v| !v.is_finite())),
         ] {
             if bad_value {
+                let fix = if crate::vocab::check_voice_name(&file_name).is_ok() {
+                    format!("make it again from its recording with `cosy voice add {file_name} --wav FILE --text TEXT --force` (this replaces the file), or delete it")
+                } else {
+                    "delete it, and make the voice again with `cosy voice add NAME --wav FILE --text TEXT`".to_string()
+                };
                 return Err(Error::invalid(format!(
-                    "voice {name:?} ({}): its {what} has NaN or infinite values (the file is damaged); re-create it with \
-                     `cosy voice add {name} --wav FILE --text TEXT --force`",
+                    "voice file {}: its {what} has NaN or infinite values (the file is damaged); {fix}",
                     path.display()
                 )));
             }

@@ -788,3 +788,48 @@ fn regression_stream_schedule_with_huge_hops_does_not_overflow() {
         assert!(chunks.last().is_some_and(|c| c.finalize));
     }
 }
+
+/// No accepted empty value changes the mode (issue 18): an empty or blank value, for every key
+/// (as `--set KEY=`) and every `COSY_*` variable, is either refused with one line naming the key
+/// or variable, or means exactly the built-in default (the keys whose `""` is documented: the
+/// model's value, inherit, the default cache or library). Never a third behaviour, such as an
+/// empty path meaning the current folder.
+#[test]
+fn no_accepted_empty_value_changes_the_mode() {
+    let default = Config::load(&LoadOptions::default()).expect("defaults");
+    let groups = ["llm", "flow", "dit", "hift", "frontend"];
+    let keys: Vec<String> = KEYS
+        .iter()
+        .flat_map(|k| match k.strip_prefix("stages.<llm|flow|dit|hift|frontend>.") {
+            Some(rest) => groups.iter().map(|g| format!("stages.{g}.{rest}")).collect::<Vec<_>>(),
+            None => vec![k.to_string()],
+        })
+        .collect();
+    for value in ["", "  "] {
+        for key in &keys {
+            let opts = LoadOptions { flags: vec![(key.clone(), value.into())], ..Default::default() };
+            match Config::load(&opts) {
+                Ok(c) => assert_eq!(c, default, "--set {key}={value:?} was accepted and changed the configuration"),
+                Err(e) => {
+                    let m = e.to_string();
+                    assert!(m.contains(key.as_str()) && !m.contains('\n'), "--set {key}={value:?}: {m}");
+                }
+            }
+        }
+        for (var, key) in ENV_VARS {
+            let opts = LoadOptions { env: vec![(var.to_string(), value.into())], ..Default::default() };
+            match Config::load(&opts) {
+                Ok(c) => assert_eq!(c, default, "{var}={value:?} was accepted and changed the configuration"),
+                Err(e) => {
+                    let m = e.to_string();
+                    assert!(m.contains(var) && m.contains(key) && !m.contains('\n'), "{var}={value:?}: {m}");
+                }
+            }
+        }
+        for var in ["COSY_CONFIG", "COSY_LOG"] {
+            let opts = LoadOptions { env: vec![(var.to_string(), value.into())], ..Default::default() };
+            let m = Config::load(&opts).expect_err(var).to_string();
+            assert!(m.contains(var) && !m.contains('\n'), "{var}={value:?}: {m}");
+        }
+    }
+}

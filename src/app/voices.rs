@@ -155,13 +155,13 @@ fn audio_error(e: Error) -> Error {
 }
 
 /// Loads (a file) and checks a prompt recording: readable, long enough for every stage, at most
-/// the speech tokenizer's 30 s. The pipeline checks it against the model's own limit again.
-pub fn check_recording(recording: &Recording) -> Result<Arc<Audio>> {
+/// `max_seconds` (the model's limit, [`Voices::prompt_limit`]; the pipeline checks it again).
+pub fn check_recording(recording: &Recording, max_seconds: f64) -> Result<Arc<Audio>> {
     let (audio, label) = match recording {
         Recording::File(path) => (Arc::new(load_audio(path).map_err(audio_error)?), path.as_path()),
         Recording::Memory { audio, label } => (audio.clone(), label.as_path()),
     };
-    check_length(&audio, label, MAX_TOKENIZER_SECONDS).map_err(audio_error)?;
+    check_length(&audio, label, max_seconds).map_err(audio_error)?;
     Ok(audio)
 }
 
@@ -205,6 +205,13 @@ impl Voices {
             aliases: config.voices.aliases.clone(),
             model_dir: config.model_dir.clone(),
         }
+    }
+
+    /// The longest prompt recording the configured model takes ([`crate::engine::max_prompt_seconds_of`]),
+    /// so that the first refusal names the model's real limit; the speech tokenizer's 30 s when
+    /// the model folder cannot be read (loading it then says why).
+    pub fn prompt_limit(&self) -> f64 {
+        crate::engine::max_prompt_seconds_of(&self.model_dir).unwrap_or(MAX_TOKENIZER_SECONDS)
     }
 
     pub fn store(&self) -> &VoiceStore {
@@ -254,7 +261,7 @@ impl Voices {
                     "give a saved voice or a prompt recording, not both",
                 ));
             }
-            let audio = check_recording(&recording)?;
+            let audio = check_recording(&recording, self.prompt_limit())?;
             let voice = match recording {
                 Recording::File(wav) => match (transcript, instruction) {
                     (Some(transcript), _) => Voice::ZeroShot { wav, transcript },
@@ -414,7 +421,7 @@ impl Voices {
     /// optionally makes it the folder's default. Nothing is written when anything fails.
     pub fn add(&self, engine: &Engine, name: &str, recording: &Recording, transcript: &str, replace: bool, make_default: bool) -> Result<(SavedVoice, PathBuf)> {
         self.check_new(name, transcript, replace)?;
-        let audio = check_recording(recording)?;
+        let audio = check_recording(recording, engine.max_prompt_seconds())?;
         let label = match recording {
             Recording::File(p) => p.as_path(),
             Recording::Memory { label, .. } => label.as_path(),

@@ -116,14 +116,15 @@ pub struct FileArgs {
     pub name_template: String,
     /// Benchmark/test only, NOT the official behaviour: mask the LLM's stop ids until N tokens per
     /// sentence, so a model that stops early still produces N tokens.
-    #[arg(long, value_name = "N", hide = true)]
+    #[arg(long, value_name = "N", hide = true, allow_negative_numbers = true, value_parser = parse_count)]
     pub min_tokens: Option<usize>,
     /// Speaking rate from 0.5 to 2.0 (mel time-stretch), e.g. 1.2 faster, 0.8 slower. Not with
     /// --stream.
-    #[arg(long, default_value_t = 1.0)]
+    #[arg(long, default_value_t = 1.0, allow_negative_numbers = true)]
     pub speed: f64,
-    /// Sampling seed (default: sampling.seed from the config).
-    #[arg(long)]
+    /// Sampling seed, an integer from 0 to 18446744073709551615 (default: sampling.seed from the
+    /// config).
+    #[arg(long, allow_negative_numbers = true, value_parser = parse_seed)]
     pub seed: Option<u64>,
     /// Use the streaming chunk schedule (chunks are written as they come for --format pcm).
     /// Default: streaming.enabled from the config.
@@ -159,10 +160,11 @@ pub struct SayArgs {
     pub voice: VoiceArgs,
     /// Speaking rate from 0.5 to 2.0 (mel time-stretch). Other than 1, each sentence is
     /// synthesised whole before it plays (the streaming schedule cannot stretch).
-    #[arg(long, default_value_t = 1.0)]
+    #[arg(long, default_value_t = 1.0, allow_negative_numbers = true)]
     pub speed: f64,
-    /// Sampling seed (default: sampling.seed from the config).
-    #[arg(long)]
+    /// Sampling seed, an integer from 0 to 18446744073709551615 (default: sampling.seed from the
+    /// config).
+    #[arg(long, allow_negative_numbers = true, value_parser = parse_seed)]
     pub seed: Option<u64>,
     /// Pass the text to the tokenizer as is: no normalisation, no sentence splitting.
     #[arg(long)]
@@ -182,7 +184,7 @@ pub struct SayArgs {
     pub event_log: Option<PathBuf>,
     /// Benchmark/test only, NOT the official behaviour: mask the LLM's stop ids until N tokens per
     /// sentence.
-    #[arg(long, value_name = "N", hide = true)]
+    #[arg(long, value_name = "N", hide = true, allow_negative_numbers = true, value_parser = parse_count)]
     pub min_tokens: Option<usize>,
 }
 
@@ -204,10 +206,10 @@ pub struct ProfileArgs {
     #[arg(long)]
     pub no_stream: bool,
     /// Measured runs (the median run's breakdown is reported; p50/p95 pool every run).
-    #[arg(long, default_value_t = 3)]
+    #[arg(long, default_value_t = 3, allow_negative_numbers = true, value_parser = parse_count)]
     pub runs: usize,
     /// Unmeasured runs first (allocator and thread-pool warm-up).
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, allow_negative_numbers = true, value_parser = parse_count)]
     pub warmup: usize,
     /// Write the report as JSON to this file (`-` = stdout, the table then goes to stderr).
     #[arg(long, value_name = "PATH")]
@@ -216,10 +218,11 @@ pub struct ProfileArgs {
     #[arg(long, value_name = "PATH")]
     pub trace: Option<PathBuf>,
     /// Benchmark only: mask stop tokens until N speech tokens and stop there (random weights).
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", allow_negative_numbers = true, value_parser = parse_count)]
     pub min_tokens: Option<usize>,
-    /// Sampling seed (default: sampling.seed from the config).
-    #[arg(long)]
+    /// Sampling seed, an integer from 0 to 18446744073709551615 (default: sampling.seed from the
+    /// config).
+    #[arg(long, allow_negative_numbers = true, value_parser = parse_seed)]
     pub seed: Option<u64>,
     /// Pass the text to the tokenizer as is: no normalisation, no sentence splitting.
     #[arg(long)]
@@ -239,6 +242,17 @@ pub struct ServeArgs {
     /// Port 0 picks a free port; the address is printed as `cosy serve: listening on http://...`.
     #[arg(long, value_name = "ADDR")]
     pub bind: Option<String>,
+}
+
+/// `--seed`: clap's own message for `-1` would suggest `-- -1` (which makes -1 the text); this
+/// one gives the range.
+fn parse_seed(s: &str) -> Result<u64, String> {
+    s.trim().parse::<u64>().map_err(|_| format!("{s:?} is not a seed: give an integer from 0 to {}", u64::MAX))
+}
+
+/// A count (`--runs`, `--warmup`): an integer >= 0, said so for `-1` too.
+fn parse_count(s: &str) -> Result<usize, String> {
+    s.trim().parse::<usize>().map_err(|_| format!("{s:?} is not a count: give an integer >= 0"))
 }
 
 /// The text `cosy profile` speaks when given none.
@@ -350,6 +364,9 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
     match &cli.command {
         Command::File(args) => file_command(&config, args).map_err(name_the_flag),
         Command::Say(args) => say_command(&config, args).map_err(name_the_flag),
+        Command::Voice { action: action @ VoiceAction::Add { .. } } => {
+            voice_command(&config, action).map_err(|e| name_the_flag_with(e, voice_add_flag_of))
+        }
         Command::Voice { action } => voice_command(&config, action).map_err(name_the_flag),
         Command::Profile(args) => profile_command(&config, args).map_err(name_the_flag),
         Command::Doctor { quick } => {
@@ -450,9 +467,24 @@ fn flag_of(param: &str) -> Option<&'static str> {
     })
 }
 
+/// `cosy voice add`'s names for the same parameters.
+fn voice_add_flag_of(param: &str) -> Option<&'static str> {
+    match param {
+        "ref_audio" => Some("--wav"),
+        "ref_text" => Some("--text"),
+        "voice" => Some("NAME"),
+        other => flag_of(other),
+    }
+}
+
 /// An input error says which flag it is about: the library's message (the same words every front
 /// end shows), prefixed with the flag (`--speed: speed 3 is out of range: …`).
 fn name_the_flag(err: anyhow::Error) -> anyhow::Error {
+    name_the_flag_with(err, flag_of)
+}
+
+/// [`name_the_flag`] with a command's own flag names.
+fn name_the_flag_with(err: anyhow::Error, flag_of: fn(&str) -> Option<&'static str>) -> anyhow::Error {
     match err.downcast::<Error>() {
         Ok(Error::Input { code: code @ crate::error::InputCode::NoVoice, param, message }) => {
             Error::Input { code, param, message: format!("--voice NAME or --prompt-wav FILE: {message}") }.into()
@@ -551,10 +583,18 @@ fn asked_streaming(stream: bool, no_stream: bool) -> Option<bool> {
     (stream || no_stream).then_some(stream)
 }
 
+/// All of standard input, without a byte-order mark at its start.
 fn read_stdin() -> Result<String, Error> {
     let mut s = String::new();
     std::io::Read::read_to_string(&mut std::io::stdin(), &mut s).map_err(|e| Error::io("<stdin>", e))?;
-    Ok(s)
+    Ok(crate::frontend::text::strip_bom(s))
+}
+
+/// A text file named by `flag` (`--input`), without a byte-order mark at its start.
+fn read_text_file(flag: &str, path: &std::path::Path) -> Result<String, Error> {
+    std::fs::read_to_string(path)
+        .map(crate::frontend::text::strip_bom)
+        .map_err(|e| Error::invalid(format!("{flag} {}: {e}", path.display())))
 }
 
 fn file_command(config: &Config, args: &FileArgs) -> anyhow::Result<()> {
@@ -572,7 +612,7 @@ fn file_command(config: &Config, args: &FileArgs) -> anyhow::Result<()> {
         let text = if input.as_os_str() == "-" {
             read_stdin()?
         } else {
-            std::fs::read_to_string(input).map_err(|e| Error::invalid(format!("--input {}: {e}", input.display())))?
+            read_text_file("--input", input)?
         };
         let folder = args.output.clone().unwrap_or_else(|| PathBuf::from("."));
         if args.format == "pcm" || to_stdout(&args.output) {
@@ -609,6 +649,8 @@ fn file_command(config: &Config, args: &FileArgs) -> anyhow::Result<()> {
             (_, _, e) => e,
         })?;
         if let Some(p) = out {
+            let label = if args.input.is_some() { "--name-template" } else { "-o" };
+            crate::output::check_not_an_input(label, p, &file_inputs(args))?;
             crate::output::check_file("-o", p)?;
         }
     }
@@ -681,6 +723,18 @@ fn file_command(config: &Config, args: &FileArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The files `cosy file` reads, by flag: no output may be one of them.
+fn file_inputs(args: &FileArgs) -> Vec<(&'static str, &std::path::Path)> {
+    let mut inputs = Vec::new();
+    if let Some(p) = &args.input {
+        inputs.push(("--input", p.as_path()));
+    }
+    if let Some(p) = &args.voice.prompt_wav {
+        inputs.push(("--prompt-wav", p.as_path()));
+    }
+    inputs
+}
+
 /// `cosy file - --bistream`: text-in streaming from standard input, the audio to a file (or
 /// streamed pcm on stdout), the same audio `cosy say -` plays.
 fn file_bistream(config: &Config, args: &FileArgs, format: crate::audio::OutputFormat) -> anyhow::Result<()> {
@@ -693,6 +747,7 @@ fn file_bistream(config: &Config, args: &FileArgs, format: crate::audio::OutputF
     let to_stdout = args.output.as_deref().is_some_and(|p| p.as_os_str() == "-") || (args.format == "pcm" && args.output.is_none());
     let out = (!to_stdout).then(|| args.output.clone().unwrap_or_else(|| PathBuf::from("out.wav")));
     if let Some(p) = &out {
+        crate::output::check_not_an_input("-o", p, &file_inputs(args))?;
         crate::output::check_file("-o", p)?;
     }
     let voice = resolve_voice(config, &args.voice)?;
@@ -781,6 +836,7 @@ fn say_command(config: &Config, args: &SayArgs) -> anyhow::Result<()> {
         return Ok(());
     }
     crate::request::check_speed(args.speed)?;
+    let output = crate::say::Output::from_setting(args.device.as_deref(), &config.output.device)?;
     let voice = resolve_voice(config, &args.voice)?;
     // `say -` speaks standard input while it arrives (text-in streaming), when the voice allows
     // it (a transcript or an instruction) and no speed asks for whole sentences.
@@ -805,7 +861,6 @@ fn say_command(config: &Config, args: &SayArgs) -> anyhow::Result<()> {
     } else {
         crate::app::speech::build_request(config, o)?
     };
-    let output = crate::say::Output::from_setting(args.device.as_deref(), &config.output.device);
     let source = if streaming_stdin {
         crate::say::SayText::Stdin(crate::engine::BistreamOptions { normalize_sentences: args.normalize_sentences })
     } else {
@@ -824,7 +879,7 @@ fn voice_command(config: &Config, action: &VoiceAction) -> anyhow::Result<()> {
             // Refused before the model is loaded; `add` checks again.
             voices.check_new(name, text, *force)?;
             let recording = Recording::File(wav.clone());
-            check_recording(&recording)?;
+            check_recording(&recording, voices.prompt_limit())?;
             let engine = crate::engine::Engine::load(config)?;
             let (voice, path) = voices.add(&engine, name, &recording, text, *force, *default)?;
             println!("saved voice {name} ({} prompt tokens) to {}", voice.speech_token.len(), path.display());
@@ -907,7 +962,7 @@ fn profile_command(config: &Config, args: &ProfileArgs) -> anyhow::Result<()> {
     use crate::cli::profile_report::{machine, matrix, profile, render_matrix, ProfilePlan, Setting};
 
     let text = match (&args.input, args.text.as_deref()) {
-        (Some(f), _) => std::fs::read_to_string(f).map_err(|e| Error::invalid(format!("--input {}: {e}", f.display())))?,
+        (Some(f), _) => read_text_file("--input", f)?,
         (None, Some("-")) => read_stdin()?,
         (None, Some(t)) => t.to_string(),
         (None, None) => PROFILE_TEXT.to_string(),

@@ -255,6 +255,12 @@ pub fn check_model_constants(dir: &crate::model::ModelDir) -> Result<()> {
     crate::pipeline::ModelConstants::from_manifest(dir).map(|_| ())
 }
 
+/// The longest prompt recording the model in `dir` takes, in seconds, read from its manifest and
+/// side file without loading it (the same number as [`Engine::max_prompt_seconds`]).
+pub fn max_prompt_seconds_of(dir: &std::path::Path) -> Result<f64> {
+    crate::pipeline::model_prompt_limit(&crate::model::ModelDir::open(dir)?)
+}
+
 impl Engine {
     /// A builder over `config` (profiler, warm-up, test hooks); [`EngineBuilder::build`] loads.
     pub fn builder(config: &Config) -> EngineBuilder<'_> {

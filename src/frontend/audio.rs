@@ -442,12 +442,25 @@ pub fn check_length(audio: &Audio, path: &Path, max_seconds: f64) -> Result<()> 
     }
     let secs = n16 as f64 / 16_000.0;
     if secs > max_seconds {
-        return Err(input_err(
-            path,
-            format!("is {secs:.1} s long; the speech tokenizer accepts at most {max_seconds} s, cut the prompt shorter"),
-        ));
+        let (long, limit) = over_limit(secs, max_seconds);
+        return Err(input_err(path, format!("is {long} s long; this model takes at most {limit} s of prompt; cut the prompt shorter")));
     }
     Ok(())
+}
+
+/// A length over a limit and the limit, in seconds, as a message shows them: the limit rounded
+/// down and the length rounded up to 0.01 s (trailing zeros dropped), so that a refused length
+/// never reads as equal to (or below) the limit, and a prompt of exactly the stated limit fits.
+pub fn over_limit(seconds: f64, limit: f64) -> (String, String) {
+    let show = |v: f64| {
+        let s = format!("{v:.2}");
+        s.trim_end_matches('0').trim_end_matches('.').to_string()
+    };
+    // A hair of tolerance so that 29.2 (29.199999…) is not shown as 29.19.
+    let floor = ((limit * 100.0) + 1e-6).floor() / 100.0;
+    let ceil = ((seconds * 100.0) - 1e-6).ceil() / 100.0;
+    let ceil = if ceil <= floor { floor + 0.01 } else { ceil };
+    (show(ceil), show(floor))
 }
 
 /// The prompt at `target_rate` (torchaudio-equivalent resampling when the rate differs).
@@ -462,10 +475,8 @@ pub fn to_rate(audio: &Audio, target_rate: u32, max_seconds: Option<f64>, path: 
     if let Some(limit) = max_seconds {
         let secs = samples.len() as f64 / target_rate as f64;
         if secs > limit {
-            return Err(input_err(
-                path,
-                format!("is {secs:.1} s long; the speech tokenizer accepts at most {limit} s, cut the prompt shorter"),
-            ));
+            let (long, limit) = over_limit(secs, limit);
+            return Err(input_err(path, format!("is {long} s long; the speech tokenizer takes at most {limit} s; cut the prompt shorter")));
         }
     }
     Ok(samples)

@@ -243,6 +243,18 @@ pub fn settled_end(text: &str) -> Option<usize> {
     end
 }
 
+/// The UTF-8 byte-order mark some editors put at the start of a text file (U+FEFF).
+pub const BOM: char = '\u{feff}';
+
+/// A text file's or standard input's text without a byte-order mark at its start: it marks the
+/// encoding and is not text (kept, it would become the first text tokens).
+pub fn strip_bom(text: String) -> String {
+    match text.strip_prefix(BOM) {
+        Some(rest) => rest.to_string(),
+        None => text,
+    }
+}
+
 /// Reads `reader` as it arrives and hands each piece of UTF-8 text to `on_piece` (text-in
 /// streaming from a pipe): a piece is what one read returned, less an incomplete character at
 /// its end (kept for the next). Invalid UTF-8 is an error naming `what` and the byte offset.
@@ -270,7 +282,15 @@ pub fn read_pieces(mut reader: impl std::io::Read, what: &str, mut on_piece: imp
             }
         };
         let rest = carry.split_off(valid);
-        let piece = String::from_utf8(std::mem::replace(&mut carry, rest)).unwrap_or_default();
+        let mut piece = String::from_utf8(std::mem::replace(&mut carry, rest)).unwrap_or_default();
+        if offset == 0 {
+            // A byte-order mark opening the stream is not text ([`strip_bom`]); offsets still
+            // count its bytes.
+            if let Some(rest) = piece.strip_prefix(BOM) {
+                offset += BOM.len_utf8() as u64;
+                piece = rest.to_string();
+            }
+        }
         offset += piece.len() as u64;
         if !piece.is_empty() {
             on_piece(piece)?;
@@ -342,6 +362,22 @@ mod piece_tests {
         assert!(err.to_string().contains("invalid UTF-8 at byte 3"), "{err}");
         let cut = Chunks(vec![vec![b'a', 0xe4, 0xbd]].into());
         assert!(read_pieces(cut, "<stdin>", |_| Ok(())).expect_err("cut").to_string().contains("inside a UTF-8 character"));
+    }
+
+    #[test]
+    fn a_byte_order_mark_opening_the_stream_is_dropped() {
+        // The mark split over two reads, then text; a mark later on is text and stays.
+        let chunks = Chunks(vec![vec![0xef, 0xbb], vec![0xbf, b'H', b'i'], "\u{feff}!".as_bytes().to_vec()].into());
+        let mut got = Vec::new();
+        let n = read_pieces(chunks, "<stdin>", |p| {
+            got.push(p);
+            Ok(())
+        })
+        .expect("valid");
+        assert_eq!(got.concat(), "Hi\u{feff}!");
+        assert_eq!(n, 9, "every byte read is counted");
+        assert_eq!(strip_bom("\u{feff}Hello".into()), "Hello");
+        assert_eq!(strip_bom("Hel\u{feff}lo".into()), "Hel\u{feff}lo");
     }
 
     #[test]

@@ -19,9 +19,40 @@
 
 use std::path::Path;
 
-use super::{PromptFeatures, Synthesizer};
+use super::{ModelConstants, PromptFeatures, Synthesizer};
 use crate::error::{Error, Result};
-use crate::frontend::audio::{check_length, samples_at, Audio, MAX_TOKENIZER_SECONDS};
+use crate::frontend::audio::{check_length, over_limit, samples_at, Audio, MAX_TOKENIZER_SECONDS};
+use crate::model::ModelDir;
+use crate::side::SideFile;
+
+/// The longest prompt a model takes, in seconds, rounded down to 0.01 s (so that a prompt of
+/// exactly the stated length fits): the speech tokenizer's 30 s, the manifest's
+/// `max_prompt_seconds`, and what the flow noise (`noise_frames` mel frames) leaves beside the
+/// prompt for a one-token sentence (29.2 s for the bundled tiny model, 30 s for a real export).
+pub fn prompt_limit_seconds(constants: &ModelConstants, noise_frames: usize) -> f64 {
+    let rate = f64::from(constants.sample_rate) / constants.source.samples_per_frame.max(1) as f64;
+    let min_sentence = constants.stream.token_mel_ratio * constants.llm.length_bounds(1).1;
+    let noise_secs = noise_frames.saturating_sub(min_sentence) as f64 / rate;
+    let limit = MAX_TOKENIZER_SECONDS.min(constants.max_prompt_seconds).min(noise_secs);
+    ((limit * 100.0) + 1e-6).floor() / 100.0
+}
+
+/// [`prompt_limit_seconds`] of a model folder, from its manifest and the shape of its flow noise
+/// (nothing is loaded: the side file is mapped and only its header read).
+pub fn model_prompt_limit(dir: &ModelDir) -> Result<f64> {
+    let constants = ModelConstants::from_manifest(dir)?;
+    let side = dir
+        .manifest
+        .files
+        .get("side")
+        .map(|f| dir.path_of(&f.file))
+        .ok_or_else(|| Error::model(&dir.root, "manifest.json lists no side file"))?;
+    let noise = match SideFile::open(&side)?.shape("flow.noise")?.as_slice() {
+        &[_, n] => n,
+        other => return Err(Error::model(&dir.root, format!("side flow.noise has shape {other:?}, expected [80, frames]"))),
+    };
+    Ok(prompt_limit_seconds(&constants, noise))
+}
 
 impl Synthesizer {
     /// Mel frames per second of the flow (sample rate / samples per frame; 50 for CosyVoice3).
@@ -34,32 +65,27 @@ impl Synthesizer {
         self.stream_params.token_mel_ratio * self.data.constants.llm.length_bounds(1).1
     }
 
-    /// The longest prompt this model takes, in seconds: the speech tokenizer's limit, the
-    /// manifest's `max_prompt_seconds`, and what the flow noise leaves for a one-token sentence.
+    /// The longest prompt this model takes, in seconds ([`prompt_limit_seconds`]).
     pub fn max_prompt_seconds(&self) -> f64 {
-        let room = self.data.noise.ncols().saturating_sub(self.min_sentence_frames());
-        // Round down to 0.1 s so that a prompt of exactly the stated length fits.
-        let noise_secs = (room as f64 / self.mel_frame_rate() * 10.0).floor() / 10.0;
-        MAX_TOKENIZER_SECONDS.min(self.data.constants.max_prompt_seconds).min(noise_secs)
+        prompt_limit_seconds(&self.data.constants, self.data.noise.ncols())
     }
 
     /// Refuses, from its length alone, a prompt some stage cannot take: shorter than every stage's
-    /// minimum, longer than the speech tokenizer's limit, or too long for the flow noise.
+    /// minimum, or longer than [`Self::max_prompt_seconds`] (one limit, named the same way as
+    /// before the model is loaded: `app::voices::Voices::prompt_limit`).
     pub(super) fn check_prompt_audio(&self, audio: &Audio, wav: &Path) -> Result<()> {
-        check_length(audio, wav, MAX_TOKENIZER_SECONDS.min(self.data.constants.max_prompt_seconds))?;
+        let limit = self.max_prompt_seconds();
+        check_length(audio, wav, limit)?;
         let hop = self.data.constants.source.samples_per_frame.max(1) as u64;
         let mel_frames = samples_at(audio, self.data.constants.sample_rate) / hop;
         // Aligned prompt frames: an even count (1 token : 2 frames), at most the mel's.
         let prompt_frames = (mel_frames - mel_frames % 2) as usize;
-        let noise = self.data.noise.ncols();
-        if prompt_frames + self.min_sentence_frames() > noise {
+        if prompt_frames + self.min_sentence_frames() > self.data.noise.ncols() {
+            // A sample's rounding past the limit: the same message.
+            let (long, limit) = over_limit(audio.seconds().max(limit), limit);
             return Err(Error::invalid(format!(
-                "prompt audio {}: is {:.1} s long; this model takes at most {:.1} s of prompt (its flow noise covers \
-                 {:.1} s of prompt and speech together); cut the prompt shorter",
+                "prompt audio {}: is {long} s long; this model takes at most {limit} s of prompt; cut the prompt shorter",
                 wav.display(),
-                audio.seconds(),
-                self.max_prompt_seconds(),
-                noise as f64 / self.mel_frame_rate(),
             )));
         }
         Ok(())

@@ -21,6 +21,7 @@
 
 pub mod constants;
 mod limits;
+pub use limits::{model_prompt_limit, prompt_limit_seconds};
 mod prompt;
 pub mod stages;
 mod token2wav;

@@ -84,7 +84,8 @@ impl TokenToWav<'_> {
         }
         if tokens.is_empty() {
             return Err(Error::invalid(format!(
-                "{}: the LLM produced no speech tokens (it stopped at once); try other text",
+                "{}: the LLM produced no speech tokens (with this seed it stopped at once); sampling is random: try \
+                 another seed (--seed N, or \"seed\" in a request), or reword the sentence",
                 self.sentence
             )));
         }

@@ -78,7 +78,7 @@ pub struct CacheEntry {
 pub struct EngineCache {
     pub root: PathBuf,
     /// Folders under the root that are not engine entries (the optimised-graph cache, by default
-    /// `engines/graphs`).
+    /// `<root>/graphs`).
     exclude: Vec<PathBuf>,
 }
 

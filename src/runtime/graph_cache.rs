@@ -3,7 +3,7 @@
 //! from a graph saved after it). The first CPU session of a graph saves the optimised graph here;
 //! later ones load that graph with optimisation disabled.
 //!
-//! One folder per key under the cache root (default `engines/graphs/`), named `<stage>-<hash16>`
+//! One folder per key under the cache root (default `~/.cache/cosy/engines/graphs/`, [`crate::config::default_engine_cache`]), named `<stage>-<hash16>`
 //! (the first 16 hex digits of the sha256 of the key's JSON), holding:
 //!
 //! - `model.onnx`: the optimised graph, without its large weights;

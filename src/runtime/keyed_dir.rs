@@ -5,7 +5,7 @@
 //!
 //! The TensorRT engine cache ([`super::engine_cache`], marker [`ENGINE_MARKER`]) and the
 //! optimised-graph cache ([`super::graph_cache`], marker [`GRAPH_MARKER`]) may share one root (the
-//! graphs live under `engines/graphs` by default, and both settings can name the same folder), so
+//! graphs live under `<engine cache>/graphs` by default, and both settings can name the same folder), so
 //! each must skip the other's entries; the markers of both are named here, so that neither cache
 //! needs the other. Folders whose name starts with `.` are work folders (an entry being written,
 //! `.tmp-…`, or being removed, `.trash-…`, see [`private_name`]), never entries.

@@ -193,3 +193,53 @@ fn engines_build_needs_tensorrt() {
         .stderr(predicate::str::contains("execution provider tensorrt"))
         .stderr(predicate::str::contains("setup-ort.sh --gpu"));
 }
+
+/// Every file under `dir`, relative to it (folders included).
+fn files_under(dir: &std::path::Path) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            out.push(e.path().strip_prefix(dir).unwrap().display().to_string());
+            if e.path().is_dir() {
+                todo.push(e.path());
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// Nothing is written into the current folder unless asked for: not by `cosy doctor` (which writes
+/// nothing of cosy's at all: its sessions open with the graph cache off), not by a `cosy file`
+/// that loads the model and then fails. The caches default to the user's cache folder.
+#[test]
+fn doctor_and_a_failed_run_write_nothing_into_the_current_folder() {
+    let model = crate::common::fixture_model();
+    let cwd = tempfile::tempdir().unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let xdg = home.path().join("xdg-cache");
+    let run = |args: &[&str]| {
+        let mut c = Command::cargo_bin("cosy").unwrap();
+        for (k, _) in std::env::vars() {
+            if k.starts_with("COSY_") {
+                c.env_remove(k);
+            }
+        }
+        c.current_dir(cwd.path()).env("HOME", home.path()).env("XDG_CACHE_HOME", &xdg);
+        c.arg("--model").arg(&model).args(args).output().unwrap()
+    };
+    let o = run(&["doctor"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    let graphs = xdg.join("cosy/engines/graphs");
+    assert!(stdout.contains(&format!("optimised-graph cache (CPU sessions): {}", graphs.display())), "{stdout}");
+    assert_eq!(files_under(cwd.path()), Vec::<String>::new(), "doctor wrote into the current folder");
+    assert!(!xdg.join("cosy").exists(), "doctor wrote into the cache: {:?}", files_under(&xdg));
+    // Loads the model (filling the graph cache), then fails: too many forced tokens for the noise.
+    let prompt = crate::common::fixture_prompt();
+    let o = run(&["file", "--prompt-wav", prompt.to_str().unwrap(), "--min-tokens", "100000", "Hello there."]);
+    assert_eq!(o.status.code(), Some(2), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(files_under(cwd.path()), Vec::<String>::new(), "a failed run wrote into the current folder");
+    assert!(std::fs::read_dir(&graphs).unwrap().count() > 0, "the graph cache is in the user's cache folder");
+}

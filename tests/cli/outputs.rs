@@ -373,6 +373,51 @@ fn a_sentence_without_speech_tokens_is_named() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(2), "{err}");
     assert!(err.contains("sentence 1 of 1 (\"Hi.\")") && err.contains("no speech tokens"), "{err}");
+    // It says what the user can change: the seed (another one speaks this very text) or the text.
+    assert!(err.contains("try another seed (--seed N") && err.contains("reword"), "{err}");
+    let o = cosy(
+        dir,
+        &[
+            "--set", "sampling.top_k=6761", "--set", "sampling.top_p=1.0", "file", "--prompt-wav", p.to_str().unwrap(),
+            "--seed", "5", "--no-text-frontend", "-o", "o5.wav", "--", "Hi.",
+        ],
+    );
+    ok(&o, "another seed speaks the same text");
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(!dir.join("o.wav").exists());
+}
+
+/// A UTF-8 byte-order mark at the start of an `--input` file or of standard input is not text:
+/// the audio is the same as without it (kept, its bytes became the first text tokens).
+#[test]
+fn a_byte_order_mark_is_not_spoken() {
+    let d = tempfile::tempdir().unwrap();
+    let dir = d.path();
+    let p = fixture_prompt();
+    let p = p.to_str().unwrap();
+    let common = ["--prompt-wav", p, "--prompt-text", TRANSCRIPT, "--min-tokens", "6", "--seed", "3"];
+    fs::write(dir.join("bom.txt"), format!("\u{feff}{TEXT}\n")).unwrap();
+    fs::write(dir.join("plain.txt"), format!("{TEXT}\n")).unwrap();
+    for (input, out) in [("bom.txt", "with"), ("plain.txt", "without")] {
+        fs::create_dir(dir.join(out)).unwrap();
+        let mut args = vec!["file", "--input", input, "-o", out];
+        args.extend(common);
+        ok(&cosy(dir, &args), input);
+    }
+    let with = fs::read(dir.join("with/000.wav")).unwrap();
+    assert!(with == fs::read(dir.join("without/000.wav")).unwrap(), "--input: the mark changed the audio");
+    // Standard input, read whole.
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_cosy"));
+    for (k, _) in std::env::vars() {
+        if k.starts_with("COSY_") {
+            cmd.env_remove(k);
+        }
+    }
+    cmd.env("HOME", dir).current_dir(dir).arg("--model").arg(fixture_model()).args(["--provider", "cpu", "file", "-o", "stdin.wav"]);
+    cmd.args(common).arg("-").stdin(std::process::Stdio::piped()).stderr(std::process::Stdio::piped());
+    let mut child = cmd.spawn().unwrap();
+    std::io::Write::write_all(&mut child.stdin.take().unwrap(), format!("\u{feff}{TEXT}").as_bytes()).unwrap();
+    let o = child.wait_with_output().unwrap();
+    ok(&o, "stdin");
+    assert!(fs::read(dir.join("stdin.wav")).unwrap() == with, "stdin: the mark changed the audio");
 }

@@ -61,6 +61,12 @@ fn bad_prompts(dir: &Path) -> Vec<(&'static str, PathBuf, &'static str)> {
     write_wav(&low, 8_000, &tone(8_000, 2.0));
     let long = mk("long.wav");
     write_wav(&long, 16_000, &tone(16_000, 31.0));
+    // Just over 30 s: the length is not rounded to the limit; the limit is the model's real one
+    // (the bundled model's flow noise leaves 29.2 s), named at the first refusal.
+    let over30 = mk("over30.wav");
+    write_wav(&over30, 16_000, &tone(16_000, 30.01));
+    let over_model = mk("over_model.wav");
+    write_wav(&over_model, 16_000, &tone(16_000, 29.9));
     let silent = mk("silent.wav");
     write_wav(&silent, 24_000, &vec![0; 48_000]);
     let zero_bytes = mk("zero.wav");
@@ -71,7 +77,9 @@ fn bad_prompts(dir: &Path) -> Vec<(&'static str, PathBuf, &'static str)> {
         ("zero-byte prompt", zero_bytes, "empty file (0 bytes)"),
         ("truncated prompt", truncated, "truncated"),
         ("8 kHz prompt", low, "below 16000 Hz"),
-        ("31 s prompt", long, "at most 30"),
+        ("31 s prompt", long, "is 31 s long; this model takes at most 29.2 s of prompt"),
+        ("30.01 s prompt", over30, "is 30.01 s long; this model takes at most 29.2 s of prompt"),
+        ("29.9 s prompt", over_model, "is 29.9 s long; this model takes at most 29.2 s of prompt"),
         ("silent prompt", silent, "silent"),
         ("missing prompt", mk("absent.wav"), "cannot open"),
     ]
@@ -132,6 +140,8 @@ fn bad_prompt_audio_is_refused_by_file_say_and_voice_add() {
         refuses(&o, &format!("say: {what}"), needle, &out);
         let o = cosy(dir, &["voice", "add", "v", "--wav", w, "--text", TRANSCRIPT]);
         refuses(&o, &format!("voice add: {what}"), needle, &voice_file);
+        // voice add names its own flag, not `file`'s.
+        refuses(&o, &format!("voice add: {what} names --wav"), "cosy: --wav: ", &voice_file);
     }
 }
 
@@ -152,4 +162,81 @@ fn missing_voice_options_are_refused() {
     assert_eq!(o.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&o.stderr).contains("cannot be used with"));
     assert!(!out.exists());
+}
+
+/// clap's usage error for `args`: exit 2, `needle` in its message, and never the advice `-- -1`
+/// (which would make the number the text).
+fn usage_error(o: &Output, what: &str, needle: &str) {
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{what}: {err}");
+    assert!(err.contains(needle), "{what}: {err:?} lacks {needle:?}");
+    assert!(!err.contains("-- -1"), "{what}: advice that makes -1 the text: {err}");
+}
+
+/// Values that used to switch behaviour silently or get advice that does the wrong thing (issue
+/// 18): each is refused with one line naming the flag, key or variable and the fix; nothing is
+/// written, no input is replaced.
+#[test]
+fn degenerate_values_and_misleading_advice_are_refused() {
+    let d = tempfile::tempdir().unwrap();
+    let dir = d.path();
+    let out = dir.join("o.wav");
+    let o_arg = out.to_str().unwrap();
+    let p = prompt();
+    let p = p.to_str().unwrap();
+    // Negative numbers: the range, not `-- -1`.
+    usage_error(&cosy(dir, &["file", "--prompt-wav", p, "--seed", "-1", "-o", o_arg, TEXT]), "file --seed -1", "from 0 to 18446744073709551615");
+    usage_error(&cosy(dir, &["say", "--prompt-wav", p, "--seed", "-1", TEXT]), "say --seed -1", "is not a seed");
+    usage_error(&cosy(dir, &["profile", "--prompt-wav", p, "--runs", "-1"]), "profile --runs -1", "integer >= 0");
+    usage_error(&cosy(dir, &["file", "--prompt-wav", p, "--min-tokens", "-1", "-o", o_arg, TEXT]), "--min-tokens -1", "integer >= 0");
+    let o = cosy(dir, &["file", "--prompt-wav", p, "--speed", "-1", "-o", o_arg, TEXT]);
+    refuses(&o, "file --speed -1", "--speed: speed -1 is out of range: use a number from 0.5 to 2.0", &out);
+    let o = cosy(dir, &["say", "--prompt-wav", p, "--speed", "-1", TEXT]);
+    refuses(&o, "say --speed -1", "from 0.5 to 2.0", &out);
+
+    // Empty values are refused, not taken as "not given".
+    refuses(&cosy(dir, &["say", "--prompt-wav", p, "--device", "", TEXT]), "say --device \"\"", "--device \"\": give a device name", &out);
+    refuses(&cosy(dir, &["say", "--prompt-wav", p, "--device", " ", TEXT]), "say --device blank", "--device", &out);
+    refuses(&cosy(dir, &["file", "--prompt-wav", p, "--instruct", "", "-o", o_arg, TEXT]), "--instruct \"\"", "--instruct: the instruction is empty", &out);
+    refuses(&cosy(dir, &["file", "--prompt-wav", p, "--prompt-text", " ", "-o", o_arg, TEXT]), "blank --prompt-text", "--prompt-text", &out);
+    refuses(&cosy(dir, &["file", "--voice", "", "-o", o_arg, TEXT]), "--voice \"\"", "--voice: voice name \"\" is not allowed", &out);
+    refuses(&cosy(dir, &["--set", "output.device=", "say", "--prompt-wav", p, TEXT]), "output.device = \"\"", "output.device", &out);
+    refuses(&cosy(dir, &["--set", "model.dir=", "file", "--prompt-wav", p, "-o", o_arg, TEXT]), "model.dir = \"\"", "model.dir = \"\": invalid value; allowed: a path, not empty", &out);
+    refuses(&cosy(dir, &["--set", "voices.dir=", "voice", "list"]), "voices.dir = \"\"", "voices.dir", &out);
+    refuses(&cosy(dir, &["--set", "runtime.precision=", "voice", "list"]), "runtime.precision = \"\"", "runtime.precision", &out);
+    refuses(&cosy(dir, &["--set", "sampling.seed", "voice", "list"]), "--set without =", "expected KEY=VALUE", &out);
+    let env_cases: &[(&str, &str, &str)] = &[
+        ("COSY_MODEL", "", "COSY_MODEL"),
+        ("COSY_VOICES", "", "COSY_VOICES"),
+        ("COSY_SEED", "", "COSY_SEED"),
+        ("COSY_OUTPUT_DEVICE", "", "COSY_OUTPUT_DEVICE"),
+        ("COSY_CONFIG", "", "the config file named (--config or COSY_CONFIG) is empty"),
+        // COSY_LOG is checked like every COSY_* variable.
+        ("COSY_LOG", "", "COSY_LOG=\"\": is empty"),
+        ("COSY_LOG", "garbage", "COSY_LOG=\"garbage\": \"garbage\" is not a level"),
+        ("COSY_LOG", "cosy=loud", "\"loud\" is not a level"),
+        ("COSY_LOG", "=debug", "has no target"),
+        // The list of known variables names COSY_LOG.
+        ("COSY_MODLE", "x", "COSY_LOG"),
+    ];
+    for (var, value, needle) in env_cases {
+        let o = crate::common::cosy_at_home(dir).env(var, value).args(["voice", "list"]).output().unwrap();
+        refuses(&o, &format!("{var}={value:?}"), needle, &out);
+    }
+    // A good filter still works.
+    let o = crate::common::cosy_at_home(dir).env("COSY_LOG", "cosy=debug,ort=warn").args(["voice", "list"]).output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+
+    // An output never replaces an input.
+    std::fs::write(dir.join("0.txt"), format!("{TEXT}\n")).unwrap();
+    let o = cosy(dir, &["file", "--prompt-wav", p, "--input", "0.txt", "--name-template", "{index}.txt"]);
+    refuses(&o, "--name-template over --input", "is the file given as --input", &out);
+    assert_eq!(std::fs::read_to_string(dir.join("0.txt")).unwrap(), format!("{TEXT}\n"), "the input is intact");
+    let copy = dir.join("me.wav");
+    std::fs::copy(p, &copy).unwrap();
+    let before = std::fs::read(&copy).unwrap();
+    let c = copy.to_str().unwrap();
+    let o = cosy(dir, &["file", "--prompt-wav", c, "-o", "./me.wav", TEXT]);
+    refuses(&o, "-o over --prompt-wav", "is the file given as --prompt-wav", &out);
+    assert_eq!(std::fs::read(&copy).unwrap(), before, "the prompt is intact");
 }

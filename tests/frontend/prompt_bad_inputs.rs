@@ -278,7 +278,7 @@ fn prompts_and_sentences_must_fit_the_flow_noise() {
     write_wav(&p30, 24_000, &tone(24_000, 30.0));
     let w = p30.to_str().unwrap();
     for args in [file_args(w, &out, TEXT), vec!["say", "--prompt-wav", w, "--prompt-text", TRANSCRIPT, TEXT]] {
-        refuses(&cosy(dir, &args), "30 s prompt", &[w, "at most 29.2 s", "flow noise"], &out);
+        refuses(&cosy(dir, &args), "30 s prompt", &[w, "is 30 s long; this model takes at most 29.2 s of prompt"], &out);
     }
     let voice_file = dir.join("voices/v.safetensors");
     refuses(&cosy(dir, &["voice", "add", "v", "--wav", w, "--text", TRANSCRIPT]), "voice add: 30 s prompt", &["at most 29.2 s"], &voice_file);
@@ -399,6 +399,13 @@ fn nan_in_a_voice_or_a_prompt_is_refused() {
         let line = refuses(&o, &format!("voice {}", v.name), &[&v.name, "NaN or infinite", "--force"], &out);
         assert!(line.contains(&format!("cosy voice add {}", v.name)), "{line}");
     }
+    // A damaged file copied under another name: the message names the file the user's name led
+    // to, and a command that replaces that file, not the name stored inside.
+    std::fs::copy(store.path_of("nanemb"), store.path_of("copy")).unwrap();
+    let o = cosy(dir, &["file", "--voice", "copy", "-o", out.to_str().unwrap(), TEXT]);
+    let copy = store.path_of("copy");
+    let line = refuses(&o, "renamed damaged voice", &[&copy.display().to_string(), "NaN or infinite"], &out);
+    assert!(line.contains("cosy voice add copy --wav FILE --text TEXT --force") && !line.contains("nanemb"), "{line}");
     // A float wav with NaN (or inf) samples.
     for (name, bad) in [("nan.wav", f32::NAN), ("inf.wav", f32::INFINITY)] {
         let path = dir.join(name);

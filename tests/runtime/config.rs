@@ -75,7 +75,8 @@ fn the_committed_config_toml_is_valid_and_equals_the_defaults() {
     let c = Config::load(&LoadOptions { config_file: Some(file.clone()), ..Default::default() }).unwrap();
     // Paths in the file are relative to it.
     let mut d = Config { model_dir: file.parent().unwrap().join("models/cosyvoice3"), ..Default::default() };
-    d.runtime.engine_cache = file.parent().unwrap().join("engines");
+    // The caches are in the user's cache folder, never relative to the current folder.
+    assert!(d.runtime.engine_cache.is_absolute() && d.runtime.engine_cache.ends_with("cosy/engines"), "{d:?}");
     d.voices.dir = file.parent().unwrap().join("voices");
     d.source_file = Some(file);
     assert_eq!(c, d, "config.toml documents exactly the built-in defaults");
@@ -224,4 +225,35 @@ fn the_old_server_limit_keys_set_the_engines() {
     assert_eq!(Config::load(&opts).unwrap().engine.max_queue, 7);
     let bad = LoadOptions { flags: vec![("server.max_concurrent".into(), "0".into())], ..Default::default() };
     assert!(config_err(&bad).contains("server.max_concurrent (now engine.max_in_flight)"));
+}
+
+/// Every error about a config file names the file, the line (and for a syntax error the column)
+/// and the key or table: a duplicate table or key, a bad value, an unknown key, broken syntax.
+#[test]
+fn config_file_errors_name_the_file_the_line_and_the_key() {
+    let d = tempfile::tempdir().unwrap();
+    let cases: &[(&str, &str, &[&str])] = &[
+        (
+            "[runtime]\nthreads = 2\n\n[runtime]\nprecision = \"fp16\"\n",
+            "duplicate table",
+            &["cosy.toml:4:", "table [runtime] appears twice", "first on line 1"],
+        ),
+        (
+            "[runtime]\nthreads = 2\nprecision = \"fp32\"\nthreads = 3\n",
+            "duplicate key",
+            &["cosy.toml:4:1:", "key runtime.threads appears twice", "first on line 2"],
+        ),
+        ("# seeds\n[sampling]\nseed = -4\n", "bad value", &["cosy.toml:3:", "sampling.seed = -4", "an integer >= 0"]),
+        ("\n\n[runtime]\nthread = 2\n", "unknown key", &["cosy.toml:4:", "runtime.thread", "unknown key"]),
+        ("runtime.threads = \"many\"\n", "dotted key", &["cosy.toml:1:", "runtime.threads"]),
+        ("[server]\nbind = \"x\n", "syntax", &["cosy.toml:2:", "not valid TOML"]),
+    ];
+    for (text, what, needles) in cases {
+        let file = write(d.path(), text);
+        let m = config_err(&LoadOptions { config_file: Some(file), ..Default::default() });
+        for n in *needles {
+            assert!(m.contains(n), "{what}: {m:?} lacks {n:?}");
+        }
+        assert!(!m.contains('\n'), "{what}: one line: {m:?}");
+    }
 }

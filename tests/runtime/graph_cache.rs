@@ -290,12 +290,7 @@ fn an_unwritable_cache_folder_only_warns() {
     }
     // Through the CLI: the run succeeds, and the warning is one line, once.
     let cwd = tempfile::tempdir().unwrap();
-    let out = cosy(cwd.path())
-        .env("COSY_GRAPH_CACHE", blocker.join("graphs"))
-        .args(["doctor", "--model"])
-        .arg(model.path())
-        .output()
-        .unwrap();
+    let out = fill_cache(cosy(cwd.path()).env("COSY_GRAPH_CACHE", blocker.join("graphs")), model.path());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     assert_eq!(stderr.matches("optimised-graph cache").count(), 1, "{stderr}");
@@ -358,6 +353,19 @@ fn concurrent_first_loads_both_succeed_and_leave_one_entry() {
     assert_eq!(entries[0].state, EntryState::Valid);
 }
 
+/// A `cosy file` run that loads every stage (and so fills the graph cache), its audio in the
+/// working folder.
+fn fill_cache(c: &mut Command, model: &Path) -> std::process::Output {
+    let prompt = crate::common::fixture_prompt();
+    c.arg("--model")
+        .arg(model)
+        .args(["file", "--min-tokens", "5", "-o", "out.wav", "--prompt-wav"])
+        .arg(prompt)
+        .arg("The lighthouse blinked twice.")
+        .output()
+        .unwrap()
+}
+
 /// `cosy` run in an empty folder with private caches (`./engines`).
 fn cosy(cwd: &Path) -> Command {
     let mut c = Command::cargo_bin("cosy").unwrap();
@@ -382,7 +390,9 @@ fn engines_list_clean_and_doctor_show_optimised_graphs() {
         .assert()
         .success()
         .stdout(predicate::str::contains("optimised-graph cache").and(predicate::str::contains("is empty")));
-    // doctor opens every stage, which fills the cache, and then lists it.
+    // A run fills the cache; doctor lists it (and writes nothing itself).
+    let out = fill_cache(&mut cosy(cwd.path()), model.path());
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     cosy(cwd.path())
         .args(["doctor", "--model"])
         .arg(model.path())
