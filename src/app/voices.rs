@@ -173,6 +173,8 @@ pub struct Voices {
     /// `[voices.aliases]`: another name for a saved voice (`alloy = "anna"`).
     aliases: BTreeMap<String, String>,
     model_dir: PathBuf,
+    /// The model's prompt limit, read from its folder once ([`Voices::prompt_limit`]).
+    prompt_limit: std::sync::OnceLock<f64>,
 }
 
 /// One saved voice as listed.
@@ -204,6 +206,7 @@ impl Voices {
             configured_default: config.voices.default.clone(),
             aliases: config.voices.aliases.clone(),
             model_dir: config.model_dir.clone(),
+            prompt_limit: std::sync::OnceLock::new(),
         }
     }
 
@@ -211,7 +214,7 @@ impl Voices {
     /// so that the first refusal names the model's real limit; the speech tokenizer's 30 s when
     /// the model folder cannot be read (loading it then says why).
     pub fn prompt_limit(&self) -> f64 {
-        crate::engine::max_prompt_seconds_of(&self.model_dir).unwrap_or(MAX_TOKENIZER_SECONDS)
+        *self.prompt_limit.get_or_init(|| crate::engine::max_prompt_seconds_of(&self.model_dir).unwrap_or(MAX_TOKENIZER_SECONDS))
     }
 
     pub fn store(&self) -> &VoiceStore {
