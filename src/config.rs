@@ -748,7 +748,13 @@ impl Config {
             }
             "server.public_listings" => self.server.public_listings = bool_of(value).ok_or_else(|| bad("true, false"))?,
             "server.cors_origins" => {
-                self.server.cors_origins = Some(origins_of(value).map_err(|why| bad(&format!("{CORS_ALLOWED} ({why})")))?)
+                // Blank text means "not set" (the loopback default), as for every other key: an empty
+                // shell variable must not switch browsers off. None is said as [] or "none".
+                self.server.cors_origins = match text_of(value) {
+                    Some(s) if s.trim().is_empty() => None,
+                    Some(s) if s.trim().eq_ignore_ascii_case("none") => Some(Vec::new()),
+                    _ => Some(origins_of(value).map_err(|why| bad(&format!("{CORS_ALLOWED} ({why})")))?),
+                }
             }
             "voices.aliases" => {
                 return Err(bad("a table of aliases: [voices.aliases] then alloy = \"anna\" (or --set voices.aliases.alloy=anna)"));
@@ -896,7 +902,7 @@ const IGNORED_ENV: &[&str] = &[
 ];
 
 const CORS_ALLOWED: &str = "a list of origins such as [\"https://app.example.com\", \"http://localhost:3000\"] \
-     (array, or comma-separated text; [] or \"\" = none; [\"*\"] = any)";
+     (array, or comma-separated text; [] or \"none\" = none; [\"*\"] = any; \"\" = not set: loopback pages on a loopback bind)";
 
 /// `server.cors_origins`: `scheme://host[:port]` each (what a browser sends as `Origin`), or `*`
 /// alone; lower-cased, without a trailing slash.
@@ -1185,7 +1191,9 @@ mod tests {
         }
         let c = set(&[("server.cors_origins", "HTTPS://App.Example.com/, http://localhost:3000")]).unwrap();
         assert_eq!(c.server.cors_origins, Some(vec!["https://app.example.com".to_string(), "http://localhost:3000".to_string()]));
-        assert_eq!(set(&[("server.cors_origins", "")]).unwrap().server.cors_origins, Some(vec![]));
+        // "" is "not set" (an empty shell variable must not switch browsers off); none is "none" or [].
+        assert_eq!(set(&[("server.cors_origins", "")]).unwrap().server.cors_origins, None);
+        assert_eq!(set(&[("server.cors_origins", "none")]).unwrap().server.cors_origins, Some(vec![]));
         assert_eq!(Config::default().server.cors_origins, None);
     }
 

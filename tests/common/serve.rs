@@ -184,22 +184,22 @@ impl Server {
 
     /// Resident memory of the server process, in bytes.
     pub fn rss_bytes(&self) -> u64 {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap_or_default();
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix("VmRSS:"))
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-            .map_or(0, |kb| kb * 1024)
+        self.status_kb("VmRSS:") * 1024
     }
 
     /// Peak resident memory of the server process so far (VmHWM), in bytes.
     pub fn peak_rss_bytes(&self) -> u64 {
+        self.status_kb("VmHWM:") * 1024
+    }
+
+    /// A `kB` field of the server process's /proc status (0 when unreadable).
+    fn status_kb(&self, field: &str) -> u64 {
         let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap_or_default();
         status
             .lines()
-            .find_map(|l| l.strip_prefix("VmHWM:"))
+            .find_map(|l| l.strip_prefix(field))
             .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-            .map_or(0, |kb| kb * 1024)
+            .unwrap_or(0)
     }
 
     /// SIGTERM, then the exit status (within `limit`).
