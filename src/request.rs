@@ -165,12 +165,33 @@ pub struct TestHooks {
     /// Decode exactly this many speech tokens per sentence (as [`Request::ignore_stop_until`]):
     /// a request that lasts, whatever the text and the machine.
     pub min_tokens: Option<usize>,
+    /// End each segment's speech after this many speech tokens, as if the model had emitted its
+    /// stop token there: text-in streaming then ends before its text does (an early end, as the
+    /// model's own), whatever the weights sample; a whole-text request's sentences each end there.
+    pub max_tokens: Option<usize>,
 }
 
 impl TestHooks {
     /// Whether any hook is asked for.
     pub fn is_set(&self) -> bool {
-        self.hold_after_first_audio || self.min_tokens.is_some()
+        self.hold_after_first_audio || self.min_tokens.is_some() || self.max_tokens.is_some()
+    }
+
+    /// The hooks' own rules: `max_tokens` is at least 1 and not below `min_tokens`.
+    pub fn check(&self) -> Result<()> {
+        match (self.min_tokens, self.max_tokens) {
+            (_, Some(0)) => Err(Error::input(
+                InputCode::Invalid,
+                Some("max_tokens"),
+                "test hook max_tokens 0: the speech needs at least one token; use 1 or more",
+            )),
+            (Some(min), Some(max)) if max < min => Err(Error::input(
+                InputCode::Conflict,
+                Some("max_tokens"),
+                format!("test hooks min_tokens {min} and max_tokens {max} cannot both hold; make max_tokens at least min_tokens"),
+            )),
+            _ => Ok(()),
+        }
     }
 }
 

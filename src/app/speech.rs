@@ -126,7 +126,8 @@ pub fn build_streaming_request(o: SpeechOptions) -> Result<Request> {
     check_text_streaming(&o.voice)?;
     let stream = choose_streaming(o.stream, o.default_stream, 1.0);
     check_options(o.speed, true)?;
-    if o.min_tokens.is_some() {
+    // (The test hook `min_tokens` too: text-in streaming has no forced count; its `max_tokens` works.)
+    if o.min_tokens.is_some() || o.test_hooks.min_tokens.is_some() {
         return Err(crate::Error::input(
             crate::error::InputCode::Conflict,
             Some("min_tokens"),

@@ -387,6 +387,20 @@ impl Engine {
         Ok((TextFeed { tx, taken, sent: 0, chars: 0, limit: self.max_text_chars }, handle))
     }
 
+    /// The test hooks rule (every request goes through it; a front end may ask early, before a
+    /// session's first request): hooks only when the engine is started for tests, and their own
+    /// rules ([`crate::request::TestHooks::check`]).
+    pub fn check_test_hooks(&self, hooks: &crate::request::TestHooks) -> Result<()> {
+        if hooks.is_set() && !self.test_hooks {
+            return Err(Error::input(
+                crate::error::InputCode::TestHooksDisabled,
+                Some("test_hooks"),
+                "test hooks are refused unless the engine is started for tests (debug.test_hooks = true)",
+            ));
+        }
+        hooks.check()
+    }
+
     fn spawn<J>(
         &self,
         observer: Option<Arc<dyn SynthesisObserver + Send>>,
@@ -396,13 +410,7 @@ impl Engine {
     where
         J: FnOnce(&Synthesizer, &dyn SynthesisObserver, &mut (dyn FnMut(&[f32]) -> Result<()> + Send)) -> Result<Summary> + Send + 'static,
     {
-        if hooks.is_set() && !self.test_hooks {
-            return Err(Error::input(
-                crate::error::InputCode::TestHooksDisabled,
-                Some("test_hooks"),
-                "test hooks are refused unless the engine is started for tests (debug.test_hooks = true)",
-            ));
-        }
+        self.check_test_hooks(&hooks)?;
         let queued = self.admission.enter()?;
         let cancel = Arc::new(AtomicBool::new(false));
         // Audio waits here for the caller; a slow reader holds its request back (not the others).

@@ -467,7 +467,9 @@ impl Synthesizer {
         // The speech must fit the flow noise beside the prompt: decoding stops there, and a
         // sentence that gets there is an error below (limits.rs).
         let room = self.noise_room_tokens(prompt);
-        let max_len = input.as_ref().map_or(usize::MAX, |i| i.max_len);
+        // The test hook `max_tokens` ends the speech there as the model's stop token would (not
+        // an error: what is said is complete; text-in streaming ends before its text).
+        let max_len = input.as_ref().map_or(usize::MAX, |i| i.max_len).min(req.test_hooks.max_tokens.unwrap_or(usize::MAX));
         let outgrown = (room < max_len).then(|| self.outgrown_noise(prompt, &sentence_label(seg.index, seg.count, seg.text)));
         let max_len = max_len.min(room);
         if let Some(input) = input.as_mut() {

@@ -62,12 +62,15 @@ pub struct TestHooksParams {
     pub hold_after_first_audio: bool,
     /// Decode exactly this many speech tokens per sentence.
     pub min_tokens: Option<usize>,
+    /// End each segment's speech after this many speech tokens, as the model's stop token would.
+    pub max_tokens: Option<usize>,
 }
 
 /// The test hooks of a request; the engine refuses them (one rule, one message) unless the server
 /// runs with `debug.test_hooks`.
 pub fn test_hooks_of(p: Option<TestHooksParams>) -> TestHooks {
-    p.map(|p| TestHooks { hold_after_first_audio: p.hold_after_first_audio, min_tokens: p.min_tokens }).unwrap_or_default()
+    p.map(|p| TestHooks { hold_after_first_audio: p.hold_after_first_audio, min_tokens: p.min_tokens, max_tokens: p.max_tokens })
+        .unwrap_or_default()
 }
 
 /// A checked request, ready for the engine (but for the voice, resolved on a blocking thread).

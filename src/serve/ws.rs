@@ -2,7 +2,8 @@
 //!
 //! Client → server (text frames, JSON): `{"type": "session.config", ...}` first (the speech
 //! request's fields but `input`: `voice`, `ref_audio`, `ref_text`, `instructions`, `seed`,
-//! `response_format` = "pcm"; unknown fields are accepted and named), then
+//! `response_format` = "pcm", and `cosy_test` (test hooks, refused by the engine unless the
+//! server runs with `debug.test_hooks`); unknown fields are accepted and named), then
 //! `{"type": "input.text", "text": "..."}` pieces, then `{"type": "input.done"}`;
 //! `{"type": "session.close"}` ends the session at once.
 //!
@@ -38,7 +39,7 @@ use tokio::sync::mpsc;
 use cosy::app::text_in::{Next, TextIn};
 
 use super::error::ApiError;
-use super::speech::{decode_data_url, resolve_voice, voice_name, Finish, Running, VoiceSpec};
+use super::speech::{decode_data_url, resolve_voice, test_hooks_of, voice_name, Finish, Running, TestHooksParams, VoiceSpec};
 use super::{AppState, RequestId};
 
 pub async fn handle(
@@ -95,7 +96,7 @@ pub async fn handle(
 enum ClientMessage {
     /// The configuration, and the names of its fields the server does not know (ignored, and
     /// named in `session.created`).
-    Config(SessionConfig, Vec<String>),
+    Config(Box<SessionConfig>, Vec<String>),
     Text { text: String },
     Done,
     Close,
@@ -127,7 +128,7 @@ fn parse_message(text: &str) -> Result<ClientMessage, ApiError> {
         let serde_json::Value::Object(mut fields) = value else { return Err(bad(&"not an object")) };
         fields.remove("type");
         let (config, ignored) = super::speech::from_fields::<SessionConfig>("session.config", fields)?;
-        return Ok(ClientMessage::Config(config, ignored));
+        return Ok(ClientMessage::Config(Box::new(config), ignored));
     }
     Ok(match serde_json::from_value::<OtherMessage>(value).map_err(|e| bad(&e))? {
         OtherMessage::Text { text } => ClientMessage::Text { text },
@@ -150,6 +151,8 @@ struct SessionConfig {
     text_streaming: Option<String>,
     /// With bistream: normalise settled sentences instead of the exact text (default false).
     normalize: Option<bool>,
+    /// Test hooks for every segment, as a speech request's (`debug.test_hooks` only).
+    cosy_test: Option<TestHooksParams>,
 }
 
 fn event(value: serde_json::Value) -> Message {
@@ -210,7 +213,7 @@ async fn run_session(
     let max_chars = state.config.limits.max_text_chars;
     // 1. The configuration.
     let (config, ignored) = match tokio::time::timeout(idle, client.recv()).await {
-        Ok(Some(Ok(ClientMessage::Config(c, ignored)))) => (c, ignored),
+        Ok(Some(Ok(ClientMessage::Config(c, ignored)))) => (*c, ignored),
         Ok(Some(Ok(_))) => {
             return Err(ApiError::bad_request("missing_config", "send {\"type\": \"session.config\", ...} first"));
         }
@@ -237,6 +240,9 @@ async fn run_session(
     }
     let resolved = resolve_voice(state, spec).await?;
     let voice = resolved.voice;
+    // Test hooks are the engine's to refuse; asked here, the refusal comes before session.created.
+    let test_hooks = test_hooks_of(config.cosy_test);
+    state.engine()?.check_test_hooks(&test_hooks).map_err(|e| state.api_error(e))?;
     let has_prompt_text = cosy::app::speech::can_stream_text(&voice, 1.0);
     let bistream = match config.text_streaming.as_deref().map(str::trim) {
         None => has_prompt_text,
@@ -263,7 +269,7 @@ async fn run_session(
     .await?;
     if bistream {
         let options = cosy::engine::BistreamOptions { normalize_sentences: config.normalize.unwrap_or(false) };
-        return run_bistream(sink, client, state, id, voice, config.seed, options).await;
+        return run_bistream(sink, client, state, id, voice, config.seed, test_hooks, options).await;
     }
 
     // 2. Text in, audio out.
@@ -282,6 +288,7 @@ async fn run_session(
                 let started = Instant::now();
                 let mut options = cosy::app::speech::SpeechOptions::new(text.clone(), voice.clone(), true);
                 options.seed = config.seed;
+                options.test_hooks = test_hooks.clone();
                 let request = cosy::app::speech::build_request(&state.config, options).map_err(|e| state.api_error(e))?;
                 let running = super::speech::start(state, &engine, request)?;
                 send(sink, event(serde_json::json!({ "type": "audio.start", "segment": segment_count, "text": text }))).await?;
@@ -394,6 +401,7 @@ fn incoming(message: Option<Result<ClientMessage, ApiError>>, received_chars: &m
 /// Text-in streaming for the whole session (`cosy::app::text_in`): every `input.text` piece
 /// goes into the segment speaking as it arrives, `input.done` ends its text, audio frames leave
 /// as they are made. When a segment's speech ends before its text, the rest is a new segment.
+#[allow(clippy::too_many_arguments)]
 async fn run_bistream(
     sink: &mut Sink,
     client: &mut mpsc::Receiver<Result<ClientMessage, ApiError>>,
@@ -401,6 +409,7 @@ async fn run_bistream(
     id: &str,
     voice: cosy::request::Voice,
     seed: Option<u64>,
+    test_hooks: cosy::request::TestHooks,
     options: cosy::engine::BistreamOptions,
 ) -> Result<(), ApiError> {
     let idle = Duration::from_secs(state.config.server.request_timeout_s);
@@ -408,6 +417,7 @@ async fn run_bistream(
     let engine = state.engine()?;
     let mut speech = cosy::app::speech::SpeechOptions::new(String::new(), voice, true);
     speech.seed = seed;
+    speech.test_hooks = test_hooks;
     let request = cosy::app::speech::build_streaming_request(speech).map_err(|e| state.api_error(e))?;
     let (mut text_in, handle) = TextIn::start(engine, request, options).map_err(|e| state.api_error(e))?;
     // The segment speaking: its request, whether its audio.start went out, its samples.

@@ -162,3 +162,57 @@ fn normalize_sentences_regroups_and_normalises_settled_text() {
     let r: cosy::Result<Vec<String>> = synth.normalize_sentences(failing).collect();
     assert!(r.is_err());
 }
+
+/// The test hook `max_tokens` ends a segment's speech after that many speech tokens, as the
+/// model's stop token would, whatever the random weights sample: a text-in streaming request
+/// whose text is still open ends by itself, having taken only part of it (what `app::text_in`
+/// counts as an early end); a whole-text request's sentences each end there, without an error.
+/// An engine not started for tests refuses the hook.
+#[test]
+fn max_tokens_hook_ends_the_speech_before_its_text() {
+    use cosy::request::TestHooks;
+    let opts = LoadOptions {
+        flags: vec![
+            ("model.dir".into(), crate::common::fixture_model().display().to_string()),
+            ("runtime.providers".into(), "cpu".into()),
+            ("runtime.graph_cache_enabled".into(), "false".into()),
+        ],
+        ..LoadOptions::default()
+    };
+    let config = Config::load(&opts).unwrap();
+    let voice = Voice::ZeroShot { wav: crate::common::fixture_prompt(), transcript: "Hello there, this is a test.".into() };
+    let hooked = |text: &str, max: usize| {
+        let mut r = Request::new(text, voice.clone());
+        r.stream = true;
+        // A seed whose own end comes later than 8 tokens (some stop after 2 on this random
+        // model), so the count checked below is the hook's.
+        r.seed = Some(1);
+        r.test_hooks = TestHooks { max_tokens: Some(max), ..TestHooks::default() };
+        r
+    };
+    let plain = Engine::load(&config).unwrap();
+    let err = plain.submit_bistream(hooked("", 8), BistreamOptions::default(), None).err().expect("refused without test hooks");
+    assert!(err.to_string().contains("debug.test_hooks"), "{err}");
+    drop(plain);
+
+    let engine = Engine::builder(&config).test_hooks(true).build().unwrap();
+    let refused = engine.submit(hooked("Hi.", 0)).err().expect("max_tokens 0 refused");
+    assert!(refused.to_string().contains("max_tokens"), "{refused}");
+    let tokens = std::sync::Arc::new(Tokens(Mutex::new(Vec::new())));
+    let (mut feed, handle) = engine.submit_bistream(hooked("", 8), BistreamOptions::default(), Some(tokens.clone())).unwrap();
+    let progress = feed.progress();
+    let words = "the quick brown fox jumps over the lazy dog and runs along the river bank ".repeat(8);
+    let pieces: Vec<&str> = words.split_inclusive(' ').collect();
+    for piece in &pieces {
+        feed.send(piece.to_string()).unwrap();
+    }
+    // The text stays open: only the hook can end the speech.
+    let (_audio, summary) = handle.wait().expect("the hooked stream ends by itself");
+    assert_eq!(summary.speech_tokens, 8);
+    assert_eq!(tokens.0.lock().unwrap().len(), 8);
+    assert!(progress.taken() < pieces.len(), "it ended before its text: took {} of {} pieces", progress.taken(), pieces.len());
+    drop(feed);
+
+    let (_, summary) = engine.submit(hooked("One sentence here. And another one there.", 3)).unwrap().wait().expect("whole text");
+    assert!(summary.speech_tokens <= 3 * summary.sentences, "{summary:?}");
+}

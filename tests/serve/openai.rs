@@ -1,6 +1,6 @@
 //! What real clients send and expect (issue 19): OpenAI's voice names, the listings Open WebUI
 //! reads, extra request fields, browsers (CORS, the WebSocket's Origin and key), and text-in
-//! streaming that goes on after the speech ended early.
+//! streaming that goes on after the speech ended early (forced with the test hook `max_tokens`).
 
 use std::net::TcpStream;
 use std::time::Duration;
@@ -279,18 +279,26 @@ fn browsers_cors_and_websocket_keys() {
     assert!(!log.contains("s3cret"), "{log}");
 }
 
-/// Text-in streaming never drops text: with this seed the bundled model's speech ends (a stop
-/// token) before the text sent so far; the text it did not take, and what comes after, are
-/// spoken as new segments, and the segments' texts are together all the text.
+/// Text-in streaming never drops text: the test hook `max_tokens` ends each segment's speech
+/// after 20 speech tokens, as if the model had emitted its stop token (whatever the random
+/// weights sample), so the first segment ends before the text sent so far; the text it did not
+/// take, and what comes after, are spoken as new segments, and the segments' texts are together
+/// all the text.
 #[test]
 fn websocket_text_after_an_early_end_is_a_new_segment() {
-    let server = start_server(&[]);
+    let server = start_server(&["debug.test_hooks=true"]);
+    // The hooks' own rules, before any speech: max_tokens ≥ 1; no forced count in text-in streaming.
+    for (hooks, code) in [(json!({"max_tokens": 0}), "invalid_input"), (json!({"min_tokens": 5}), "conflicting_fields")] {
+        let (mut ws, _) = ws_with(&server, "", &[]).expect("connect");
+        send(&mut ws, json!({"type": "session.config", "voice": "me", "cosy_test": hooks}));
+        let error = read_error(&mut ws);
+        assert_eq!(error["error"]["code"], code, "{hooks}: {error}");
+    }
     let (mut ws, _) = ws_with(&server, "", &[]).expect("connect");
     // "me" has a transcript: text-in streaming (bistream) is the default.
-    send(&mut ws, json!({"type": "session.config", "voice": "me", "seed": 4}));
+    send(&mut ws, json!({"type": "session.config", "voice": "me", "seed": 1, "cosy_test": {"max_tokens": 20}}));
     let text = "Hello world, how are you today? The weather is fine and the sun is shining over the hills. \
                 We walked along the river and talked about the old days, the friends we had, the songs we sang. ";
-    let text = text.repeat(2);
     let pieces: Vec<String> = text.split_inclusive(' ').map(str::to_string).collect();
     for p in &pieces {
         send(&mut ws, json!({"type": "input.text", "text": p}));
@@ -318,7 +326,7 @@ fn websocket_text_after_an_early_end_is_a_new_segment() {
     assert_eq!(first["segment"], 0);
     assert_eq!(first["ended_early"], true, "{first}");
     let taken = first["text"].as_str().unwrap().to_string();
-    assert!(taken.len() < text.len(), "the first segment took only part of the text: {first}");
+    assert!(!taken.is_empty() && taken.len() < text.len(), "the first segment took only part of the text: {first}");
     // More text, then the end of the input.
     let tail = "And that was the end of the story.";
     send(&mut ws, json!({"type": "input.text", "text": tail}));
@@ -329,16 +337,60 @@ fn websocket_text_after_an_early_end_is_a_new_segment() {
     let done = events.last().unwrap();
     let segments = done["segments"].as_u64().unwrap();
     assert!(segments >= 2, "{events:?}");
-    // Every segment: audio.start then audio.done, in order; the audio adds up; no text lost.
+    // Every segment: audio.start then audio.done, in order, with audio; the audio adds up; no
+    // text lost; every segment but the last ended early (the hook), the last with its text.
     let starts: Vec<u64> = events.iter().filter(|e| e["type"] == "audio.start").map(|e| e["segment"].as_u64().unwrap()).collect();
     let dones: Vec<&serde_json::Value> = events.iter().filter(|e| e["type"] == "audio.done").collect();
     assert_eq!(starts, (0..segments).collect::<Vec<_>>(), "{events:?}");
     assert_eq!(dones.len() as u64, segments);
+    assert!(dones.iter().all(|d| d["samples"].as_u64().unwrap() > 0), "every segment is spoken: {events:?}");
     let samples: u64 = dones.iter().map(|d| d["samples"].as_u64().unwrap()).sum();
     assert_eq!(samples * 2, pcm.len() as u64);
     let spoken: String = dones.iter().map(|d| d["text"].as_str().unwrap()).collect();
     assert_eq!(spoken, format!("{text}{tail}"), "the segments' texts are all the text");
-    assert!(dones[1..].iter().all(|d| d["samples"].as_u64().unwrap() > 0), "the text after the early end is spoken: {events:?}");
+    assert!(dones[..dones.len() - 1].iter().all(|d| d["ended_early"] == true), "{events:?}");
     assert_eq!(dones.last().unwrap()["ended_early"], false);
     assert!(server.log.lock().unwrap().contains("ended before its text"));
+}
+
+/// The first error event of a session (before any audio), then the close.
+fn read_error(ws: &mut Ws) -> serde_json::Value {
+    loop {
+        match ws.read().expect("read") {
+            Message::Text(t) => {
+                let v: serde_json::Value = serde_json::from_str(t.as_str()).expect("event JSON");
+                if v["type"] == "error" {
+                    return v;
+                }
+                assert_eq!(v["type"], "session.created", "{v}");
+            }
+            Message::Close(_) => panic!("closed without an error event"),
+            other => panic!("{other:?}"),
+        }
+    }
+}
+
+/// `cosy_test` in `session.config` is the engine's to refuse when the server's test hooks are off:
+/// an error event (400 `test_hooks_disabled`) before `session.created`, then the close.
+#[test]
+fn websocket_test_hooks_are_refused_without_debug_test_hooks() {
+    let server = start_server(&[]);
+    for mode in ["bistream", "sentences"] {
+        let (mut ws, _) = ws_with(&server, "", &[]).expect("connect");
+        send(&mut ws, json!({"type": "session.config", "voice": "me", "text_streaming": mode, "cosy_test": {"max_tokens": 20}}));
+        match ws.read().expect("read") {
+            Message::Text(t) => {
+                let v: serde_json::Value = serde_json::from_str(t.as_str()).expect("event JSON");
+                assert_eq!(v["type"], "error", "{mode}: refused before session.created: {v}");
+                assert_eq!(v["error"]["code"], "test_hooks_disabled", "{mode}: {v}");
+                assert!(v["error"]["message"].as_str().unwrap().contains("debug.test_hooks"), "{v}");
+            }
+            other => panic!("{mode}: {other:?}"),
+        }
+        assert!(matches!(ws.read(), Ok(Message::Close(Some(ref f))) if u16::from(f.code) == 1008), "{mode}: closed as the client's fault");
+    }
+    // The same object in a speech request, as before.
+    let r = server.post_json("/v1/audio/speech", &json!({"input": "Hi.", "voice": "me", "cosy_test": {"max_tokens": 20}}));
+    assert_eq!(r.status, 400);
+    assert!(r.text().contains("test_hooks_disabled"), "{}", r.text());
 }
