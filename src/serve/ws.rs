@@ -473,7 +473,8 @@ async fn run_bistream(
                         send(sink, Message::Binary(cosy::audio::pcm16_bytes(&audio).into())).await?;
                     }
                     None => {
-                        let (_, announced, samples, finish) = current.take().expect("a segment was speaking");
+                        // `current` was Some (checked above); `take` ends the segment.
+                        let Some((_, announced, samples, finish)) = current.take() else { continue };
                         finish.done(samples);
                         let end = text_in.segment_ended().map_err(|e| state.api_error(e))?;
                         if !announced {
