@@ -54,7 +54,7 @@ if [ "$want_python" = 1 ]; then
   if [ ${#missing[@]} -gt 0 ]; then
     sudo_cmd=""; [ "$(id -u)" -ne 0 ] && sudo_cmd="sudo"
     $sudo_cmd apt-get update -q
-    $sudo_cmd apt-get install -y -q --no-install-recommends "${missing[@]}"
+    $sudo_cmd apt-get install -y -q "${missing[@]}"
   fi
   # The Python clients (the openai SDK) in a small venv of their own, not the exporter's.
   cvenv="${COSY_CLIENTS_TEST_VENV:-$HOME/.cache/cosy/client-tests-venv}"
