@@ -31,3 +31,25 @@ def cosy_bin() -> Path:
             return p
     skip_or_fail("no built cosy binary (run cargo build first; scripts/test.sh does)")
     raise AssertionError
+
+
+# The fixtures every client test module shares (module-scoped: each module gets its own folder and
+# server). Imported here, after the helpers above, which harness.py uses.
+from collections.abc import Iterator  # noqa: E402
+
+from harness import API_KEY, PROMPT_WAV, VOICE_TEXT, Server, Work, openai, serve  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def work(tmp_path_factory: pytest.TempPathFactory) -> Work:
+    if openai is None:
+        skip_or_fail("the openai package is not installed (scripts/setup.sh --python installs tests/clients/requirements.txt)")
+    w = Work(tmp_path_factory.mktemp("serve"))
+    w.cosy("voice", "add", "me", "--wav", str(PROMPT_WAV), "--text", VOICE_TEXT, "--default")
+    return w
+
+
+@pytest.fixture(scope="module")
+def auth_server(work: Work) -> Iterator[Server]:
+    with serve(work, "auth-server", "--set", f"server.api_key={API_KEY}") as s:
+        yield s

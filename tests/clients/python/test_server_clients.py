@@ -13,14 +13,14 @@ import json
 import shutil
 import subprocess
 import threading
-from collections.abc import Iterator
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from conftest import REPO, skip_or_fail
-from test_server_openai import API_KEY, SAMPLE_RATE, Server, Work, _serve, openai
+from harness import API_KEY, SAMPLE_RATE, Server, Work, openai, serve
 
 DEFAULT_TEXT = "Hello, this is cosy speaking."
 NODE_DIR = REPO / "tests/clients/node"
@@ -50,22 +50,6 @@ def ffmpeg_seconds(body: bytes, fmt: str) -> float:
 
 
 @pytest.fixture(scope="module")
-def work(tmp_path_factory: pytest.TempPathFactory) -> Work:
-    if openai is None:
-        skip_or_fail("the openai package is not installed (pip install -r onnx/requirements.txt)")
-    w = Work(tmp_path_factory.mktemp("clients"))
-    w.cosy("voice", "add", "me", "--wav", str(REPO / "tests/fixtures/prompt_24k.wav"), "--text",
-           "Hello there, this is a test.", "--default")
-    return w
-
-
-@pytest.fixture(scope="module")
-def server(work: Work) -> Iterator[Server]:
-    with _serve(work, "clients-server", "--set", f"server.api_key={API_KEY}") as s:
-        yield s
-
-
-@pytest.fixture(scope="module")
 def cli_seconds(work: Work) -> float:
     """How long the same text and voice are from `cosy file` (seed and schedule as the server's)."""
     return ffmpeg_seconds(work.cli_audio("defaults.wav", DEFAULT_TEXT, "--voice", "me"), "wav")
@@ -73,9 +57,9 @@ def cli_seconds(work: Work) -> float:
 
 # --- the openai Python SDK with its defaults -------------------------------------------------------
 
-def test_python_sdk_defaults_get_mp3(server: Server, cli_seconds: float) -> None:
+def test_python_sdk_defaults_get_mp3(auth_server: Server, cli_seconds: float) -> None:
     """`create(model="tts-1", voice="alloy", input=...)`, nothing else: what every tutorial does."""
-    with server.client(API_KEY) as client:
+    with auth_server.client(API_KEY) as client:
         r = client.audio.speech.with_raw_response.create(model="tts-1", voice="alloy", input=DEFAULT_TEXT)
         assert r.headers["content-type"].startswith("audio/mpeg")
         assert r.headers.get("x-cosy-voice", "").startswith("me")
@@ -85,8 +69,8 @@ def test_python_sdk_defaults_get_mp3(server: Server, cli_seconds: float) -> None
 
 
 @pytest.mark.parametrize("fmt", list(FORMATS))
-def test_python_sdk_every_format_decodes(server: Server, cli_seconds: float, fmt: str) -> None:
-    with server.client(API_KEY) as client:
+def test_python_sdk_every_format_decodes(auth_server: Server, cli_seconds: float, fmt: str) -> None:
+    with auth_server.client(API_KEY) as client:
         with client.audio.speech.with_streaming_response.create(model="gpt-4o-mini-tts", voice="coral", input=DEFAULT_TEXT,
                                                                 response_format=fmt) as r:  # type: ignore[arg-type]
             assert r.status_code == 200
@@ -95,8 +79,8 @@ def test_python_sdk_every_format_decodes(server: Server, cli_seconds: float, fmt
     assert abs(ffmpeg_seconds(body, fmt) - cli_seconds) < 0.15
 
 
-def test_python_sdk_aac_is_refused_naming_what_is_served(server: Server) -> None:
-    with server.client(API_KEY) as client, pytest.raises(openai.BadRequestError) as refused:
+def test_python_sdk_aac_is_refused_naming_what_is_served(auth_server: Server) -> None:
+    with auth_server.client(API_KEY) as client, pytest.raises(openai.BadRequestError) as refused:
         client.audio.speech.create(model="tts-1", voice="alloy", input=DEFAULT_TEXT, response_format="aac")
     message = str(refused.value)
     assert all(fmt in message for fmt in FORMATS), message
@@ -115,12 +99,12 @@ def _node(server: Server, work: Work, plan: list[dict[str, Any]]) -> list[dict[s
     return [json.loads(line) for line in st.stdout.splitlines() if line.strip()]
 
 
-def test_node_sdk_defaults_and_formats(server: Server, work: Work, cli_seconds: float) -> None:
+def test_node_sdk_defaults_and_formats(auth_server: Server, work: Work, cli_seconds: float) -> None:
     plan = [{"name": "defaults", "params": {"model": "tts-1", "voice": "alloy", "input": DEFAULT_TEXT},
              "out": str(work.root / "node-defaults.bin")}]
     plan += [{"name": fmt, "params": {"model": "tts-1", "voice": "nova", "input": DEFAULT_TEXT, "response_format": fmt},
               "out": str(work.root / f"node.{fmt}")} for fmt in FORMATS]
-    results = {r["name"]: r for r in _node(server, work, plan)}
+    results = {r["name"]: r for r in _node(auth_server, work, plan)}
     for entry in plan:
         r = results[entry["name"]]
         assert r["ok"], f"{entry['name']}: {r}"
@@ -132,10 +116,11 @@ def test_node_sdk_defaults_and_formats(server: Server, work: Work, cli_seconds: 
 
 # --- a browser: a page on another loopback origin ----------------------------------------------------
 
-PAGE = """<!doctype html><meta charset="utf-8"><title>pending</title><pre id="out"></pre><script>
+PAGE = """<!doctype html><meta charset="utf-8"><title>cosy from another origin</title><script>
 const api = "__API__", key = "__KEY__";
 const out = {};
-const show = () => { document.getElementById("out").textContent = JSON.stringify(out); };
+// Every step's outcome goes back to the page's own server (POST /result), which the test reads.
+const report = () => fetch("/result", {method: "POST", body: JSON.stringify(out)});
 async function run() {
   try {
     // What a page with the openai SDK sends: the key, JSON, the SDK's x-stainless-* headers; no
@@ -149,31 +134,18 @@ async function run() {
     out.voice = r.headers.get("x-cosy-voice");
     const bytes = await r.arrayBuffer();
     out.bytes = bytes.byteLength;
-    show();
     const ctx = new AudioContext();
     const audio = await ctx.decodeAudioData(bytes);
     out.decoded_s = audio.duration;
-    show();
-    // Played as a page plays it: a buffer source on the AudioContext, started. Headless Chromium's
-    // virtual time does not move the audio device's clock (so `onended` never comes); that the
-    // graph plays the whole buffer is checked by rendering the same graph offline.
+    // Played as a page plays it, to the end: a buffer source on the AudioContext.
     const source = ctx.createBufferSource();
     source.buffer = audio;
     source.connect(ctx.destination);
     await ctx.resume();
-    source.start();
     out.context = ctx.state;
-    show();
-    const offline = new OfflineAudioContext(1, audio.length, audio.sampleRate);
-    const replay = offline.createBufferSource();
-    replay.buffer = audio;
-    replay.connect(offline.destination);
-    replay.start();
-    const rendered = (await offline.startRendering()).getChannelData(0);
-    let energy = 0;
-    for (const x of rendered) energy += x * x;
-    out.rendered_s = rendered.length / audio.sampleRate;
-    out.rendered_rms = Math.sqrt(energy / rendered.length);
+    const started = ctx.currentTime;
+    await new Promise((resolve) => { source.onended = resolve; source.start(); });
+    out.played_s = ctx.currentTime - started;
   } catch (e) { out.fetch_error = String(e); }
   try {
     out.voices = (await (await fetch(api + "/v1/audio/voices", {headers: {"Authorization": "Bearer " + key}})).json()).voices;
@@ -186,9 +158,9 @@ async function run() {
     ws.onerror = () => resolve("error");
   });
   out.done = true;
-  show();
+  await report();
 }
-run();
+run().catch((e) => { out.page_error = String(e); report(); });
 </script>"""
 
 
@@ -198,6 +170,7 @@ class _PageServer:
 
     def __init__(self) -> None:
         self.html = b""
+        self.result: dict[str, Any] | None = None
         page = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -207,6 +180,12 @@ class _PageServer:
                 self.send_header("Content-Length", str(len(page.html)))
                 self.end_headers()
                 self.wfile.write(page.html)
+
+            def do_POST(self) -> None:  # noqa: N802
+                length = int(self.headers.get("Content-Length", "0"))
+                page.result = json.loads(self.rfile.read(length) or b"{}")
+                self.send_response(204)
+                self.end_headers()
 
             def log_message(self, *args: Any) -> None:
                 pass
@@ -220,21 +199,24 @@ class _PageServer:
         self.httpd.server_close()
 
 
-def _browser_result(page_url: str, work: Work) -> dict[str, Any]:
-    """Loads the page in headless Chromium and returns what it wrote into #out."""
-    profile = work.root / f"chromium-profile-{abs(hash(page_url))}"
-    st = subprocess.run([_tool("chromium"), "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
-                         "--autoplay-policy=no-user-gesture-required",
-                         f"--user-data-dir={profile}", "--virtual-time-budget=60000", "--dump-dom", page_url],
-                        capture_output=True, text=True, timeout=180)
-    dom = st.stdout
-    start, end = dom.find('<pre id="out">'), dom.find("</pre>")
-    assert start >= 0 and end > start, f"no result in the page (exit {st.returncode}):\n{dom[-2000:]}\n{st.stderr[-2000:]}"
-    text = dom[start + len('<pre id="out">'):end]
-    assert text, f"the page wrote nothing:\n{st.stderr[-2000:]}"
-    got = json.loads(text.replace("&quot;", '"').replace("&amp;", "&"))
-    assert got.get("done"), f"the page did not finish in Chromium's time budget: {got}"
-    return got
+def _browser_result(page: _PageServer, work: Work) -> dict[str, Any]:
+    """Loads the page in headless Chromium (real time: its audio clock runs, so playback can end)
+    and returns what the page posted back, waiting at most 180 s."""
+    profile = work.root / f"chromium-profile-{page.origin.rsplit(':', 1)[1]}"
+    log = work.root / f"chromium-{page.origin.rsplit(':', 1)[1]}.log"
+    with log.open("wb") as sink:
+        browser = subprocess.Popen([_tool("chromium"), "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+                                    "--autoplay-policy=no-user-gesture-required", f"--user-data-dir={profile}", page.origin + "/"],
+                                   stdin=subprocess.DEVNULL, stdout=sink, stderr=sink)
+    try:
+        deadline = time.monotonic() + 180
+        while page.result is None and time.monotonic() < deadline and browser.poll() is None:
+            time.sleep(0.1)
+    finally:
+        browser.kill()
+        browser.wait()
+    assert page.result is not None, f"the page posted no result (chromium exit {browser.returncode}):\n{log.read_text(errors='replace')[-2000:]}"
+    return page.result
 
 
 def _page(server: Server) -> str:
@@ -248,9 +230,9 @@ def _browse(work: Work, name: str, allowed_origin: str | None) -> dict[str, Any]
     page = _PageServer()
     try:
         origin = allowed_origin or page.origin
-        with _serve(work, name, "--set", f"server.api_key={API_KEY}", "--set", f"server.cors_origins={origin}") as s:
+        with serve(work, name, "--set", f"server.api_key={API_KEY}", "--set", f"server.cors_origins={origin}") as s:
             page.html = _page(s).encode()
-            return _browser_result(page.origin + "/", work)
+            return _browser_result(page, work)
     finally:
         page.close()
 
@@ -259,10 +241,10 @@ def test_browser_on_an_allowed_origin_calls_the_api(work: Work, cli_seconds: flo
     got = _browse(work, "cors-open-server", None)
     assert got.get("status") == 200, got
     assert got["content_type"].startswith("audio/mpeg"), got
-    # The browser's own mp3 decoder, then its audio graph played it to the end.
+    # The browser's own mp3 decoder, then its audio graph played it to the end (the context's clock
+    # moves in render quanta, and on a busy machine it may run late: at least the whole length).
     assert abs(got["decoded_s"] - cli_seconds) < 0.15, got
-    assert got["context"] == "running", got
-    assert abs(got["rendered_s"] - got["decoded_s"]) < 0.01 and got["rendered_rms"] > 1e-3, got
+    assert got["context"] == "running" and got["played_s"] >= got["decoded_s"] - 0.05, got
     assert (got.get("voice") or "").startswith("me"), got  # the page can read cosy's exposed headers
     assert {"id": "me", "name": "me"} in got["voices"], got
     assert got["ws"] == "open", got

@@ -9,32 +9,16 @@ import base64
 import hashlib
 import io
 import json
-import os
 import re
-import signal
-import subprocess
-import time
-import urllib.error
-import urllib.request
 import wave
 from collections.abc import Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from conftest import REPO, cosy_bin, skip_or_fail
+from harness import API_KEY, PROMPT_WAV, SAMPLE_RATE, Server, Work, openai, serve
 
-try:
-    import openai
-except ImportError:  # the pinned requirements install it; a test without it skips (fails under CI)
-    openai = None  # type: ignore[assignment]
-
-FIXTURE = REPO / "tests/fixtures/tiny"
-PROMPT_WAV = REPO / "tests/fixtures/prompt_24k.wav"
-VOICE_TEXT = "Hello there, this is a test."
 REF_TEXT = "This recording is the voice prompt."
 INSTRUCTIONS = "Speak slowly and calmly."
 # Three sentences; with the tiny model and SEED, 1.7 s of audio in two streaming chunks (other texts
@@ -44,131 +28,12 @@ SHORT = "Hello."
 # (With ref_audio and instructions, "Hello." gives no speech token at SEED: a 400 that names it.)
 INSTRUCT_TEXT = "Good morning."
 SEED = 3
-API_KEY = "sk-cosy-test-key"
-SAMPLE_RATE = 24_000
-STARTUP_S = 120.0
 
-
-
-@dataclass(frozen=True)
-class Work:
-    """The folder every process runs in: its HOME, graph cache, voice store and outputs."""
-
-    root: Path
-
-    @property
-    def voices(self) -> Path:
-        return self.root / "voices"
-
-    def env(self) -> dict[str, str]:
-        """The caller's environment without any COSY_* setting (and no config.toml in cwd)."""
-        env = {k: v for k, v in os.environ.items() if not k.startswith("COSY_")}
-        env.update(HOME=str(self.root), COSY_GRAPH_CACHE=str(self.root / "gc"))
-        return env
-
-    def command(self, *args: str) -> list[str]:
-        return [str(cosy_bin()), "--model", str(FIXTURE), "--provider", "cpu", "--set", f"voices.dir={self.voices}", *args]
-
-    def cosy(self, *args: str) -> None:
-        st = subprocess.run(self.command(*args), cwd=self.root, env=self.env(), capture_output=True, text=True, timeout=300)
-        assert st.returncode == 0, f"cosy {' '.join(args)} failed:\n{st.stderr}"
-
-    def cli_audio(self, name: str, *args: str) -> bytes:
-        """`cosy file TEXT ARGS -o NAME`, the bytes it wrote."""
-        out = self.root / name
-        self.cosy("file", *args, "-o", str(out))
-        return out.read_bytes()
-
-
-@dataclass(frozen=True)
-class Server:
-    proc: subprocess.Popen[bytes]
-    port: int
-    log: Path
-
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/v1"
-
-    def client(self, api_key: str = "unused") -> openai.OpenAI:
-        # No retries (an error must surface as it is) and no proxy from the environment.
-        return openai.OpenAI(base_url=self.base_url, api_key=api_key, max_retries=0, timeout=120.0,
-                             http_client=openai.DefaultHttpxClient(trust_env=False))
-
-
-def _log_text(log: Path) -> str:
-    return log.read_text(errors="replace") if log.is_file() else ""
-
-
-def _wait_listening(proc: subprocess.Popen[bytes], log: Path) -> int:
-    """The port from the `cosy serve: listening on http://127.0.0.1:PORT` line on stderr."""
-    deadline = time.monotonic() + STARTUP_S
-    while time.monotonic() < deadline:
-        m = re.search(r"cosy serve: listening on http://127\.0\.0\.1:(\d+)", _log_text(log))
-        if m:
-            return int(m.group(1))
-        assert proc.poll() is None, f"cosy serve exited with {proc.returncode}:\n{_log_text(log)}"
-        time.sleep(0.05)
-    raise AssertionError(f"cosy serve printed no listening line in {STARTUP_S} s:\n{_log_text(log)}")
-
-
-def _wait_ready(proc: subprocess.Popen[bytes], port: int, log: Path) -> None:
-    """Polls GET /ready until it answers 200 (503 while the model loads)."""
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-    deadline = time.monotonic() + STARTUP_S
-    while time.monotonic() < deadline:
-        assert proc.poll() is None, f"cosy serve exited with {proc.returncode}:\n{_log_text(log)}"
-        try:
-            with opener.open(f"http://127.0.0.1:{port}/ready", timeout=5) as r:
-                if r.status == 200:
-                    return
-        except (urllib.error.URLError, ConnectionError):
-            pass
-        time.sleep(0.05)
-    raise AssertionError(f"cosy serve was not ready in {STARTUP_S} s:\n{_log_text(log)}")
-
-
-@contextmanager
-def _serve(work: Work, name: str, *settings: str) -> Iterator[Server]:
-    """`cosy serve` on a free loopback port until the block ends; then SIGTERM, which must exit 0."""
-    log = work.root / f"{name}.log"
-    with log.open("wb") as sink:
-        proc = subprocess.Popen([*work.command(*settings), "serve", "--bind", "127.0.0.1:0"], cwd=work.root, env=work.env(),
-                                stdin=subprocess.DEVNULL, stdout=sink, stderr=sink)
-    try:
-        port = _wait_listening(proc, log)
-        _wait_ready(proc, port, log)
-        yield Server(proc, port, log)
-    finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-        try:
-            rc = proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-            raise AssertionError(f"cosy serve did not stop within 60 s of SIGTERM:\n{_log_text(log)}") from None
-    assert rc == 0, f"cosy serve exited with {rc} after SIGTERM:\n{_log_text(log)}"
-
-
-@pytest.fixture(scope="module")
-def work(tmp_path_factory: pytest.TempPathFactory) -> Work:
-    if openai is None:
-        skip_or_fail("the openai package is not installed (pip install -r onnx/requirements.txt)")
-    w = Work(tmp_path_factory.mktemp("serve"))
-    w.cosy("voice", "add", "me", "--wav", str(PROMPT_WAV), "--text", VOICE_TEXT, "--default")
-    return w
 
 
 @pytest.fixture(scope="module")
 def server(work: Work) -> Iterator[Server]:
-    with _serve(work, "server") as s:
-        yield s
-
-
-@pytest.fixture(scope="module")
-def auth_server(work: Work) -> Iterator[Server]:
-    with _serve(work, "auth-server", "--set", f"server.api_key={API_KEY}") as s:
+    with serve(work, "server") as s:
         yield s
 
 
