@@ -322,7 +322,7 @@ def test_a_client_gone_mid_stream_frees_its_slot(server: Server) -> None:
 @pytest.fixture(scope="module")
 def one_slot(work: Work) -> Iterator[Server]:
     with serve(work, "wyoming-one-slot", "--set", "debug.test_hooks=true", "--set", "engine.max_in_flight=1",
-               "--set", "engine.max_queue=0", wyoming=True) as s:
+               "--set", "engine.max_queue=0", "--set", "wyoming.max_connections=2", wyoming=True) as s:
         yield s
 
 
@@ -371,3 +371,22 @@ def test_http_and_wyoming_share_the_engines_admission(one_slot: Server) -> None:
             return (await audio_until(client, "audio-stop"))[1]
 
     assert asyncio.run(good())
+
+
+def test_connections_beyond_wyoming_max_connections_are_told_and_closed(one_slot: Server) -> None:
+    wait_for_metric(one_slot, "cosy_wyoming_connections", 0)
+
+    async def run() -> None:
+        async with connect(one_slot), connect(one_slot):
+            await asyncio.to_thread(wait_for_metric, one_slot, "cosy_wyoming_connections", 2)
+            async with connect(one_slot) as third:
+                refusal = await read(third)
+                assert Error.is_type(refusal.type) and Error.from_event(refusal).code == "too_many_connections", refusal
+                assert "wyoming.max_connections" in Error.from_event(refusal).text
+                assert await third.read_event() is None, "closed after the refusal"
+        await asyncio.to_thread(wait_for_metric, one_slot, "cosy_wyoming_connections", 0)
+        async with connect(one_slot) as client:
+            await client.write_event(Describe().event())
+            assert Info.is_type((await read(client)).type)
+
+    asyncio.run(run())
