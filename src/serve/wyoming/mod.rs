@@ -283,6 +283,12 @@ impl Connection {
                 },
                 None => idle_deadline,
             };
+            // Idle: no synthesis, or a stream waiting for text with no segment speaking.
+            let idle_now = match job.as_ref() {
+                None => true,
+                Some(Job::Stream(s)) => s.current.is_none(),
+                Some(Job::Whole(_)) => false,
+            };
             tokio::select! {
                 received = events.recv() => {
                     let event = match received {
@@ -366,7 +372,7 @@ impl Connection {
                 }
                 // (The watch's guard is not `Send`: dropped inside, before the select's output lives on.)
                 _ = async { let _ = stop.wait_for(|stop| *stop).await; }, if job.is_none() => return Ok(()),
-                _ = tokio::time::sleep_until(idle_deadline), if job.is_none() => return Err(idle_error(idle_s).into()),
+                _ = tokio::time::sleep_until(idle_deadline), if idle_now => return Err(idle_error(idle_s).into()),
             }
         }
     }

@@ -390,3 +390,17 @@ def test_connections_beyond_wyoming_max_connections_are_told_and_closed(one_slot
             assert Info.is_type((await read(client)).type)
 
     asyncio.run(run())
+
+
+def test_a_silent_connection_and_a_stream_without_text_end_at_the_idle_timeout(work: Work) -> None:
+    with serve(work, "wyoming-idle", "--set", "wyoming.idle_timeout_s=1", "--set", "server.warmup=false", wyoming=True) as s:
+        async def run() -> list[tuple[list[Event], bool]]:
+            silent = await exchange(s, [])
+            # A stream whose text never comes: its speech slot is freed too.
+            waiting = await exchange(s, [SynthesizeStart(voice=SynthesizeVoice(name="me")).event()])
+            return [silent, waiting]
+
+        for events, _ in asyncio.run(run()):
+            assert events and Error.from_event(events[-1]).code == "idle_timeout", events
+            assert "wyoming.idle_timeout_s" in Error.from_event(events[-1]).text
+        wait_for_metric(s, "cosy_requests_in_flight", 0)
