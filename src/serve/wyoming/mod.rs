@@ -324,6 +324,7 @@ impl Connection {
                             // Nothing left to say after a segment that ended early.
                             self.end_stream(stream).await?;
                             *job = None;
+                            self.state.metrics.count_wyoming("stream", "ok");
                         }
                     }
                 }
