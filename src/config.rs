@@ -252,6 +252,26 @@ impl fmt::Debug for ServerSettings {
     }
 }
 
+/// `[wyoming]`: the Wyoming protocol server of `cosy serve` (Home Assistant; docs/wyoming.md), on
+/// the same engine as the HTTP API. The library only carries these values.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WyomingSettings {
+    /// Address and port to listen on; `None` (not set, or "") = no Wyoming server. A bare port
+    /// (`10200`) means the loopback (`127.0.0.1:10200`).
+    pub bind: Option<String>,
+    /// Wyoming connections open at once; one more is answered with an `error` event and closed.
+    pub max_connections: usize,
+    /// The longest a connection may stay silent (no event, no audio being made), in seconds.
+    pub idle_timeout_s: u64,
+    /// Longest event header (one JSON line), in bytes.
+    pub max_header_bytes: usize,
+    /// Largest `data` and largest `payload` of one event, each, in bytes.
+    pub max_payload_bytes: usize,
+    /// Streamed text (`synthesize-chunk`): normalise each settled sentence (numbers, units,
+    /// symbols) before the model reads it; false = the exact text.
+    pub normalize: bool,
+}
+
 /// The whole configuration after all sources were applied.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Config {
@@ -267,6 +287,7 @@ pub struct Config {
     pub engine: EngineSettings,
     pub text: TextSettings,
     pub server: ServerSettings,
+    pub wyoming: WyomingSettings,
     pub debug: DebugSettings,
     /// The config file that was read, if any.
     pub source_file: Option<PathBuf>,
@@ -317,6 +338,14 @@ impl Default for Config {
                 default_format: "mp3".into(),
                 cors_origins: None,
                 public_listings: false,
+            },
+            wyoming: WyomingSettings {
+                bind: None,
+                max_connections: 64,
+                idle_timeout_s: 60,
+                max_header_bytes: 64 << 10,
+                max_payload_bytes: 1 << 20,
+                normalize: true,
             },
             debug: DebugSettings::default(),
             source_file: None,
@@ -374,6 +403,12 @@ pub const KEYS: &[&str] = &[
     "server.default_format",
     "server.cors_origins",
     "server.public_listings",
+    "wyoming.bind",
+    "wyoming.max_connections",
+    "wyoming.idle_timeout_s",
+    "wyoming.max_header_bytes",
+    "wyoming.max_payload_bytes",
+    "wyoming.normalize",
     "debug.test_hooks",
 ];
 
@@ -398,6 +433,7 @@ pub const ENV_VARS: &[(&str, &str)] = &[
     ("COSY_VOICE", "voices.default"),
     ("COSY_BIND", "server.bind"),
     ("COSY_API_KEY", "server.api_key"),
+    ("COSY_WYOMING", "wyoming.bind"),
 ];
 
 /// The environment variable naming the config file when `--config` is not given.
@@ -756,6 +792,33 @@ impl Config {
                     _ => Some(origins_of(value).map_err(|why| bad(&format!("{CORS_ALLOWED} ({why})")))?),
                 }
             }
+            "wyoming.bind" => {
+                const ALLOWED: &str =
+                    "HOST:PORT, e.g. \"127.0.0.1:10200\" or \"0.0.0.0:10200\" (a bare port = the loopback; port 0 = any free port), or \"\" for none";
+                let s = text_of(value).map(|s| s.trim().to_string()).ok_or_else(|| bad(ALLOWED))?;
+                self.wyoming.bind = if s.is_empty() {
+                    None
+                } else if s.parse::<u16>().is_ok() {
+                    Some(format!("127.0.0.1:{s}"))
+                } else if valid_bind(&s) {
+                    Some(s)
+                } else {
+                    return Err(bad(ALLOWED));
+                };
+            }
+            "wyoming.max_connections" => self.wyoming.max_connections = up_to(1_000_000)?,
+            "wyoming.idle_timeout_s" => self.wyoming.idle_timeout_s = up_to(86_400)? as u64,
+            "wyoming.max_header_bytes" => {
+                self.wyoming.max_header_bytes = positive(value)
+                    .filter(|&n| (1024..=1 << 24).contains(&n))
+                    .ok_or_else(|| bad("an integer from 1024 to 16777216"))?
+            }
+            "wyoming.max_payload_bytes" => {
+                self.wyoming.max_payload_bytes = positive(value)
+                    .filter(|&n| (1024..=1 << 30).contains(&n))
+                    .ok_or_else(|| bad("an integer from 1024 to 1073741824"))?
+            }
+            "wyoming.normalize" => self.wyoming.normalize = bool_of(value).ok_or_else(|| bad("true, false"))?,
             "voices.aliases" => {
                 return Err(bad("a table of aliases: [voices.aliases] then alloy = \"anna\" (or --set voices.aliases.alloy=anna)"));
             }

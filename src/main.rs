@@ -37,7 +37,7 @@ fn main() {
         .with_target(false)
         .init();
     let result = match &cli.command {
-        Command::Serve(args) => cli.load_config().map_err(anyhow::Error::from).and_then(|config| serve::run(config, args.bind.clone())),
+        Command::Serve(args) => cli.load_config().map_err(anyhow::Error::from).and_then(|config| serve::run(config, args.bind.clone(), args.wyoming.clone())),
         _ => run(cli),
     };
     if let Err(err) = result {

@@ -128,6 +128,11 @@ pub struct ExtraName {
     pub available: bool,
 }
 
+/// The languages every voice speaks: CosyVoice3's nine (its README: Chinese, English, Japanese,
+/// Korean, German, Spanish, French, Italian, Russian; Chinese dialects besides), as ISO 639-1 codes
+/// for front ends that list them (the Wyoming `info`). A saved voice is a timbre, not a language.
+pub const VOICE_LANGUAGES: [&str; 9] = ["zh", "en", "ja", "ko", "de", "es", "fr", "it", "ru"];
+
 /// What a request says about its voice, as a front end received it.
 #[derive(Debug, Clone, Default)]
 pub struct VoiceChoice {

@@ -242,6 +242,11 @@ pub struct ServeArgs {
     /// Port 0 picks a free port; the address is printed as `cosy serve: listening on http://...`.
     #[arg(long, value_name = "ADDR")]
     pub bind: Option<String>,
+    /// Also serve the Wyoming protocol (Home Assistant; docs/wyoming.md) at this address, e.g.
+    /// 127.0.0.1:10200, 0.0.0.0:10200, or a bare port for the loopback (wyoming.bind). The address
+    /// is printed as `cosy serve: wyoming on tcp://...`.
+    #[arg(long, value_name = "ADDR")]
+    pub wyoming: Option<String>,
 }
 
 /// `--seed`: clap's own message for `-1` would suggest `-- -1` (which makes -1 the text); this

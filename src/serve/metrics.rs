@@ -69,6 +69,11 @@ pub struct Metrics {
     pub rejected: AtomicU64,
     /// Requests that ran past server.request_timeout_s.
     pub timeouts: AtomicU64,
+    /// Wyoming requests by (request, outcome): `describe`, `synthesize`, `stream`, `connection`,
+    /// `other` × `ok`, `error`, `cancelled`, `refused` (bounded label values).
+    wyoming: Mutex<BTreeMap<(&'static str, &'static str), u64>>,
+    /// Wyoming connections open now.
+    pub wyoming_connections: std::sync::atomic::AtomicUsize,
 }
 
 /// The counters the server reads from elsewhere when it renders.
@@ -97,7 +102,14 @@ impl Metrics {
             cancelled: AtomicU64::new(0),
             rejected: AtomicU64::new(0),
             timeouts: AtomicU64::new(0),
+            wyoming: Mutex::new(BTreeMap::new()),
+            wyoming_connections: std::sync::atomic::AtomicUsize::new(0),
         }
+    }
+
+    /// One Wyoming request's outcome, beside the HTTP requests' counts.
+    pub fn count_wyoming(&self, request: &'static str, outcome: &'static str) {
+        *self.wyoming.lock().unwrap_or_else(|p| p.into_inner()).entry((request, outcome)).or_insert(0) += 1;
     }
 
     pub fn count_request(&self, route: &'static str, status: u16) {
@@ -125,6 +137,14 @@ impl Metrics {
         let _ = writeln!(out, "# HELP cosy_http_requests_total HTTP requests by route and status\n# TYPE cosy_http_requests_total counter");
         for ((route, status), n) in self.requests.lock().unwrap_or_else(|p| p.into_inner()).iter() {
             let _ = writeln!(out, "cosy_http_requests_total{{route=\"{route}\",status=\"{status}\"}} {n}");
+        }
+        gauge(&mut out, "cosy_wyoming_connections", "Wyoming connections open now", self.wyoming_connections.load(Ordering::Relaxed) as f64);
+        let _ = writeln!(
+            out,
+            "# HELP cosy_wyoming_requests_total Wyoming requests by kind (describe, synthesize, stream) and outcome\n# TYPE cosy_wyoming_requests_total counter"
+        );
+        for ((request, outcome), n) in self.wyoming.lock().unwrap_or_else(|p| p.into_inner()).iter() {
+            let _ = writeln!(out, "cosy_wyoming_requests_total{{request=\"{request}\",outcome=\"{outcome}\"}} {n}");
         }
         let counter = |out: &mut String, name: &str, help: &str, value: f64| {
             let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter\n{name} {value}");

@@ -18,6 +18,7 @@ mod metrics;
 mod speech;
 mod voices;
 mod ws;
+mod wyoming;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -184,9 +185,12 @@ impl Drop for ActiveGuard {
 }
 
 /// `cosy serve`: runs until SIGTERM or Ctrl-C and the drain that follows.
-pub fn run(mut config: Config, bind: Option<String>) -> anyhow::Result<()> {
+pub fn run(mut config: Config, bind: Option<String>, wyoming: Option<String>) -> anyhow::Result<()> {
     if let Some(b) = bind {
         config.set("server.bind", &cosy::config::RawValue::Text(b), &cosy::config::Origin::Flag("--bind".into()), None)?;
+    }
+    if let Some(w) = wyoming {
+        config.set("wyoming.bind", &cosy::config::RawValue::Text(w), &cosy::config::Origin::Flag("--wyoming".into()), None)?;
     }
     // What can be checked at once is, before the port opens (loading the graphs comes after).
     encode::AudioFormat::parse_setting(&config.server.default_format).map_err(cosy::Error::Config)?;
@@ -209,6 +213,13 @@ async fn serve(config: Config) -> anyhow::Result<()> {
         cosy::Error::Config(format!("server.bind {bind}: cannot listen there ({e}); pick a free port or another address"))
     })?;
     let addr = listener.local_addr()?;
+    // The Wyoming port too before anything is said: a port taken is a config error, not a log line.
+    let wyoming_listener = match config.wyoming.bind.clone() {
+        Some(bind) => Some(tokio::net::TcpListener::bind(&bind).await.map_err(|e| {
+            cosy::Error::Config(format!("wyoming.bind {bind}: cannot listen there ({e}); pick a free port or another address"))
+        })?),
+        None => None,
+    };
     let state = Arc::new(AppState::new(config, addr.ip().is_loopback()));
     if state.config.server.api_key.is_none() && !addr.ip().is_loopback() {
         tracing::warn!("listening on {addr} without server.api_key: anyone who reaches this port can use the API");
@@ -217,6 +228,15 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     log_aliases(&state);
     // One line on stderr whatever the log level: scripts and tests read the port from it.
     eprintln!("cosy serve: listening on http://{addr}");
+    let mut wyoming_server = None;
+    if let Some(listener) = wyoming_listener {
+        let wyoming_addr = listener.local_addr()?;
+        if !wyoming_addr.ip().is_loopback() {
+            tracing::warn!("Wyoming on {wyoming_addr}: the protocol has no authentication; anyone who reaches this port can use it");
+        }
+        eprintln!("cosy serve: wyoming on tcp://{wyoming_addr}");
+        wyoming_server = Some((wyoming_addr, listener));
+    }
 
     let (loaded_tx, loaded_rx) = tokio::sync::oneshot::channel();
     let loader = state.clone();
@@ -230,6 +250,7 @@ async fn serve(config: Config) -> anyhow::Result<()> {
         header_timeout: Duration::from_secs(state.config.server.header_timeout_s),
         send_timeout: Duration::from_secs(state.config.server.send_timeout_s),
     };
+    let wyoming_server = wyoming_server.map(|(_, listener)| tokio::spawn(wyoming::serve(listener, state.clone(), stop_rx.clone())));
     let server = tokio::spawn(listen::serve(listener, app, limits, state.connection_slots.clone(), stop_rx));
 
     let mut loaded_rx = loaded_rx;
@@ -250,6 +271,9 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     // HTTP connections end first (axum waits for them), then WebSocket sessions and the engine
     // work they started.
     let _ = tokio::time::timeout_at(tokio::time::Instant::from_std(deadline), server).await;
+    if let Some(wyoming_server) = wyoming_server {
+        let _ = tokio::time::timeout_at(tokio::time::Instant::from_std(deadline), wyoming_server).await;
+    }
     while state.active.load(Ordering::SeqCst) > 0 && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }

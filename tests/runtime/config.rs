@@ -82,6 +82,21 @@ fn the_committed_config_toml_is_valid_and_equals_the_defaults() {
     assert_eq!(c, d, "config.toml documents exactly the built-in defaults");
 }
 
+/// `[wyoming]` is off unless set; a bare port is the loopback; `""` is off again.
+#[test]
+fn the_wyoming_address_is_off_unless_set_and_a_bare_port_is_the_loopback() {
+    assert_eq!(Config::default().wyoming.bind, None);
+    let bind = |value: &str| {
+        Config::load(&LoadOptions { flags: vec![("wyoming.bind".into(), value.into())], ..Default::default() }).map(|c| c.wyoming.bind)
+    };
+    assert_eq!(bind("10200").unwrap().as_deref(), Some("127.0.0.1:10200"));
+    assert_eq!(bind("0.0.0.0:10200").unwrap().as_deref(), Some("0.0.0.0:10200"));
+    assert_eq!(bind("").unwrap(), None);
+    let c = Config::load(&LoadOptions { env: env(&[("COSY_WYOMING", "[::1]:10200")]), ..Default::default() }).unwrap();
+    assert_eq!(c.wyoming.bind.as_deref(), Some("[::1]:10200"));
+    assert!(bind("70000").is_err() && bind("host:").is_err());
+}
+
 #[test]
 fn unknown_keys_are_refused_with_the_key_and_the_known_ones() {
     let d = tempfile::tempdir().unwrap();
@@ -110,6 +125,9 @@ fn bad_values_are_refused_with_key_value_and_allowed_set() {
         ("[sampling]\ntop_k = 0\n", "sampling.top_k = 0", ">= 1"),
         ("[streaming]\ntoken_hop_len = 50\ntoken_max_hop_len = 10\n", "token_max_hop_len", "must be >="),
         ("[model]\ndir = 3\n", "model.dir = 3", "path"),
+        ("[wyoming]\nbind = \"home assistant\"\n", "wyoming.bind", "HOST:PORT"),
+        ("[wyoming]\nmax_header_bytes = 10\n", "wyoming.max_header_bytes = 10", "1024 to"),
+        ("[wyoming]\nmax_connections = 0\n", "wyoming.max_connections = 0", "from 1 to"),
     ];
     for (text, key_value, allowed) in cases {
         let file = write(d.path(), text);

@@ -430,8 +430,13 @@ fn api_key_is_required_when_set() {
 fn serve_refuses_bad_settings_before_listening() {
     let dir = tempfile::tempdir().unwrap();
     let gc = dir.path().join("gc");
-    let cases: [(&[&str], &str); 6] = [
+    // A port that is taken: the Wyoming port is opened before the server says it listens.
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let taken = taken.local_addr().unwrap().to_string();
+    let cases: [(&[&str], &str); 8] = [
         (&["--model", "/nonexistent-model", "serve", "--bind", "127.0.0.1:0"], "model folder"),
+        (&["serve", "--bind", "127.0.0.1:0", "--wyoming", "home-assistant"], "wyoming.bind"),
+        (&["serve", "--bind", "127.0.0.1:0", "--wyoming", &taken], "wyoming.bind"),
         (&["serve", "--bind", "nonsense"], "server.bind"),
         (&["--set", "engine.max_in_flight=0", "serve"], "engine.max_in_flight"),
         // The old name of the same limit is still read, and its errors name what was written.

@@ -66,6 +66,8 @@ class Server:
     proc: subprocess.Popen[bytes]
     port: int
     log: Path
+    # The Wyoming port, when the server was started with one (`serve(..., wyoming=True)`).
+    wyoming_port: int | None = None
 
     @property
     def base_url(self) -> str:
@@ -93,6 +95,13 @@ def _wait_listening(proc: subprocess.Popen[bytes], log: Path) -> int:
     raise AssertionError(f"cosy serve printed no listening line in {STARTUP_S} s:\n{_log_text(log)}")
 
 
+def _wait_wyoming(proc: subprocess.Popen[bytes], log: Path) -> int:
+    """The port from the `cosy serve: wyoming on tcp://127.0.0.1:PORT` line (printed before the HTTP one)."""
+    m = re.search(r"cosy serve: wyoming on tcp://127\.0\.0\.1:(\d+)", _log_text(log))
+    assert m, f"cosy serve printed no wyoming line:\n{_log_text(log)}"
+    return int(m.group(1))
+
+
 def _wait_ready(proc: subprocess.Popen[bytes], port: int, log: Path) -> None:
     """Polls GET /ready until it answers 200 (503 while the model loads)."""
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
@@ -110,16 +119,19 @@ def _wait_ready(proc: subprocess.Popen[bytes], port: int, log: Path) -> None:
 
 
 @contextmanager
-def serve(work: Work, name: str, *settings: str) -> Iterator[Server]:
-    """`cosy serve` on a free loopback port until the block ends; then SIGTERM, which must exit 0."""
+def serve(work: Work, name: str, *settings: str, wyoming: bool = False) -> Iterator[Server]:
+    """`cosy serve` on a free loopback port until the block ends; then SIGTERM, which must exit 0. With
+    `wyoming`, the Wyoming server too, on another free loopback port."""
     log = work.root / f"{name}.log"
+    extra = ["--wyoming", "127.0.0.1:0"] if wyoming else []
     with log.open("wb") as sink:
-        proc = subprocess.Popen([*work.command(*settings), "serve", "--bind", "127.0.0.1:0"], cwd=work.root, env=work.env(),
-                                stdin=subprocess.DEVNULL, stdout=sink, stderr=sink)
+        proc = subprocess.Popen([*work.command(*settings), "serve", "--bind", "127.0.0.1:0", *extra], cwd=work.root,
+                                env=work.env(), stdin=subprocess.DEVNULL, stdout=sink, stderr=sink)
     try:
         port = _wait_listening(proc, log)
+        wyoming_port = _wait_wyoming(proc, log) if wyoming else None
         _wait_ready(proc, port, log)
-        yield Server(proc, port, log)
+        yield Server(proc, port, log, wyoming_port)
     finally:
         if proc.poll() is None:
             proc.send_signal(signal.SIGTERM)
