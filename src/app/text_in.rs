@@ -15,8 +15,40 @@
 use std::sync::Arc;
 
 use crate::engine::{BistreamOptions, Engine, FeedProgress, RequestHandle, TextFeed};
-use crate::error::Result;
+use crate::error::{Error, InputCode, Result};
 use crate::request::Request;
+
+/// How much text one session of pieces may receive in all (`limits.max_text_chars`, counted in
+/// characters as [`crate::request::check_text_length`] counts a whole text): the rule for every
+/// front end that takes text in pieces (the WebSocket, Wyoming's streaming events), whether or
+/// not the pieces go to a [`TextIn`].
+pub struct TextBudget {
+    received: usize,
+    limit: usize,
+}
+
+impl TextBudget {
+    pub fn new(limit: usize) -> TextBudget {
+        TextBudget { received: 0, limit }
+    }
+
+    /// Counts `piece`; refuses it (`text_too_long`, param `text`) once the session's text is over
+    /// the limit.
+    pub fn take(&mut self, piece: &str) -> Result<()> {
+        self.received = self.received.saturating_add(piece.chars().count());
+        if self.received > self.limit {
+            return Err(Error::input(
+                InputCode::TextTooLong,
+                Some("text"),
+                format!(
+                    "the streamed text is longer than limits.max_text_chars = {} characters; send the rest in a new session or stream",
+                    self.limit
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
 
 /// One text-in streaming session: its segments, one at a time.
 pub struct TextIn {

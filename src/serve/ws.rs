@@ -36,7 +36,7 @@ use futures_util::{SinkExt, StreamExt};
 use serde::Deserialize;
 use tokio::sync::mpsc;
 
-use cosy::app::text_in::{Next, TextIn};
+use cosy::app::text_in::{Next, TextBudget, TextIn};
 
 use super::error::ApiError;
 use super::speech::{decode_data_url, resolve_voice, test_hooks_of, voice_name, Finish, Running, TestHooksParams, VoiceSpec};
@@ -210,7 +210,6 @@ async fn run_session(
     id: &str,
 ) -> Result<(), ApiError> {
     let idle = Duration::from_secs(state.config.server.request_timeout_s);
-    let max_chars = state.config.limits.max_text_chars;
     // 1. The configuration.
     let (config, ignored) = match tokio::time::timeout(idle, client.recv()).await {
         Ok(Some(Ok(ClientMessage::Config(c, ignored)))) => (*c, ignored),
@@ -274,7 +273,7 @@ async fn run_session(
 
     // 2. Text in, audio out.
     let mut buffer = String::new();
-    let mut received_chars = 0usize;
+    let mut budget = TextBudget::new(state.config.limits.max_text_chars);
     let mut segments: VecDeque<String> = VecDeque::new();
     let mut input_done = false;
     let mut current: Option<(Running, usize, usize, Finish)> = None; // (request, segment, samples, bookkeeping)
@@ -312,7 +311,7 @@ async fn run_session(
         tokio::select! {
             message = client.recv(), if !input_done => {
                 last_message = Instant::now();
-                match incoming(message, &mut received_chars, max_chars)? {
+                match incoming(message, &mut budget)? {
                     Incoming::Closed => return Ok(()),
                     Incoming::Text(text) => {
                         buffer.push_str(&text);
@@ -379,20 +378,14 @@ enum Incoming {
 
 /// A client message after the configuration: text (counted against the session's limit), done,
 /// or the end of the session; anything else is an error.
-fn incoming(message: Option<Result<ClientMessage, ApiError>>, received_chars: &mut usize, max_chars: usize) -> Result<Incoming, ApiError> {
+fn incoming(message: Option<Result<ClientMessage, ApiError>>, budget: &mut TextBudget) -> Result<Incoming, ApiError> {
     match message {
         None | Some(Ok(ClientMessage::Close)) => Ok(Incoming::Closed),
         Some(Err(e)) => Err(e),
         Some(Ok(ClientMessage::Config(..))) => Err(ApiError::bad_request("invalid_message", "session.config may be sent once, first")),
         Some(Ok(ClientMessage::Done)) => Ok(Incoming::Done),
         Some(Ok(ClientMessage::Text { text })) => {
-            *received_chars += text.chars().count();
-            if *received_chars > max_chars {
-                return Err(ApiError::bad_request(
-                    "text_too_long",
-                    format!("the session's text is longer than limits.max_text_chars = {max_chars}; open a new session"),
-                ));
-            }
+            budget.take(&text).map_err(ApiError::from_engine)?;
             Ok(Incoming::Text(text))
         }
     }
@@ -413,7 +406,6 @@ async fn run_bistream(
     options: cosy::engine::BistreamOptions,
 ) -> Result<(), ApiError> {
     let idle = Duration::from_secs(state.config.server.request_timeout_s);
-    let max_chars = state.config.limits.max_text_chars;
     let engine = state.engine()?;
     let mut speech = cosy::app::speech::SpeechOptions::new(String::new(), voice, true);
     speech.seed = seed;
@@ -423,7 +415,7 @@ async fn run_bistream(
     // The segment speaking: its request, whether its audio.start went out, its samples.
     let new_segment = |handle| (super::speech::follow(state, handle), false, 0usize, Finish { state: state.clone(), started: Instant::now(), ttfb: 0.0, id: id.to_string() });
     let mut current = Some(new_segment(handle));
-    let mut received_chars = 0usize;
+    let mut budget = TextBudget::new(state.config.limits.max_text_chars);
     let mut total_samples = 0usize;
     let mut last_activity = Instant::now();
     let session_done = |segments: usize, samples: usize| {
@@ -438,7 +430,7 @@ async fn run_bistream(
         tokio::select! {
             message = client.recv(), if !text_in.input_done() => {
                 last_activity = Instant::now();
-                let started = match incoming(message, &mut received_chars, max_chars)? {
+                let started = match incoming(message, &mut budget)? {
                     Incoming::Closed => return Ok(()),
                     Incoming::Text(text) => text_in.push(text).map_err(|e| state.api_error(e))?,
                     Incoming::Done => text_in.finish().map_err(|e| state.api_error(e))?,

@@ -30,7 +30,7 @@ use tokio::sync::{mpsc, watch, Semaphore};
 use tracing::Instrument;
 
 use cosy::app::speech::{build_request, build_streaming_request, SpeechOptions};
-use cosy::app::text_in::{Next, TextIn};
+use cosy::app::text_in::{Next, TextBudget, TextIn};
 use event::{Bounds, Event, FrameError};
 
 use super::error::ApiError;
@@ -194,7 +194,7 @@ struct Stream {
     current: Option<Segment>,
     id: String,
     /// Characters received in `synthesize-chunk`s (at most `limits.max_text_chars` in all).
-    received_chars: usize,
+    budget: TextBudget,
     /// When `synthesize-stop` came (then the request deadline counts from it).
     stopped: Option<Instant>,
     audio: Audio,
@@ -527,7 +527,7 @@ impl Connection {
             text_in,
             current,
             id,
-            received_chars: 0,
+            budget: TextBudget::new(self.state.config.limits.max_text_chars),
             stopped: None,
             audio: Audio { started: false, samples: 0, _active: self.state.track() },
         })))
@@ -540,16 +540,7 @@ impl Connection {
                 let Some(text) = event.data.get("text").and_then(Value::as_str) else {
                     return Err(ApiError::bad_request("invalid_text", "synthesize-chunk: \"text\" must be a string").param("text").into());
                 };
-                stream.received_chars += text.chars().count();
-                let limit = self.state.config.limits.max_text_chars;
-                if stream.received_chars > limit {
-                    return Err(ApiError::bad_request(
-                        "text_too_long",
-                        format!("the streamed text is longer than limits.max_text_chars = {limit} characters; split it into several streams"),
-                    )
-                    .param("text")
-                    .into());
-                }
+                stream.budget.take(text).map_err(|e| self.state.api_error(e))?;
                 stream.text_in.push(text.to_string()).map_err(|e| self.state.api_error(e))?
             }
             // What a streaming client also sends for servers that cannot stream: its text is
