@@ -84,25 +84,29 @@ podman --runtime runc --cgroup-manager=cgroupfs run -d --name cosy-e2e "${run_fl
   localhost/cosy:latest >/dev/null
 wait_ready "alone" || { podman logs cosy-e2e; exit 1; }
 speak "alone" || { podman logs cosy-e2e; exit 1; }
-podman exec cosy-e2e cosy doctor --quick | grep -E "config file|library:|found by|model folder" | sed 's/^/    /'
+podman exec cosy-e2e cosy doctor --quick | grep -E '^  (config file|model folder|voices folder|library):' | sed 's/^/    /'
 podman stop -t 40 cosy-e2e >/dev/null
 say "  stopped (SIGTERM: drained, exit $(podman inspect cosy-e2e --format '{{.State.ExitCode}}'))"
 podman rm cosy-e2e >/dev/null
 
 say "kube play: deploy/k8s (configmap, pvc, deployment, service, hpa)"
-# The claims become podman volumes: the model one gets the tiny model, as `kubectl cp` would.
-podman volume create cosy-models >/dev/null
+# The claims first (podman makes a volume of each), then the model copied into its volume as
+# `kubectl cp` would, and the voices volume given to UID 10001 (fsGroup's work on a cluster).
+podman kube play "$root/deploy/k8s/pvc.yaml" 2>&1 | sed 's/^/    /'
 cp -r "$root/tests/fixtures/tiny/." "$(podman volume inspect cosy-models --format '{{.Mountpoint}}')/"
-podman volume create cosy-voices >/dev/null
 chown 10001:10001 "$(podman volume inspect cosy-voices --format '{{.Mountpoint}}')"
-# The manifests as they are, with the pod on the host's network (no CNI network here) and the
-# config's bind on PORT.
-for f in configmap pvc deployment service hpa; do echo "---"; cat "$root/deploy/k8s/$f.yaml"; done \
+# The other manifests as they are, but with the pod on the host's network (no CNI network here),
+# so without the container's port list (podman refuses port mappings on the host's network), and
+# the config's bind on PORT.
+for f in configmap deployment service hpa; do echo "---"; cat "$root/deploy/k8s/$f.yaml"; done \
   | sed -e "s/^\(\s*\)enableServiceLinks: false/\1enableServiceLinks: false\n\1hostNetwork: true/" \
+        -e '/^          ports:$/,/^              protocol: TCP$/d' \
         -e "s/bind = \"0.0.0.0:8080\"/bind = \"127.0.0.1:$port\"/" > "$work/kube.yaml"
 podman kube play "$work/kube.yaml" 2>&1 | sed 's/^/    /'
 wait_ready "kube play" || { podman pod logs "$(podman pod ls -q | head -n1)" 2>&1 | tail -20; exit 1; }
 speak "kube play" || exit 1
+ctr="$(podman ps --format '{{.Names}}' | grep -- '-cosy$' | head -n1)"
+say "  $ctr: $(podman inspect "$ctr" --format 'user {{.Config.User}}, read-only root {{.HostConfig.ReadonlyRootfs}}, no new privileges: {{.HostConfig.SecurityOpt}}')"
 podman kube down "$work/kube.yaml" >/dev/null
 say "  podman kube down"
 say "done: every check passed"
