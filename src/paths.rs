@@ -107,9 +107,9 @@ pub struct ConfigChoice {
 pub fn choose_config(named: Option<(PathBuf, &str)>, project: Option<&Path>, user_files: bool) -> Result<ConfigChoice> {
     if let Some((p, how)) = named {
         if p.to_string_lossy().trim().is_empty() {
-            return Err(Error::Config(format!(
-                "the config file named ({how}) is empty; give a file path, or leave it out for ./config.toml"
-            )));
+            return Err(Error::Config(
+                "the config file named (--config or COSY_CONFIG) is empty; give a file path, or leave it out for ./config.toml".into(),
+            ));
         }
         if p.is_dir() {
             return Err(Error::Config(format!(
@@ -145,7 +145,9 @@ pub fn choose_config(named: Option<(PathBuf, &str)>, project: Option<&Path>, use
         }
         looked.push(system);
     }
-    let looked: Vec<String> = looked.iter().map(|p| p.display().to_string()).collect();
+    // `./config.toml`: the project file is looked for in the current folder.
+    let looked: Vec<String> =
+        looked.iter().map(|p| if p.is_relative() { format!("./{}", p.display()) } else { p.display().to_string() }).collect();
     let why = if looked.is_empty() {
         "none (built-in defaults)".to_string()
     } else {

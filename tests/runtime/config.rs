@@ -91,7 +91,7 @@ fn without_a_config_file_the_folders_are_the_users_never_the_current_one() {
     // The test process's own HOME/XDG: whatever they are, every default is absolute.
     let c = Config::load(&LoadOptions { default_file: Some(PathBuf::from("no-such-config.toml")), ..Default::default() }).unwrap();
     assert_eq!(c.source_file, None);
-    assert!(c.sources.config_file.contains("looked for no-such-config.toml"), "{}", c.sources.config_file);
+    assert!(c.sources.config_file.contains("looked for ./no-such-config.toml"), "{}", c.sources.config_file);
     for (what, p) in [("model.dir", &c.model_dir), ("voices.dir", &c.voices.dir), ("runtime.engine_cache", &c.runtime.engine_cache)] {
         assert!(p.is_absolute(), "{what} = {}: never relative to the current folder", p.display());
         assert!(!c.source_of(what).starts_with("set by"), "{what}: {}", c.source_of(what));
