@@ -2,7 +2,8 @@
 # Puts libonnxruntime.so (1.31.x, from the PyPI wheel) into .ort/ (git-ignored).
 #   scripts/setup-ort.sh          CPU build (package onnxruntime)
 #   scripts/setup-ort.sh --gpu    CUDA + TensorRT providers (package onnxruntime-gpu, CUDA 13)
-# cosy finds the library through config (runtime.ort_library), $ORT_DYLIB_PATH, or .ort/libonnxruntime.so.
+# cosy finds the library through config (runtime.ort_library), $ORT_DYLIB_PATH, beside its executable
+# (<prefix>/lib/cosy/, as scripts/install.sh puts it), or a checkout's .ort/libonnxruntime.so (src/runtime/env.rs).
 set -euo pipefail
 ORT_VERSION="${ORT_VERSION:-1.31.1}"
 root="$(cd "$(dirname "$0")/.." && pwd)"

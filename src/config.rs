@@ -13,6 +13,7 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 
 use crate::error::{Error, Result};
+use crate::paths;
 use crate::vocab::{check_voice_name, Precision, ProviderKind, StageGroup};
 
 /// Per-group overrides; `None` inherits the `[runtime]` value.
@@ -25,7 +26,9 @@ pub struct StageSettings {
 /// `[runtime]`: where ONNX Runtime is and how sessions are made.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RuntimeSettings {
-    /// Path of `libonnxruntime.so`; `None`: `$ORT_DYLIB_PATH`, then `.ort/libonnxruntime.so`.
+    /// Path of `libonnxruntime.so`; `None`: `$ORT_DYLIB_PATH`, then the search of
+    /// `runtime::env::locate_library` (beside the executable, a checkout's `.ort/`, the user's data
+    /// folder, the system's library path).
     pub ort_library: Option<PathBuf>,
     /// Providers in priority order; ONNX Runtime gives each node to the first that takes it.
     pub providers: Vec<ProviderKind>,
@@ -291,12 +294,37 @@ pub struct Config {
     pub debug: DebugSettings,
     /// The config file that was read, if any.
     pub source_file: Option<PathBuf>,
+    /// Where the config file and each setting came from (`cosy doctor` reports it).
+    pub sources: Sources,
+}
+
+/// Where the configuration came from: why this config file, and the source of each key a file,
+/// the environment or a flag set. Keys not listed have their built-in default
+/// ([`Config::source_of`] says what that default is and why).
+#[derive(Debug, Clone, Default)]
+pub struct Sources {
+    /// Why the config file was read (or why none was): `named by --config`, `./config.toml in the
+    /// current folder (a project folder)`, `the user's config file`, …
+    pub config_file: String,
+    /// The origin of each key that was set (`/etc/cosy/config.toml:4`, `environment COSY_MODEL`).
+    pub keys: BTreeMap<String, String>,
+    /// Why `model.dir` is what it is when nothing set it ([`crate::paths::default_model`]).
+    pub default_model: Option<String>,
+}
+
+/// Two configurations are equal when their values are: where a value came from is not part of it
+/// (a key set to its default by a flag gives the same configuration as the default).
+impl PartialEq for Sources {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
 }
 
 impl Default for Config {
     fn default() -> Self {
         Config {
-            model_dir: PathBuf::from("models/cosyvoice3"),
+            // `Config::load` replaces it with the models folder's default when no source sets it.
+            model_dir: paths::models_dir().join("cosyvoice3"),
             runtime: RuntimeSettings {
                 ort_library: None,
                 providers: vec![ProviderKind::Cpu],
@@ -320,7 +348,7 @@ impl Default for Config {
                 stream_scale_factor: None,
             },
             output: OutputSettings { device: "default".into() },
-            voices: VoiceSettings { dir: PathBuf::from("voices"), default: None, aliases: BTreeMap::new() },
+            voices: VoiceSettings { dir: paths::voices_dir(), default: None, aliases: BTreeMap::new() },
             limits: LimitSettings { max_text_chars: 5000 },
             engine: EngineSettings { max_batch: 16, max_in_flight: 16, max_queue: 64, dit_max_batch: 8, file_concurrency: 4 },
             text: TextSettings { normalizer: NormalizerChoice::Auto },
@@ -349,6 +377,7 @@ impl Default for Config {
             },
             debug: DebugSettings::default(),
             source_file: None,
+            sources: Sources::default(),
         }
     }
 }
@@ -514,6 +543,10 @@ pub struct LoadOptions {
     pub config_file: Option<PathBuf>,
     /// Use `./config.toml` when no file is named (the CLI does; tests usually do not).
     pub default_file: Option<PathBuf>,
+    /// With no file named and no `default_file`: read the user's config file
+    /// (`$XDG_CONFIG_HOME/cosy/config.toml`), else `/etc/cosy/config.toml` (the CLI does; tests
+    /// usually do not, so that a machine's own files cannot change them).
+    pub user_files: bool,
     /// The environment, as (name, value) pairs; only `COSY_*` names are looked at.
     pub env: Vec<(String, String)>,
     /// Flag settings as (key, value), applied last in order.
@@ -534,32 +567,13 @@ impl Config {
     /// Builds the configuration: defaults, then the config file, the environment, the flags.
     pub fn load(opts: &LoadOptions) -> Result<Config> {
         let mut cfg = Config::default();
-        let env_file = opts.env.iter().find(|(k, _)| k == CONFIG_ENV).map(|(_, v)| PathBuf::from(v));
-        let named = opts.config_file.clone().or(env_file);
-        let file = match named {
-            Some(p) if p.to_string_lossy().trim().is_empty() => {
-                return Err(Error::Config(format!(
-                    "the config file named (--config or {CONFIG_ENV}) is empty; give a file path, or leave it out for ./config.toml"
-                )))
-            }
-            Some(p) => {
-                if p.is_dir() {
-                    return Err(Error::Config(format!(
-                        "config file {} is a folder; give the path of a config file (e.g. {})",
-                        p.display(),
-                        p.join("config.toml").display()
-                    )));
-                }
-                if !p.is_file() {
-                    return Err(Error::Config(format!("config file {} does not exist", p.display())));
-                }
-                Some(p)
-            }
-            None => opts.default_file.clone().filter(|p| p.is_file()),
-        };
-        if let Some(path) = file {
-            cfg.apply_file(&path)?;
+        let env_file = opts.env.iter().find(|(k, _)| k == CONFIG_ENV).map(|(_, v)| (PathBuf::from(v), CONFIG_ENV));
+        let named = opts.config_file.clone().map(|p| (p, "--config")).or(env_file);
+        let choice = paths::choose_config(named, opts.default_file.as_deref(), opts.user_files)?;
+        if let Some(path) = &choice.file {
+            cfg.apply_file(path)?;
         }
+        cfg.sources.config_file = choice.why;
         for (var, key) in ENV_VARS {
             if let Some((_, value)) = opts.env.iter().find(|(k, _)| k == var) {
                 cfg.set(key, &RawValue::Text(value.clone()), &Origin::Env(var), None)?;
@@ -585,7 +599,28 @@ impl Config {
         for (key, value) in &opts.flags {
             cfg.set(key, &RawValue::Text(value.clone()), &Origin::Flag(key.clone()), None)?;
         }
+        if !cfg.sources.keys.contains_key("model.dir") {
+            let bundled = paths::bundled_model();
+            let (dir, why) = paths::default_model(&paths::models_dir(), bundled.as_deref())?;
+            cfg.model_dir = dir;
+            cfg.sources.default_model = Some(why);
+        }
         Ok(cfg)
+    }
+
+    /// Where a key's value came from: the file line, variable or flag that set it, else what its
+    /// default is (for `model.dir`, `voices.dir`, `runtime.engine_cache`: which user folder).
+    pub fn source_of(&self, key: &str) -> String {
+        if let Some(s) = self.sources.keys.get(key) {
+            return format!("set by {s}");
+        }
+        match key {
+            "model.dir" => self.sources.default_model.clone().unwrap_or_else(|| "the built-in default".into()),
+            "voices.dir" => "the default: the user's data folder ($XDG_DATA_HOME/cosy/voices)".into(),
+            "runtime.engine_cache" => "the default: the user's cache folder ($XDG_CACHE_HOME/cosy/engines)".into(),
+            "runtime.graph_cache" => "the default: <runtime.engine_cache>/graphs".into(),
+            _ => "the built-in default".into(),
+        }
     }
 
     /// Reads one TOML file over the current values. Every error names the file and the line
@@ -609,8 +644,17 @@ impl Config {
         Ok(())
     }
 
-    /// Sets one dotted key. `base` resolves relative paths (the config file's folder).
+    /// Sets one dotted key. `base` resolves relative paths (the config file's folder). The origin
+    /// is remembered ([`Config::source_of`]).
     pub fn set(&mut self, key: &str, value: &RawValue, origin: &Origin, base: Option<&Path>) -> Result<()> {
+        self.set_value(key, value, origin, base)?;
+        // `""` for a path with a default (engine cache, graph cache, library) means that default.
+        let said = if text_of(value).is_some_and(|s| s.is_empty()) { format!("{origin} (\"\": the default)") } else { origin.to_string() };
+        self.sources.keys.insert(key.to_string(), said);
+        Ok(())
+    }
+
+    fn set_value(&mut self, key: &str, value: &RawValue, origin: &Origin, base: Option<&Path>) -> Result<()> {
         let bad = |allowed: &str| {
             Error::Config(format!("{origin}: {key} = {value}: invalid value; allowed: {allowed}"))
         };
@@ -754,7 +798,7 @@ impl Config {
             }
             "server.max_concurrent" | "server.max_queue" => {
                 let new = DEPRECATED_KEYS.iter().find(|(old, _)| *old == key).map_or("", |(_, new)| *new);
-                self.set(new, value, origin, base).map_err(|e| match e {
+                self.set_value(new, value, origin, base).map_err(|e| match e {
                     Error::Config(m) => Error::Config(m.replacen(new, &format!("{key} (now {new})"), 1)),
                     other => other,
                 })?;
@@ -924,18 +968,16 @@ impl Config {
         self.runtime.graph_cache.clone().unwrap_or_else(|| self.runtime.engine_cache.join("graphs"))
     }
 
-    /// The ONNX Runtime library to load: config/env `runtime.ort_library`, then `$ORT_DYLIB_PATH`,
-    /// then `.ort/libonnxruntime.so` (where `scripts/setup-ort.sh` puts it) under `search_root`.
-    pub fn ort_library_path(&self, search_root: &Path) -> (PathBuf, &'static str) {
+    /// The ONNX Runtime library a setting names: config/env `runtime.ort_library`, then
+    /// `$ORT_DYLIB_PATH`; `None`: search for it (`runtime::env::locate_library`).
+    pub fn ort_library_setting(&self) -> Option<(PathBuf, &'static str)> {
         if let Some(p) = &self.runtime.ort_library {
-            return (p.clone(), "runtime.ort_library");
+            return Some((p.clone(), "runtime.ort_library"));
         }
-        if let Ok(p) = std::env::var("ORT_DYLIB_PATH") {
-            if !p.is_empty() {
-                return (PathBuf::from(p), "ORT_DYLIB_PATH");
-            }
+        match std::env::var("ORT_DYLIB_PATH") {
+            Ok(p) if !p.is_empty() => Some((PathBuf::from(p), "ORT_DYLIB_PATH")),
+            _ => None,
         }
-        (search_root.join(".ort").join("libonnxruntime.so"), "default location")
     }
 }
 
@@ -945,16 +987,14 @@ impl Config {
 /// a run writes nothing into the current folder unless asked to (a config file's relative
 /// `runtime.engine_cache = "engines"` is relative to the file's folder).
 pub fn default_engine_cache() -> PathBuf {
-    dirs::cache_dir()
-        .filter(|d| d.is_absolute())
-        .unwrap_or_else(|| PathBuf::from("/var/cache"))
-        .join("cosy")
-        .join("engines")
+    paths::engine_cache_dir()
 }
 
 /// `COSY_*` variables that are not settings (used by scripts and tests).
 const IGNORED_ENV: &[&str] = &[
     "COSY_VENV",
+    "COSY_BIN",
+    "COSY_DIST",
     "COSY_SHARED",
     "COSY_WETEXT_DIR",
     "COSY_TN_CASES",

@@ -65,21 +65,33 @@ pub fn run(config: &Config, opts: &DoctorOptions) -> DoctorReport {
 
     r.section("configuration");
     match &config.source_file {
-        Some(f) => r.line(format!("config file: {}", f.display())),
-        None => r.line("config file: none (built-in defaults)"),
+        Some(f) => r.line(format!("config file: {} ({})", f.display(), config.sources.config_file)),
+        None => r.line(format!("config file: {}", config.sources.config_file)),
     }
-    r.line(format!("model folder: {}", config.model_dir.display()));
+    r.line(format!("model folder: {} ({})", config.model_dir.display(), config.source_of("model.dir")));
+    if Some(config.model_dir.as_path()) == crate::paths::bundled_model().as_deref() {
+        r.line("note: this is the bundled tiny model with random weights: it speaks noise, not speech; add a real export with `cosy model add NAME PATH`");
+    }
+    r.line(format!("voices folder: {} ({})", config.voices.dir.display(), config.source_of("voices.dir")));
     r.line(format!(
         "providers: {} (fallback {})",
         join(&config.runtime.providers),
         if config.runtime.allow_fallback { "allowed" } else { "not allowed" }
     ));
     r.line(format!("precision: {}, device id: {}, threads: {}", config.runtime.precision, config.runtime.device_id, config.runtime.threads));
-    r.line(format!("TensorRT engine cache: {}", config.runtime.engine_cache.display()));
+    r.line(format!("TensorRT engine cache: {} ({})", config.runtime.engine_cache.display(), config.source_of("runtime.engine_cache")));
     match config.graph_cache_dir() {
-        Some(d) => r.line(format!("optimised-graph cache (CPU sessions): {}", d.display())),
+        Some(d) => r.line(format!("optimised-graph cache (CPU sessions): {} ({})", d.display(), config.source_of("runtime.graph_cache"))),
         None => r.line("optimised-graph cache (CPU sessions): off (runtime.graph_cache_enabled = false)"),
     }
+
+    r.line(format!(
+        "user folders: config {}, data {} (models {}), cache {}",
+        crate::paths::config_home().display(),
+        crate::paths::data_home().display(),
+        crate::paths::models_dir().display(),
+        crate::paths::cache_home().display()
+    ));
 
     r.section("ONNX Runtime");
     let (lib, how) = env::locate_library(config);
@@ -90,7 +102,11 @@ pub fn run(config: &Config, opts: &DoctorOptions) -> DoctorReport {
             Some(rt)
         }
         Err(e) => {
-            r.line(format!("library: {} (from {how})", lib.display()));
+            r.line(format!("library: {} ({how})", lib.display()));
+            if config.ort_library_setting().is_none() {
+                let looked: Vec<String> = env::library_candidates(config).iter().map(|(p, _)| p.display().to_string()).collect();
+                r.line(format!("looked in: {}, then the system's library path", looked.join(", ")));
+            }
             r.problem(e);
             None
         }

@@ -30,6 +30,7 @@ pub mod llm;
 pub mod model;
 pub mod npy;
 pub mod output;
+pub mod paths;
 pub mod pipeline;
 pub mod profile;
 pub mod request;

@@ -149,7 +149,7 @@ impl ModelDir {
         if !root.is_dir() {
             return Err(Error::model(
                 root,
-                "is not a folder (set model.dir in config.toml, COSY_MODEL or --model; make one from the official checkpoint with `scripts/export.sh SRC DST` in the cosy checkout, see README \"Using a real checkpoint\")",
+                "is not a folder (set model.dir in config.toml, COSY_MODEL or --model, or add one with `cosy model add NAME PATH`; make one from the official checkpoint with `scripts/export.sh SRC DST` in the cosy checkout, see README \"Using a real checkpoint\")",
             ));
         }
         let path = root.join(MANIFEST);

@@ -500,6 +500,7 @@ fn fuzz_config() {
         let opts = LoadOptions {
             config_file: rng.chance(4, 5).then(|| file.clone()),
             default_file: None,
+            user_files: false,
             env,
             flags,
         };

@@ -8,6 +8,7 @@
 //! * [`text_in`]: text that arrives in pieces, spoken segment by segment (text-in streaming),
 //!   a new segment when the speech ends before the text, so no text is dropped.
 //! * [`drain`]: run a request's handle into a sink (a file, stdout, a player, a report).
+//! * [`models`]: the user's models folder: list, add an exported folder, choose the default.
 //! * [`dump`]: `--dump DIR`, every sentence's intermediates as `.npy`, through the engine's observer.
 //!
 //! A front end translates its own input (flags, JSON, WebSocket or Wyoming messages) into these
@@ -17,6 +18,7 @@
 
 pub mod drain;
 pub mod dump;
+pub mod models;
 pub mod speech;
 pub mod text_in;
 pub mod voices;

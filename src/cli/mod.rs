@@ -23,7 +23,8 @@ pub struct Cli {
 /// Options every command takes. They override config.toml and the COSY_* environment.
 #[derive(Debug, Args)]
 pub struct GlobalArgs {
-    /// Config file (default: $COSY_CONFIG, else ./config.toml if present).
+    /// Config file (default: $COSY_CONFIG, else ./config.toml, else
+    /// $XDG_CONFIG_HOME/cosy/config.toml, else /etc/cosy/config.toml, the first that exists).
     #[arg(long, global = true, value_name = "FILE")]
     pub config: Option<PathBuf>,
     /// Exported model folder (model.dir).
@@ -73,10 +74,46 @@ pub enum Command {
         #[command(subcommand)]
         action: EnginesAction,
     },
+    /// The models cosy knows (the user's models folder): list, add an exported folder, choose
+    /// the default.
+    Model {
+        #[command(subcommand)]
+        action: ModelAction,
+    },
     /// Print a shell completion script.
     Completions {
         /// bash, zsh, fish, elvish or powershell.
         shell: clap_complete::Shell,
+    },
+    /// Print the man page (roff) on standard output; scripts/install.sh installs it as cosy.1.
+    #[command(hide = true)]
+    Manpage,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ModelAction {
+    /// The models folder's models (size, precisions, default) and the one in use.
+    List,
+    /// Add an exported model folder (scripts/export.sh's output) as NAME: copied into the models
+    /// folder (or linked with --link). The first model added becomes the default.
+    Add {
+        /// Name for `cosy model use` (letters, digits, '.', '_', '-').
+        name: String,
+        /// The exported folder (with manifest.json).
+        path: PathBuf,
+        /// Link to the folder instead of copying it (it must stay where it is).
+        #[arg(long)]
+        link: bool,
+        /// Replace a model of the same name.
+        #[arg(long)]
+        force: bool,
+        /// Also make it the default.
+        #[arg(long)]
+        default: bool,
+    },
+    /// Make NAME the default model (used when no config file, COSY_MODEL or --model names one).
+    Use {
+        name: String,
     },
 }
 
@@ -323,7 +360,8 @@ impl Cli {
     pub fn load_config(&self) -> crate::Result<Config> {
         let mut opts = LoadOptions::from_process_env();
         opts.config_file = self.global.config.clone();
-        opts.default_file = Some(PathBuf::from("config.toml"));
+        opts.default_file = Some(PathBuf::from(crate::paths::PROJECT_CONFIG));
+        opts.user_files = true;
         let g = &self.global;
         if let Some(m) = &g.model {
             opts.flags.push(("model.dir".into(), m.to_string_lossy().into_owned()));
@@ -365,6 +403,12 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         clap_complete::generate(*shell, &mut cmd, "cosy", &mut std::io::stdout());
         return Ok(());
     }
+    if let Command::Manpage = &cli.command {
+        let mut out = Vec::new();
+        clap_mangen::Man::new(Cli::command()).render(&mut out)?;
+        std::io::stdout().write_all(&out)?;
+        return Ok(());
+    }
     let config = cli.load_config()?;
     match &cli.command {
         Command::File(args) => file_command(&config, args).map_err(name_the_flag),
@@ -386,7 +430,8 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Engines { action } => engines(&config, action),
-        Command::Completions { .. } => Ok(()),
+        Command::Model { action } => model_command(&config, action).map_err(name_the_flag),
+        Command::Completions { .. } | Command::Manpage => Ok(()),
         // The server lives in the binary (src/serve): the library knows nothing of HTTP.
         Command::Serve(_) => Err(anyhow::anyhow!("`cosy serve` is run by the cosy binary, not by cosy::cli::run")),
     }
@@ -1050,6 +1095,58 @@ fn profile_command(config: &Config, args: &ProfileArgs) -> anyhow::Result<()> {
     }
     if let (Some(p), Some(t)) = (&args.trace, trace) {
         write(p, &t)?;
+    }
+    Ok(())
+}
+
+fn model_command(config: &Config, action: &ModelAction) -> anyhow::Result<()> {
+    use crate::app::models::Models;
+    let models = Models::of_user();
+    match action {
+        ModelAction::List => {
+            let listed = models.list()?;
+            println!("models folder: {}", models.dir.display());
+            if listed.is_empty() {
+                println!("no models: add an exported folder with `cosy model add NAME PATH` (scripts/export.sh SRC exports into the models folder)");
+            }
+            for m in &listed {
+                let mut notes = Vec::new();
+                if m.bundled {
+                    notes.push("bundled".to_string());
+                }
+                if m.random {
+                    notes.push("random weights: noise, not speech".to_string());
+                }
+                if let Some(p) = &m.problem {
+                    notes.push(format!("cannot be used: {p}"));
+                }
+                let notes = if notes.is_empty() { String::new() } else { format!("  ({})", notes.join("; ")) };
+                println!(
+                    "{} {:<16} {:>10}  {:<14} {}{notes}",
+                    if m.is_default { "*" } else { " " },
+                    m.name,
+                    crate::doctor::human_bytes(m.bytes),
+                    if m.precisions.is_empty() { "-".to_string() } else { m.precisions.join(",") },
+                    m.path.display()
+                );
+            }
+            println!("in use: {} ({})", config.model_dir.display(), config.source_of("model.dir"));
+        }
+        ModelAction::Add { name, path, link, force, default } => {
+            let added = models.add(name, path, *link, *force, *default)?;
+            let how = if *link { "linked" } else { "copied" };
+            println!("added model {name:?} ({how}: {})", added.path.display());
+            if added.made_default {
+                println!("{name:?} is now the default model");
+            }
+        }
+        ModelAction::Use { name } => {
+            models.set_default(name)?;
+            println!("{name:?} is now the default model ({})", models.dir.join(name).display());
+            if let Some(by) = config.sources.keys.get("model.dir") {
+                eprintln!("note: model.dir is set by {by}, which still wins over the default model");
+            }
+        }
     }
     Ok(())
 }

@@ -17,7 +17,8 @@ use crate::error::{Error, Result};
 pub const MIN_ORT_MINOR: u32 = 31;
 
 /// How to get a suitable library; appended to every load error.
-pub const ORT_FIX: &str = "fix: run scripts/setup-ort.sh (CPU) or scripts/setup-ort.sh --gpu (CUDA + TensorRT), \
+pub const ORT_FIX: &str = "fix: install cosy with its library (scripts/install.sh puts it in <prefix>/lib/cosy/), \
+run scripts/setup-ort.sh (CPU) or scripts/setup-ort.sh --gpu (CUDA + TensorRT) in a checkout, \
 or point runtime.ort_library in config.toml / COSY_ORT_LIBRARY / ORT_DYLIB_PATH at libonnxruntime.so 1.31 or newer";
 
 /// The loaded library and the environment every session shares.
@@ -27,7 +28,8 @@ pub struct OrtRuntime {
     pub library: PathBuf,
     /// Its version string, e.g. `1.31.1`.
     pub version: String,
-    /// Which setting named it (`runtime.ort_library`, `ORT_DYLIB_PATH`, `default location`).
+    /// Which setting named it or where it was found (`runtime.ort_library`, `ORT_DYLIB_PATH`,
+    /// `beside the executable (<prefix>/lib/cosy)`, …: [`locate_library`]).
     pub found_by: &'static str,
 }
 
@@ -40,29 +42,80 @@ impl std::fmt::Debug for OrtRuntime {
 static RUNTIME: OnceLock<OrtRuntime> = OnceLock::new();
 static INIT_LOCK: Mutex<()> = Mutex::new(());
 
-/// Where the library is looked for: config/env/`ORT_DYLIB_PATH`, else `.ort/libonnxruntime.so`
-/// beside the config file, in the current directory, or beside the executable's build folder.
-pub fn locate_library(config: &Config) -> (PathBuf, &'static str) {
-    let (first, how) = config.ort_library_path(Path::new("."));
-    if how != "default location" {
-        return (first, how);
+/// The file name ONNX Runtime's loader is known by.
+const LIB_NAME: &str = "libonnxruntime.so";
+
+/// Where the library is looked for, in order, when no setting names it: beside the executable
+/// (`<prefix>/lib/cosy/`, as `scripts/install.sh` and the tarball lay it out, then the
+/// executable's own folder), a checkout's `.ort/` (beside the config file, in the current folder,
+/// or above the executable's `target/<profile>/`, where `scripts/setup-ort.sh` puts it), then the
+/// user's data folder (`$XDG_DATA_HOME/cosy/lib/`). The GPU build's provider libraries
+/// (`libonnxruntime_providers_*.so`) are loaded by ONNX Runtime from the same folder as it.
+pub fn library_candidates(config: &Config) -> Vec<(PathBuf, &'static str)> {
+    let mut out: Vec<(PathBuf, &'static str)> = Vec::new();
+    let exe_dir = crate::paths::exe_dir();
+    if let Some(dir) = &exe_dir {
+        if let Some(prefix) = dir.parent() {
+            out.push((prefix.join("lib").join("cosy").join(LIB_NAME), "beside the executable (<prefix>/lib/cosy)"));
+        }
+        out.push((dir.join(LIB_NAME), "beside the executable (its own folder)"));
     }
     let mut roots: Vec<PathBuf> = Vec::new();
     if let Some(dir) = config.source_file.as_ref().and_then(|f| f.parent()) {
         roots.push(dir.to_path_buf());
     }
     roots.push(PathBuf::from("."));
-    if let Ok(exe) = std::env::current_exe() {
-        // target/<profile>/cosy -> the checkout two or three levels up.
-        roots.extend(exe.ancestors().skip(1).take(4).map(Path::to_path_buf));
+    if let Some(dir) = &exe_dir {
+        // target/<profile>/cosy (or target/<profile>/deps/… for a test) -> the checkout above.
+        roots.extend(dir.ancestors().take(4).map(Path::to_path_buf));
     }
-    for r in &roots {
-        let p = r.join(".ort").join("libonnxruntime.so");
-        if p.exists() {
-            return (p, how);
-        }
+    for r in roots {
+        out.push((r.join(".ort").join(LIB_NAME), "a checkout's .ort (scripts/setup-ort.sh)"));
     }
-    (first, how)
+    out.push((crate::paths::data_home().join("lib").join(LIB_NAME), "the user's data folder ($XDG_DATA_HOME/cosy/lib)"));
+    out
+}
+
+/// The library to load and how it was found: `runtime.ort_library` / `COSY_ORT_LIBRARY`, then
+/// `$ORT_DYLIB_PATH`, then the first of [`library_candidates`] that exists, then the system's
+/// library path (what `dlopen("libonnxruntime.so")` finds: `ldconfig`'s folders,
+/// `$LD_LIBRARY_PATH`). Found nowhere: the first candidate, so the error names where it belongs.
+pub fn locate_library(config: &Config) -> (PathBuf, &'static str) {
+    if let Some(named) = config.ort_library_setting() {
+        return named;
+    }
+    let candidates = library_candidates(config);
+    if let Some((p, how)) = candidates.iter().find(|(p, _)| p.exists()) {
+        return (p.clone(), how);
+    }
+    if let Some(p) = system_library() {
+        return (p, "the system's library path");
+    }
+    candidates
+        .into_iter()
+        .next()
+        .map(|(p, _)| (p, "not found beside the executable, in .ort, the user's data folder or the system's library path"))
+        .unwrap_or_else(|| (PathBuf::from(LIB_NAME), "not found"))
+}
+
+/// The file the dynamic loader finds for `libonnxruntime.so` on the system's library path, if any:
+/// loaded by name, then asked where it came from (`dladdr`), then unloaded.
+fn system_library() -> Option<PathBuf> {
+    // SAFETY: as in `probe_library`: libonnxruntime's initialisers are benign.
+    let lib = unsafe { libloading::Library::new(LIB_NAME) }.ok()?;
+    // SAFETY: only the symbol's address is used, to ask the loader which file holds it.
+    let sym: libloading::Symbol<unsafe extern "C" fn()> = unsafe { lib.get(b"OrtGetApiBase") }.ok()?;
+    let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
+    // SAFETY: dladdr reads the loader's tables; `info` is a plain out-parameter.
+    let found = unsafe { libc::dladdr(*sym as *const libc::c_void, &mut info) };
+    if found == 0 || info.dli_fname.is_null() {
+        return None;
+    }
+    // SAFETY: dli_fname is a NUL-terminated string owned by the loader while the library is loaded.
+    let path = unsafe { CStr::from_ptr(info.dli_fname) }.to_string_lossy().into_owned();
+    drop(lib);
+    let path = PathBuf::from(path);
+    path.is_absolute().then_some(path)
 }
 
 /// Reads the version of an ONNX Runtime library without keeping it loaded and checks it.

@@ -5,6 +5,7 @@ mod common;
 
 mod defaults;
 mod doctor;
+mod install;
 mod outputs;
 mod pipeline;
 mod profile;

@@ -78,8 +78,27 @@ fn the_committed_config_toml_is_valid_and_equals_the_defaults() {
     // The caches are in the user's cache folder, never relative to the current folder.
     assert!(d.runtime.engine_cache.is_absolute() && d.runtime.engine_cache.ends_with("cosy/engines"), "{d:?}");
     d.voices.dir = file.parent().unwrap().join("voices");
-    d.source_file = Some(file);
+    d.source_file = Some(file.clone());
+    // Where each value came from is not a value: `sources` differ, the configurations are equal.
     assert_eq!(c, d, "config.toml documents exactly the built-in defaults");
+    assert_eq!(c.sources.config_file, "named by --config");
+    let text = std::fs::read_to_string(&file).unwrap();
+    let line = text.lines().position(|l| l.starts_with("dir = \"models/")).unwrap() + 1;
+    assert_eq!(c.source_of("model.dir"), format!("set by {}:{line}", file.display()));
+}
+
+#[test]
+fn without_a_config_file_the_folders_are_the_users_never_the_current_one() {
+    // The test process's own HOME/XDG: whatever they are, every default is absolute.
+    let c = Config::load(&LoadOptions { default_file: Some(PathBuf::from("no-such-config.toml")), ..Default::default() }).unwrap();
+    assert_eq!(c.source_file, None);
+    assert!(c.sources.config_file.contains("looked for ./no-such-config.toml"), "{}", c.sources.config_file);
+    for (what, p) in [("model.dir", &c.model_dir), ("voices.dir", &c.voices.dir), ("runtime.engine_cache", &c.runtime.engine_cache)] {
+        assert!(p.is_absolute(), "{what} = {}: never relative to the current folder", p.display());
+        assert!(!c.source_of(what).starts_with("set by"), "{what}: {}", c.source_of(what));
+    }
+    assert!(c.voices.dir.ends_with("cosy/voices"), "{}", c.voices.dir.display());
+    assert!(c.sources.default_model.is_some());
 }
 
 /// `[wyoming]` is off unless set; a bare port is the loopback; `""` is off again.
