@@ -28,6 +28,7 @@ const state = {
   live: { sessions: 0, open: false, sentChars: 0, firstAudioMs: null, segments: 0, done: false },
   stopped: 0,
   download: null, // { bytes, type } of what Download gives
+  recording: null, // { source, seconds, bytes } of the recording to clone from (a WAV)
 };
 window.cosyState = state;
 // Test hooks (`cosy_test`), sent with each request when a test sets them (page.evaluate); the
@@ -563,10 +564,12 @@ async function useFile() {
   showError(null, "clone-error");
   const file = $("clone-file").files[0];
   recording = null;
+  state.recording = null;
   if (!file) return;
   try {
     const { wav, seconds } = await toWav(file);
     recording = wav;
+    state.recording = { source: "file", seconds, bytes: wav.size };
     $("record-state").textContent = `${file.name}: ${seconds.toFixed(1)} s`;
   } catch (e) {
     showError(`${file.name}: the browser cannot decode it as audio (${e.message || e}); try a WAV file`, "clone-error");
@@ -601,6 +604,7 @@ async function toggleRecord() {
     try {
       const { wav, seconds } = await toWav(new Blob(parts, { type }));
       recording = wav;
+      state.recording = { source: "microphone", type, seconds, bytes: wav.size };
       $("clone-file").value = "";
       $("record-state").textContent = `microphone: ${seconds.toFixed(1)} s`;
     } catch (e) {

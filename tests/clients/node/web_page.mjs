@@ -117,6 +117,21 @@ try {
   await waitState(() => !window.cosyState.voices.some((v) => v.name === "uploaded"));
   await page.click('#voice-list li[data-voice="me"] button:has-text("Make default")');
   await waitState(() => window.cosyState.defaultVoice === "me");
+  // Clone from the microphone (Chromium's fake device: a tone): recorded as webm/Opus, decoded
+  // in the page and uploaded as WAV.
+  await page.focus("#record");
+  await page.keyboard.press("Enter");
+  await page.waitForFunction(() => /recording… [3-9]/.test(document.getElementById("record-state").textContent), null, WAIT);
+  await page.keyboard.press("Enter");
+  await waitState(() => window.cosyState.recording && window.cosyState.recording.source === "microphone" || window.cosyState.cloneError);
+  await page.fill("#clone-text", "A tone from the fake microphone.");
+  await page.fill("#clone-name", "mic");
+  await page.click("#clone-save");
+  await waitState(() => window.cosyState.voices.some((v) => v.name === "mic") || window.cosyState.cloneError);
+  result.steps.mic = { recording: (await state()).recording, error: (await state()).cloneError,
+    listed: await page.$$eval("#voice-list li", (ls) => ls.map((l) => l.dataset.voice || l.textContent)) };
+  await page.click('#voice-list li[data-voice="mic"] button:has-text("Delete")');
+  await waitState(() => !window.cosyState.voices.some((v) => v.name === "mic"));
   result.steps.voices_after = { state: await state().then((s) => ({ voices: s.voices.map((v) => v.name), default: s.defaultVoice })) };
 
   // Stop: a request held after its first audio (test hook) until the page hangs up.

@@ -2,7 +2,8 @@
 (tests/clients/node/web_page.mjs) against the real server with the bundled tiny model and an API
 key: it loads with no console error and no request outside the server's origin, an AudioContext
 runs, Speak with the default voice plays audio and shows the time to first audio and where the time
-went, a clone from an uploaded wav is saved and listed (made default, deleted), Stop cancels on the
+went, a clone from an uploaded wav is saved and listed (made default, deleted), so is one recorded
+from Chromium's fake microphone, Stop cancels on the
 server (in-flight back to 0, with the test hook that holds a request after its first audio), the
 live mode speaks before the text box is left, and errors are the server's one-line messages.
 Screenshots (desktop and phone width) go to out/web/; scripts/screenshots.sh copies them to docs/.
@@ -104,6 +105,16 @@ def test_clone_from_an_uploaded_wav_is_saved_and_listed(page_run: dict[str, Any]
     assert "uploaded" in clone["listed"] and clone["selected"] == "uploaded", clone
     after = page_run["steps"]["voices_after"]["state"]
     assert after == {"voices": ["me"], "default": "me"}, after
+
+
+def test_clone_from_the_microphone_is_uploaded_as_wav(page_run: dict[str, Any]) -> None:
+    mic = page_run["steps"]["mic"]
+    assert mic["error"] is None, mic
+    rec = mic["recording"]
+    # MediaRecorder's webm/Opus, decoded by the page: a 16-bit mono WAV of what was recorded.
+    assert rec["source"] == "microphone" and "webm" in rec["type"] and rec["seconds"] >= 1.0, rec
+    assert rec["bytes"] > 44, rec
+    assert "mic" in mic["listed"], mic
 
 
 def test_stop_cancels_on_the_server(page_run: dict[str, Any]) -> None:
