@@ -234,7 +234,8 @@ pub struct Summary {
 /// stage (the pipeline's top-level spans through its own clock, `Profiler::for_request`): the
 /// LLM's time includes waiting for its batched steps, the flow's for its batched DiT calls. The
 /// LLM runs on the request's thread while flow and HiFT run on its token-to-wav thread, so when
-/// streaming the stages overlap and add up to more than the wall time.
+/// streaming the stages overlap and add up to more than the wall time. In text-in streaming the
+/// LLM's time also holds its waits for text that has not arrived yet.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct StageTimes {
     pub queue: f64,
