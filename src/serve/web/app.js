@@ -6,6 +6,8 @@
 const SAMPLE_RATE = 24000; // the server's pcm: s16le mono 24 kHz
 const KEY_STORAGE = "cosy.apiKey";
 const MAX_RECORD_S = 30;
+// The server's content types of the formats (an event stream carries them as base64 deltas).
+const CONTENT_TYPES = { mp3: "audio/mpeg", opus: "audio/opus", wav: "audio/wav", flac: "audio/flac", pcm: "audio/pcm" };
 const $ = (id) => document.getElementById(id);
 
 const state = {
@@ -294,7 +296,7 @@ async function speak(extra = {}) {
             player.pushPcm(bytes);
             if (state.ttfaMs === null) { state.ttfaMs = performance.now() - started; showFigures(); }
           } else {
-            player.pushEncoded(bytes, response.headers.get("content-type") || `audio/${format}`);
+            player.pushEncoded(bytes, CONTENT_TYPES[format] || "application/octet-stream");
           }
         } else if (event.type === "speech.audio.done") {
           done = event;

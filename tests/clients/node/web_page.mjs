@@ -98,6 +98,14 @@ try {
   await page.screenshot({ path: path.join(outDir, "web-phone.png") });
   await page.setViewportSize({ width: 1200, height: 1000 });
 
+  // Another format (mp3): kept whole, decoded by the browser, played; Download gives the mp3.
+  await page.selectOption("#format", "mp3");
+  await page.click("#speak");
+  await waitState(() => window.cosyState.requests === 2 && !window.cosyState.speaking);
+  await waitState(() => window.cosyState.playedSamples >= window.cosyState.scheduledSamples && window.cosyState.scheduledSamples > 0);
+  result.steps.mp3 = { state: await state(), download_name: await page.getAttribute("#download", "download") };
+  await page.selectOption("#format", "pcm");
+
   // Clone from an uploaded wav: saved, listed, made default, then the default is given back.
   phase = "clone";
   await page.setInputFiles("#clone-file", promptWav);

@@ -90,6 +90,14 @@ def test_speak_plays_the_default_voice_as_it_streams(page_run: dict[str, Any]) -
     assert s["download"] == {"bytes": 44 + 2 * round(s["audioSeconds"] * SAMPLE_RATE), "type": "audio/wav"}, s["download"]
 
 
+def test_other_formats_play_once_complete_and_download_as_received(page_run: dict[str, Any]) -> None:
+    mp3 = page_run["steps"]["mp3"]
+    s = mp3["state"]
+    assert s["error"] is None and s["playedSamples"] == s["scheduledSamples"] > 0, s
+    assert s["download"]["type"] == "audio/mpeg" and s["download"]["bytes"] > 0 and mp3["download_name"] == "cosy.mp3", mp3
+    assert abs(s["audioSeconds"] - 2.76) < 0.05 and s["timing"] is not None, s
+
+
 def test_phone_width_has_no_sideways_scroll(page_run: dict[str, Any]) -> None:
     assert page_run["steps"]["phone"]["scroll_width"] <= 390
     for name in ("web-desktop.png", "web-phone.png"):
