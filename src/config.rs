@@ -232,6 +232,8 @@ pub struct ServerSettings {
     /// The listings (`GET /v1/models`, `/v1/audio/models`, `/v1/audio/voices`) answer without the
     /// API key (Open WebUI lists voices without sending it).
     pub public_listings: bool,
+    /// `GET /` serves the web page (embedded in the binary; it uses the public API only).
+    pub web_ui: bool,
 }
 
 impl fmt::Debug for ServerSettings {
@@ -251,6 +253,7 @@ impl fmt::Debug for ServerSettings {
             .field("default_format", &self.default_format)
             .field("cors_origins", &self.cors_origins)
             .field("public_listings", &self.public_listings)
+            .field("web_ui", &self.web_ui)
             .finish()
     }
 }
@@ -366,6 +369,7 @@ impl Default for Config {
                 default_format: "mp3".into(),
                 cors_origins: None,
                 public_listings: false,
+                web_ui: true,
             },
             wyoming: WyomingSettings {
                 bind: None,
@@ -432,6 +436,7 @@ pub const KEYS: &[&str] = &[
     "server.default_format",
     "server.cors_origins",
     "server.public_listings",
+    "server.web_ui",
     "wyoming.bind",
     "wyoming.max_connections",
     "wyoming.idle_timeout_s",
@@ -827,6 +832,7 @@ impl Config {
                 self.server.default_format = s.ok_or_else(|| bad("a response format's name, e.g. \"mp3\" (the server lists the others)"))?;
             }
             "server.public_listings" => self.server.public_listings = bool_of(value).ok_or_else(|| bad("true, false"))?,
+            "server.web_ui" => self.server.web_ui = bool_of(value).ok_or_else(|| bad("true, false"))?,
             "server.cors_origins" => {
                 // Blank text means "not set" (the loopback default), as for every other key: an empty
                 // shell variable must not switch browsers off. None is said as [] or "none".

@@ -74,10 +74,29 @@ struct Recorder {
     thread_names: Mutex<BTreeMap<u64, String>>,
 }
 
+/// The top-level stages a request's own clock keeps ([`Profiler::for_request`]).
+pub const REQUEST_STAGES: [&str; 4] = ["frontend", "llm", "flow", "hift"];
+
+/// Nanoseconds one request spent in each of [`REQUEST_STAGES`], summed over its spans (the LLM
+/// and the token-to-wav work run on different threads, so the stages of a streamed request
+/// overlap: they add up to more than its wall time).
+#[derive(Debug, Default)]
+struct RequestClock {
+    ns: [AtomicU64; REQUEST_STAGES.len()],
+}
+
+impl RequestClock {
+    fn slot(&self, name: &str) -> Option<&AtomicU64> {
+        REQUEST_STAGES.iter().position(|s| *s == name).map(|i| &self.ns[i])
+    }
+}
+
 /// A cheap, cloneable handle; [`Profiler::disabled`] records nothing and costs nothing.
 #[derive(Debug, Clone, Default)]
 pub struct Profiler {
     recorder: Option<Arc<Recorder>>,
+    /// One request's stage times ([`Profiler::for_request`]), besides the shared recorder.
+    request: Option<Arc<RequestClock>>,
 }
 
 static NEXT_THREAD: AtomicU64 = AtomicU64::new(1);
@@ -101,6 +120,8 @@ fn thread_number() -> (u64, bool) {
 #[must_use = "a span ends when its guard is dropped"]
 pub struct SpanGuard<'p> {
     open: Option<(&'p Recorder, Cow<'static, str>, Instant)>,
+    /// The request's clock for this stage (a top-level span of a [`Profiler::for_request`]).
+    stage: Option<(&'p AtomicU64, Instant)>,
 }
 
 impl SpanGuard<'_> {
@@ -110,8 +131,14 @@ impl SpanGuard<'_> {
 
 impl Drop for SpanGuard<'_> {
     fn drop(&mut self) {
+        if self.open.is_none() && self.stage.is_none() {
+            return;
+        }
+        let end = Instant::now();
+        if let Some((clock, start)) = self.stage.take() {
+            clock.fetch_add(end.saturating_duration_since(start).as_nanos() as u64, Ordering::Relaxed);
+        }
         if let Some((rec, name, start)) = self.open.take() {
-            let end = Instant::now();
             rec.record(name, start, end);
         }
     }
@@ -154,7 +181,20 @@ impl Recorder {
 impl Profiler {
     /// A profiler that records nothing.
     pub fn disabled() -> Self {
-        Profiler { recorder: None }
+        Profiler { recorder: None, request: None }
+    }
+
+    /// This profiler (the same recorder, if any) with a clock of its own for one request: the
+    /// top-level spans ([`REQUEST_STAGES`]) recorded through it also add to that request's stage
+    /// times ([`Profiler::request_seconds`]), whether or not the shared recorder is enabled.
+    pub fn for_request(&self) -> Profiler {
+        Profiler { recorder: self.recorder.clone(), request: Some(Arc::new(RequestClock::default())) }
+    }
+
+    /// Seconds spent in the top-level stage `stage` through this request's profiler (0 for a
+    /// profiler not made by [`Profiler::for_request`] or a name not in [`REQUEST_STAGES`]).
+    pub fn request_seconds(&self, stage: &str) -> f64 {
+        self.request.as_deref().and_then(|c| c.slot(stage)).map_or(0.0, |ns| ns.load(Ordering::Relaxed) as f64 * 1e-9)
     }
 
     /// A recording profiler; times are relative to now.
@@ -167,6 +207,7 @@ impl Profiler {
                 events: Mutex::new(Vec::new()),
                 thread_names: Mutex::new(BTreeMap::new()),
             })),
+            request: None,
         }
     }
 
@@ -181,6 +222,7 @@ impl Profiler {
                 events: Mutex::new(Vec::new()),
                 thread_names: Mutex::new(BTreeMap::new()),
             })),
+            request: None,
         }
     }
 
@@ -200,11 +242,14 @@ impl Profiler {
     /// Starts a span named `name` (a static dotted path such as `"llm.decode"`).
     #[inline]
     pub fn span(&self, name: &'static str) -> SpanGuard<'_> {
+        let stage = self.request.as_deref().and_then(|c| c.slot(name));
+        if self.recorder.is_none() && stage.is_none() {
+            return SpanGuard { open: None, stage: None };
+        }
+        let now = Instant::now();
         SpanGuard {
-            open: self
-                .recorder
-                .as_deref()
-                .map(|r| (r, Cow::Borrowed(name), Instant::now())),
+            open: self.recorder.as_deref().map(|r| (r, Cow::Borrowed(name), now)),
+            stage: stage.map(|c| (c, now)),
         }
     }
 
@@ -215,6 +260,7 @@ impl Profiler {
                 .recorder
                 .as_deref()
                 .map(|r| (r, Cow::Owned(name()), Instant::now())),
+            stage: None,
         }
     }
 
@@ -369,6 +415,31 @@ mod tests {
         assert!(decode.2 >= 0.003, "three spans of at least 1 ms: {}", decode.2);
         assert!(totals.iter().any(|(n, c, _)| n == "hift" && *c == 1));
         assert!(Profiler::enabled().totals().is_empty());
+    }
+
+    #[test]
+    fn a_request_clock_sums_its_top_level_stages_only() {
+        let shared = Profiler::totals_only();
+        let one = shared.for_request();
+        let other = shared.for_request();
+        for _ in 0..2 {
+            let _g = one.span("flow");
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        {
+            let _sub = one.span("llm.decode");
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        assert!(one.request_seconds("flow") >= 0.002, "two spans of at least 1 ms");
+        assert_eq!(one.request_seconds("llm"), 0.0, "a sub-step is not a stage");
+        assert_eq!(other.request_seconds("flow"), 0.0, "each request has its own clock");
+        assert!(shared.totals().iter().any(|(n, c, _)| n == "flow" && *c == 2), "the shared totals still get every span");
+        let alone = Profiler::disabled().for_request();
+        {
+            let _g = alone.span("hift");
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        assert!(alone.request_seconds("hift") > 0.0 && alone.take_events().is_empty(), "a request clock without a recorder");
     }
 
     #[test]

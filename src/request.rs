@@ -226,6 +226,36 @@ pub struct Summary {
     /// Text tokens of the sentences said (the tokenizer's, after normalisation; the prompt's
     /// transcript not counted); 0 for text-in streaming.
     pub text_tokens: usize,
+    /// Where the request's time went.
+    pub stages: StageTimes,
+}
+
+/// Seconds one request spent waiting for a slot (`queue`, the engine's admission) and in each
+/// stage (the pipeline's top-level spans through its own clock, `Profiler::for_request`): the
+/// LLM's time includes waiting for its batched steps, the flow's for its batched DiT calls. The
+/// LLM runs on the request's thread while flow and HiFT run on its token-to-wav thread, so when
+/// streaming the stages overlap and add up to more than the wall time. In text-in streaming the
+/// LLM's time also holds its waits for text that has not arrived yet.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct StageTimes {
+    pub queue: f64,
+    pub frontend: f64,
+    pub llm: f64,
+    pub flow: f64,
+    pub hift: f64,
+}
+
+impl StageTimes {
+    /// The pipeline's stages as `profiler` (made by `Profiler::for_request`) timed them.
+    pub fn of(profiler: &crate::profile::Profiler) -> StageTimes {
+        StageTimes {
+            queue: 0.0,
+            frontend: profiler.request_seconds("frontend"),
+            llm: profiler.request_seconds("llm"),
+            flow: profiler.request_seconds("flow"),
+            hift: profiler.request_seconds("hift"),
+        }
+    }
 }
 
 

@@ -461,6 +461,14 @@ impl Voices {
             .collect())
     }
 
+    /// Makes saved voice `name` the voices folder's default (it must exist and be readable).
+    /// Returns the config's `voices.default` when it names another voice: that one still wins
+    /// (`VoiceStore::default_name`), and the caller says so.
+    pub fn make_default(&self, name: &str) -> Result<Option<String>> {
+        self.store.set_default(name)?;
+        Ok(self.configured_default.clone().filter(|c| c != name))
+    }
+
     /// Deletes saved voice `name`; when it was the folder's default, the default is cleared.
     pub fn remove(&self, name: &str) -> Result<Removed> {
         let path = self.store.remove(name)?;

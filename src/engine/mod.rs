@@ -417,10 +417,13 @@ impl Engine {
         let (tx, rx) = flume::bounded::<Event>(16);
         let synth = self.synth.clone();
         let observer = RequestObserver { cancel: cancel.clone(), inner: observer };
+        let submitted = std::time::Instant::now();
         std::thread::Builder::new()
             .name("request".into())
             .spawn(move || {
                 let result = queued.run(&observer.cancel).and_then(|_slot| {
+                    // The request's time in the queue (its summary's `stages.queue`).
+                    let queue = submitted.elapsed().as_secs_f64();
                     let mut first = true;
                     let mut on_chunk = |chunk: &[f32]| {
                         tx.send(Event::Audio(chunk.to_vec())).map_err(|_| Error::Cancelled)?;
@@ -430,7 +433,10 @@ impl Engine {
                         }
                         Ok(())
                     };
-                    job(&synth, &observer, &mut on_chunk)
+                    job(&synth, &observer, &mut on_chunk).map(|mut summary| {
+                        summary.stages.queue = queue;
+                        summary
+                    })
                 });
                 let _ = tx.send(match result {
                     Ok(summary) => Event::Done(summary),

@@ -49,7 +49,7 @@ use crate::side::{SideEmbeddings, SideFile};
 
 pub use constants::ModelConstants;
 pub use crate::request::{PromptFeatures, SegmentTrace, SentenceRecord};
-use crate::request::{check_options, check_speakable, check_text_length, sentence_label, shorten, NoObserver, Request, Summary, SynthesisObserver, Voice};
+use crate::request::{check_options, check_speakable, check_text_length, sentence_label, shorten, NoObserver, Request, StageTimes, Summary, SynthesisObserver, Voice};
 use token2wav::{RequestState, TokenToWav};
 
 /// The LLM as the pipeline uses it: one [`LlmStep`] per sentence. The serving engine implements
@@ -257,7 +257,8 @@ impl Synthesizer {
         mut on_chunk: impl FnMut(&[f32]) -> Result<()> + Send,
     ) -> Result<Summary> {
         check_options(req.speed, req.stream)?;
-        let profiler = self.profiler.clone();
+        // The request's own clock (its stage times in the summary) beside the shared recorder.
+        let profiler = self.profiler.for_request();
         let frontend_span = profiler.span("frontend");
         let tokenizer_span = profiler.span("frontend.tokenizer");
         let (prompt_text, segments) = self.plan_text(req)?;
@@ -272,6 +273,7 @@ impl Synthesizer {
         let mut state = RequestState {
             sampler: Sampler::new(self.sampling, req.seed.unwrap_or(self.seed)),
             stream_hop: self.stream_params.token_hop_len,
+            profiler: profiler.clone(),
         };
         let mut summary = Summary { sentences: segments.len(), ..Summary::default() };
         for (i, segment) in segments.iter().enumerate() {
@@ -318,6 +320,7 @@ impl Synthesizer {
                 })?;
             }
         }
+        summary.stages = StageTimes::of(&profiler);
         Ok(summary)
     }
 
@@ -337,11 +340,15 @@ impl Synthesizer {
         check_options(req.speed, req.stream)?;
         crate::request::check_text_streaming(&req.voice)?;
         let p = plan(&req.voice.mode(), "", req.text_frontend);
+        let profiler = self.profiler.for_request();
+        let frontend_span = profiler.span("frontend");
         let prompt_text_token = self.encode(&self.prompt_text_of(&p.prompt_text, req.text_frontend))?;
         let prompt = self.prompt_for(&req.voice)?;
+        frontend_span.end();
         let mut state = RequestState {
             sampler: Sampler::new(self.sampling, req.seed.unwrap_or(self.seed)),
             stream_hop: self.stream_params.token_hop_len,
+            profiler: profiler.clone(),
         };
         let limit = self.max_text_chars;
         let mut chars = 0usize;
@@ -392,6 +399,7 @@ impl Synthesizer {
         };
         let emitted = self.run_segment(&seg, Some(&mut tokens), req, &mut state, observer, None, &mut on)?;
         summary.speech_tokens = emitted;
+        summary.stages = StageTimes::of(&profiler);
         Ok(summary)
     }
 
@@ -477,7 +485,7 @@ impl Synthesizer {
         }
         let options = DecodeOptions { ignore_stop_until: req.ignore_stop_until.unwrap_or(0) };
         let sentence = seg.index;
-        let profiler = &self.profiler;
+        let profiler = &state.profiler;
         let embeddings = &self.data.embeddings;
         let llm_constants = &c.llm;
         let llm_failed = std::sync::atomic::AtomicBool::new(false);

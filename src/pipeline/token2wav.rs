@@ -15,10 +15,12 @@ use crate::pipeline::stages::{run_flow_front, run_hift_decode};
 use crate::profile::Profiler;
 use crate::runtime::StageSession;
 
-/// What the sentences of one request share and hand on: the sampling RNG and the streaming hop.
+/// What the sentences of one request share and hand on: the sampling RNG, the streaming hop,
+/// and the request's profiler (the shared one with the request's own stage clock).
 pub(super) struct RequestState {
     pub(super) sampler: Sampler,
     pub(super) stream_hop: usize,
+    pub(super) profiler: Profiler,
 }
 
 /// The token-to-wav worker of one sentence.

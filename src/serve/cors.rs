@@ -5,7 +5,9 @@
 //! the WebSocket handler refuses an upgrade whose `Origin` is not allowed (browsers send `Origin`
 //! on a WebSocket handshake but do not preflight it: without that check any page could open a
 //! session). Not set, the list is the loopback origins when the server listens on a loopback
-//! address (a page served from the same machine, e.g. a local web UI), none otherwise.
+//! address (a page served from the same machine, e.g. a local web UI), none otherwise. The
+//! server's own page (`GET /`) is same-origin: its fetches need no CORS, and its WebSocket is let
+//! in by [`Origins::allows_socket`].
 
 use std::time::Duration;
 
@@ -46,6 +48,14 @@ impl Origins {
             return true;
         }
         self.loopback && is_loopback_origin(&origin)
+    }
+
+    /// Whether a page from `origin` may open the WebSocket on a server reached as `host` (the
+    /// `Host` header): an allowed origin, or the server's own page (`GET /`, same origin: a
+    /// browser sends that page's fetches without CORS, so its WebSocket is let in alike, whatever
+    /// `server.cors_origins` says).
+    pub fn allows_socket(&self, origin: &str, host: Option<&str>) -> bool {
+        self.allows(origin) || host.is_some_and(|h| same_origin(origin, h))
     }
 
     /// What the log says at start.
@@ -95,6 +105,13 @@ fn is_loopback_origin(origin: &str) -> bool {
     host == "localhost" || host.parse::<std::net::Ipv4Addr>().is_ok_and(|ip| ip.is_loopback())
 }
 
+/// `origin` is `http(s)://HOST` exactly, for the `Host` header `host` (case aside).
+fn same_origin(origin: &str, host: &str) -> bool {
+    let origin = origin.trim().trim_end_matches('/').to_ascii_lowercase();
+    let host = host.trim().to_ascii_lowercase();
+    !host.is_empty() && (origin.strip_prefix("http://") == Some(&host) || origin.strip_prefix("https://") == Some(&host))
+}
+
 fn port_ok(port: &str) -> bool {
     port.is_empty() || port.strip_prefix(':').is_some_and(|p| p.parse::<u16>().is_ok())
 }
@@ -135,5 +152,15 @@ mod tests {
         assert!(Origins::new(Some(&["*".to_string()]), false).allows("https://anything.example"));
         assert!(!Origins::new(Some(&[]), true).allows("http://localhost"));
         let _ = o.layer();
+    }
+
+    #[test]
+    fn the_servers_own_page_may_open_the_socket() {
+        let none = Origins::new(Some(&[]), false);
+        assert!(none.allows_socket("http://tts.lan:8080", Some("tts.lan:8080")));
+        assert!(none.allows_socket("https://TTS.lan", Some("tts.lan")));
+        for (origin, host) in [("http://evil.example", Some("tts.lan:8080")), ("http://tts.lan:8081", Some("tts.lan:8080")), ("http://tts.lan", None), ("null", Some(""))] {
+            assert!(!none.allows_socket(origin, host), "{origin} on {host:?}");
+        }
     }
 }

@@ -17,6 +17,7 @@ mod listen;
 mod metrics;
 mod speech;
 mod voices;
+mod web;
 mod ws;
 mod wyoming;
 
@@ -310,6 +311,7 @@ fn router(state: Arc<AppState>) -> Router {
         .route("/v1/audio/speech/stream", get(ws::handle))
         .route("/v1/audio/voices", get(voices::list).post(voices::create))
         .route("/v1/audio/voices/{name}", delete(voices::remove))
+        .route("/v1/audio/voices/{name}/default", post(voices::make_default))
         .route("/v1/models", get(models))
         .route("/v1/audio/models", get(models))
         .route_layer(from_fn_with_state(state.clone(), authorize));
@@ -317,6 +319,9 @@ fn router(state: Arc<AppState>) -> Router {
         .route("/health", get(health))
         .route("/ready", get(ready))
         .route("/metrics", get(metrics_page))
+        // The web page and its assets: public (they hold no data; the page asks for the key).
+        .route("/", get(web::index))
+        .route("/web/{file}", get(web::file))
         .merge(api)
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
@@ -341,6 +346,9 @@ fn route_label(path: &str) -> &'static str {
         "/v1/audio/voices" => "/v1/audio/voices",
         "/v1/models" => "/v1/models",
         "/v1/audio/models" => "/v1/audio/models",
+        "/" => "/",
+        p if p.starts_with("/web/") => "/web/{file}",
+        p if p.starts_with("/v1/audio/voices/") && p.ends_with("/default") => "/v1/audio/voices/{name}/default",
         p if p.starts_with("/v1/audio/voices/") => "/v1/audio/voices/{name}",
         _ => "other",
     }
@@ -514,14 +522,18 @@ fn log_aliases(state: &AppState) {
     }
 }
 
-async fn not_found(req: Request) -> Response {
+/// 404 naming the routes; the web page's only when `server.web_ui` is on.
+async fn not_found(State(state): State<Arc<AppState>>, req: Request) -> Response {
+    let web_ui = state.config.server.web_ui;
     ApiError::not_found(
         "unknown_route",
         format!(
             "no such endpoint: {} {}; the API is POST /v1/audio/speech, GET /v1/audio/speech/stream (WebSocket), \
-             GET|POST /v1/audio/voices, DELETE /v1/audio/voices/NAME, GET /v1/models, GET /v1/audio/models, /health, /ready, /metrics",
+             GET|POST /v1/audio/voices, DELETE /v1/audio/voices/NAME, POST /v1/audio/voices/NAME/default, GET /v1/models, \
+             GET /v1/audio/models, /health, /ready, /metrics{}",
             req.method(),
-            req.uri().path()
+            req.uri().path(),
+            if web_ui { ", and the web page at GET /" } else { "" }
         ),
     )
     .into_response()

@@ -571,6 +571,29 @@ impl Finish {
     }
 }
 
+impl Finish {
+    /// Where the request's time went, as the final events carry it (SSE `speech.audio.done`,
+    /// the WebSocket's `audio.done`): the engine's per-request stage times
+    /// ([`cosy::request::StageTimes`]: queue, frontend, LLM, flow, HiFT; when streaming the stages
+    /// overlap), the first audio and the whole request as the server saw them, and the real-time
+    /// factor (wall time / audio time). A header cannot carry this on a streamed body.
+    pub fn timing(&self, summary: Option<&cosy::request::Summary>, samples: usize) -> serde_json::Value {
+        let stages = summary.map(|s| s.stages).unwrap_or_default();
+        let total = self.started.elapsed().as_secs_f64();
+        let audio = samples as f64 / f64::from(self.state.sample_rate());
+        serde_json::json!({
+            "queue_s": stages.queue,
+            "frontend_s": stages.frontend,
+            "llm_s": stages.llm,
+            "flow_s": stages.flow,
+            "hift_s": stages.hift,
+            "first_audio_s": self.ttfb,
+            "total_s": total,
+            "rtf": if audio > 0.0 { total / audio } else { 0.0 },
+        })
+    }
+}
+
 /// A request's audio, encoded as it comes: the bytes of a streamed response.
 pub struct Encoded {
     running: Running,
@@ -634,7 +657,7 @@ fn sse_event(value: &serde_json::Value) -> Bytes {
 /// Server-sent events: `speech.audio.delta` with base64 audio (the bytes a streamed response in
 /// the same format carries, in the same pieces), then `speech.audio.done` with OpenAI's `usage`
 /// (input tokens = the text tokens of the sentences said, output tokens = the speech tokens the
-/// model made), or an `error` event.
+/// model made) and cosy's `timing` ([`Finish::timing`]), or an `error` event.
 fn sse_body(stream: Encoded) -> Body {
     let b64 = &base64::engine::general_purpose::STANDARD;
     let stream = futures_util::stream::unfold(Some(stream), move |s| async move {
@@ -656,6 +679,7 @@ fn sse_body(stream: Encoded) -> Body {
                     },
                     "audio_seconds": s.samples as f64 / f64::from(rate),
                     "sample_rate": rate,
+                    "timing": s.finish.timing(s.running.summary.as_ref(), s.samples),
                 });
                 Some((Ok(sse_event(&event)), None))
             }

@@ -194,3 +194,17 @@ pub async fn remove(State(state): State<Arc<AppState>>, Path(name): Path<String>
         Err(e) => ApiError::from_engine(e).into_response(),
     }
 }
+
+/// `POST /v1/audio/voices/{name}/default`: makes a saved voice the voices folder's default (what
+/// requests without a voice, and OpenAI's voice names, speak with). 200 with
+/// `{"name", "default": true}`, and `overridden_by` when the config's `voices.default` names
+/// another voice, which still wins; 404 for an unknown voice.
+pub async fn make_default(State(state): State<Arc<AppState>>, Path(name): Path<String>) -> Response {
+    match state.voices.make_default(&name) {
+        Ok(overridden_by) => {
+            tracing::info!("{name} is now the voices folder's default voice");
+            axum::Json(serde_json::json!({ "name": name, "default": true, "overridden_by": overridden_by })).into_response()
+        }
+        Err(e) => ApiError::from_engine(e).into_response(),
+    }
+}

@@ -53,7 +53,8 @@ pub async fn handle(
     // allows may open a session. Clients that are not browsers send none.
     if let Some(origin) = headers.get(axum::http::header::ORIGIN) {
         let origin = origin.to_str().unwrap_or("");
-        if !state.origins.allows(origin) {
+        let host = headers.get(axum::http::header::HOST).and_then(|h| h.to_str().ok());
+        if !state.origins.allows_socket(origin, host) {
             tracing::info!("WebSocket from origin {origin:?} refused (server.cors_origins)");
             return ApiError::new(
                 axum::http::StatusCode::FORBIDDEN,
@@ -355,9 +356,10 @@ async fn run_session(
                         send(sink, Message::Binary(cosy::audio::pcm16_bytes(&samples).into())).await?;
                     }
                     None => {
-                        if let Some((_, segment, samples, finish)) = current.take() {
+                        if let Some((running, segment, samples, finish)) = current.take() {
                             finish.done(samples);
-                            send(sink, event(serde_json::json!({ "type": "audio.done", "segment": segment, "samples": samples }))).await?;
+                            let timing = finish.timing(running.summary.as_ref(), samples);
+                            send(sink, event(serde_json::json!({ "type": "audio.done", "segment": segment, "samples": samples, "timing": timing }))).await?;
                         }
                     }
                 }
@@ -466,8 +468,9 @@ async fn run_bistream(
                     }
                     None => {
                         // `current` was Some (checked above); `take` ends the segment.
-                        let Some((_, announced, samples, finish)) = current.take() else { continue };
+                        let Some((running, announced, samples, finish)) = current.take() else { continue };
                         finish.done(samples);
+                        let timing = finish.timing(running.summary.as_ref(), samples);
                         let end = text_in.segment_ended().map_err(|e| state.api_error(e))?;
                         if !announced {
                             send(sink, event(serde_json::json!({ "type": "audio.start", "segment": end.index }))).await?;
@@ -476,7 +479,7 @@ async fn run_bistream(
                             sink,
                             event(serde_json::json!({
                                 "type": "audio.done", "segment": end.index, "samples": samples,
-                                "text": end.text, "ended_early": end.ended_early,
+                                "text": end.text, "ended_early": end.ended_early, "timing": timing,
                             })),
                         )
                         .await?;

@@ -9,3 +9,4 @@ mod api;
 mod formats;
 mod limits;
 mod openai;
+mod web;
