@@ -179,6 +179,9 @@ pub struct EngineSettings {
     pub max_queue: usize,
     /// Most requests whose flow (DiT) calls run as one batched call.
     pub dit_max_batch: usize,
+    /// Bound, in bytes, of the in-memory per-voice DiT prompt-prefix cache that streaming
+    /// chunks reuse (0 = off; docs/model-format.md "dit prompt cache").
+    pub prompt_cache_bytes: usize,
     /// `cosy file --input`: lines synthesised at once.
     pub file_concurrency: usize,
 }
@@ -301,7 +304,7 @@ impl Default for Config {
             output: OutputSettings { device: "default".into() },
             voices: VoiceSettings { dir: PathBuf::from("voices"), default: None, aliases: BTreeMap::new() },
             limits: LimitSettings { max_text_chars: 5000 },
-            engine: EngineSettings { max_batch: 16, max_in_flight: 16, max_queue: 64, dit_max_batch: 8, file_concurrency: 4 },
+            engine: EngineSettings { max_batch: 16, max_in_flight: 16, max_queue: 64, dit_max_batch: 8, prompt_cache_bytes: 2 << 30, file_concurrency: 4 },
             text: TextSettings { normalizer: NormalizerChoice::Auto },
             server: ServerSettings {
                 bind: "127.0.0.1:8080".into(),
@@ -359,6 +362,7 @@ pub const KEYS: &[&str] = &[
     "engine.max_in_flight",
     "engine.max_queue",
     "engine.dit_max_batch",
+    "engine.prompt_cache_bytes",
     "engine.file_concurrency",
     "text.normalizer",
     "server.bind",
@@ -696,6 +700,12 @@ impl Config {
                     .ok_or_else(|| bad("an integer from 0 to 1048576"))?
             }
             "engine.dit_max_batch" => self.engine.dit_max_batch = up_to(64)?,
+            "engine.prompt_cache_bytes" => {
+                self.engine.prompt_cache_bytes = int_of(value)
+                    .and_then(|v| usize::try_from(v).ok())
+                    .filter(|&n| n <= 1 << 40)
+                    .ok_or_else(|| bad("a number of bytes from 0 (off) to 1099511627776"))?
+            }
             "engine.file_concurrency" => self.engine.file_concurrency = up_to(256)?,
             "server.bind" => {
                 let s = text_of(value).ok_or_else(|| bad("HOST:PORT, e.g. \"127.0.0.1:8080\" or \"0.0.0.0:8080\""))?;
