@@ -20,6 +20,12 @@ use crate::vocab::{check_voice_name, Precision, ProviderKind, StageGroup};
 pub struct StageSettings {
     pub precision: Option<Precision>,
     pub providers: Option<Vec<ProviderKind>>,
+    /// Intra-op threads of the group's sessions (`None`: `runtime.threads`).
+    pub threads: Option<usize>,
+    /// Whether the group's intra-op threads spin-wait between ops (`None`: ONNX Runtime's
+    /// default, on). Off lets a stage that runs beside another (the LLM beside the DiT while
+    /// streaming) have the cores the idle one's workers would burn.
+    pub spinning: Option<bool>,
 }
 
 /// `[runtime]`: where ONNX Runtime is and how sessions are made.
@@ -344,6 +350,8 @@ pub const KEYS: &[&str] = &[
     "runtime.cuda_conv_search",
     "stages.<llm|flow|dit|hift|frontend>.precision",
     "stages.<llm|flow|dit|hift|frontend>.providers",
+    "stages.<llm|flow|dit|hift|frontend>.threads",
+    "stages.<llm|flow|dit|hift|frontend>.spinning",
     "sampling.seed",
     "sampling.top_p",
     "sampling.top_k",
@@ -824,9 +832,28 @@ impl Config {
                             stage.providers = Some(providers_of(value).ok_or_else(|| bad(PROVIDERS_ALLOWED))?);
                         }
                     }
+                    "threads" => {
+                        stage.threads = if text_of(value).is_some_and(|s| s.is_empty()) {
+                            None
+                        } else {
+                            Some(
+                                int_of(value)
+                                    .and_then(|v| usize::try_from(v).ok())
+                                    .filter(|&n| n <= 1024)
+                                    .ok_or_else(|| bad("an integer from 0 (ONNX Runtime chooses) to 1024, or \"\" to inherit runtime.threads"))?,
+                            )
+                        };
+                    }
+                    "spinning" => {
+                        stage.spinning = if text_of(value).is_some_and(|s| s.is_empty()) {
+                            None
+                        } else {
+                            Some(bool_of(value).ok_or_else(|| bad("true, false, or \"\" for ONNX Runtime's default (on)"))?)
+                        };
+                    }
                     _ => {
                         return Err(Error::Config(format!(
-                            "{origin}: {key} = {value}: unknown key; a stage has: precision, providers"
+                            "{origin}: {key} = {value}: unknown key; a stage has: precision, providers, threads, spinning"
                         )))
                     }
                 }
@@ -849,6 +876,17 @@ impl Config {
     /// The precision a group runs in (its override, else `runtime.precision`).
     pub fn precision_for(&self, group: StageGroup) -> Precision {
         self.stages.get(&group).and_then(|s| s.precision).unwrap_or(self.runtime.precision)
+    }
+
+    /// Intra-op threads of a group's sessions (its override, else `runtime.threads`; 0 = ONNX
+    /// Runtime chooses).
+    pub fn threads_for(&self, group: StageGroup) -> usize {
+        self.stages.get(&group).and_then(|s| s.threads).unwrap_or(self.runtime.threads)
+    }
+
+    /// Whether a group's intra-op threads spin between ops (`None`: ONNX Runtime's default).
+    pub fn spinning_for(&self, group: StageGroup) -> Option<bool> {
+        self.stages.get(&group).and_then(|s| s.spinning)
     }
 
     /// The providers, in priority order, for a group (its override, else `runtime.providers`).

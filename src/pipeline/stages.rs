@@ -7,7 +7,8 @@
 //! * [`run_flow_front`], [`run_hift_decode`], [`run_campplus`], [`run_speech_tokenizer`]: one call each.
 
 use ndarray::{Array2, Array3, ArrayView1, ArrayView2, ArrayView3};
-use ort::value::{DynValue, Tensor, TensorElementType};
+use ort::session::SessionInputValue;
+use ort::value::{DynValue, Tensor, TensorElementType, TensorRef};
 
 use crate::error::{Error, Result};
 use crate::flow::{DitCacheShape, Estimator, PrefixArg, PrefixStep};
@@ -90,19 +91,32 @@ impl OnnxEstimator<'_> {
     ) -> Result<(Array3<f32>, Option<PrefixStep>)> {
         let _call = self.profiler.span("flow.dit");
         let copy = self.profiler.span("flow.dit.copy");
-        let mut inputs: Vec<(String, DynValue)> = vec![
-            ("x".into(), tensor(x.shape(), view_to_vec(x))?),
-            ("mask".into(), tensor(mask.shape(), view_to_vec(mask))?),
-            ("mu".into(), tensor(mu.shape(), view_to_vec(mu))?),
-            ("t".into(), tensor(t.shape(), view_to_vec(t))?),
-            ("spks".into(), tensor(spks.shape(), view_to_vec(spks))?),
-            ("cond".into(), tensor(cond.shape(), view_to_vec(cond))?),
-            ("block_frames".into(), tensor(&[1], vec![block_frames])?),
+        let mut inputs: Vec<(String, SessionInputValue<'_>)> = vec![
+            ("x".into(), tensor(x.shape(), view_to_vec(x))?.into()),
+            ("mask".into(), tensor(mask.shape(), view_to_vec(mask))?.into()),
+            ("mu".into(), tensor(mu.shape(), view_to_vec(mu))?.into()),
+            ("t".into(), tensor(t.shape(), view_to_vec(t))?.into()),
+            ("spks".into(), tensor(spks.shape(), view_to_vec(spks))?.into()),
+            ("cond".into(), tensor(cond.shape(), view_to_vec(cond))?.into()),
+            ("block_frames".into(), tensor(&[1], vec![block_frames])?.into()),
         ];
         let batch = x.dim().0;
         match self.prefix_shape {
             None if prefix.is_empty() && record == 0 => {}
             None => return Err(Error::Runtime("dit: this graph has no prompt-prefix cache inputs".into())),
+            Some(shape) if prefix.len() == 1 => {
+                // One request's cache: ORT reads the stored arrays in place (no copy of the
+                // depth × 2 × frames × inner keys and values per call).
+                let state = prefix[0];
+                if state.k.dim().1 != batch || state.conv1.dim().0 != batch || state.k.dim().3 != shape.inner {
+                    return Err(Error::Runtime(format!("dit: prompt-prefix cache {:?} for a batch of {batch}", state.k.dim())));
+                }
+                inputs.push(("cache_k".into(), TensorRef::from_array_view(state.k.view())?.into()));
+                inputs.push(("cache_v".into(), TensorRef::from_array_view(state.v.view())?.into()));
+                inputs.push(("cache_conv1".into(), TensorRef::from_array_view(state.conv1.view())?.into()));
+                inputs.push(("cache_conv2".into(), TensorRef::from_array_view(state.conv2.view())?.into()));
+                inputs.push(("record_frames".into(), tensor(&[1], vec![record as i64])?.into()));
+            }
             Some(shape) => {
                 let (k, v, c1, c2) = if prefix.is_empty() {
                     let kv = [shape.depth, batch, 0, shape.inner];
@@ -121,11 +135,11 @@ impl OnnxEstimator<'_> {
                 if k.0.get(1) != Some(&batch) || c1.0.first() != Some(&batch) {
                     return Err(Error::Runtime(format!("dit: prompt-prefix cache rows {:?} for a batch of {batch}", k.0)));
                 }
-                inputs.push(("cache_k".into(), tensor(&k.0, k.1)?));
-                inputs.push(("cache_v".into(), tensor(&v.0, v.1)?));
-                inputs.push(("cache_conv1".into(), tensor(&c1.0, c1.1)?));
-                inputs.push(("cache_conv2".into(), tensor(&c2.0, c2.1)?));
-                inputs.push(("record_frames".into(), tensor(&[1], vec![record as i64])?));
+                inputs.push(("cache_k".into(), tensor(&k.0, k.1)?.into()));
+                inputs.push(("cache_v".into(), tensor(&v.0, v.1)?.into()));
+                inputs.push(("cache_conv1".into(), tensor(&c1.0, c1.1)?.into()));
+                inputs.push(("cache_conv2".into(), tensor(&c2.0, c2.1)?.into()));
+                inputs.push(("record_frames".into(), tensor(&[1], vec![record as i64])?.into()));
             }
         }
         copy.end();
