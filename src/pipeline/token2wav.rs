@@ -138,7 +138,6 @@ impl TokenToWav<'_> {
         };
         let key = crate::pipeline::prefix_key(self.prompt);
         if let Some(cache) = store.get(&key).filter(|cache| cache.frames == prefix_frames) {
-            let _span = self.profiler.span("flow.prefix_hit");
             return Ok(solve_cfm_prefixed(estimator, request, &c.cfm, block, PrefixMode::Use(&cache))?.0);
         }
         if !store.fits(store.shape().cache_bytes(prefix_frames, c.cfm.n_timesteps)) {
