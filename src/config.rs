@@ -21,6 +21,12 @@ use crate::vocab::{check_voice_name, Precision, ProviderKind, StageGroup};
 pub struct StageSettings {
     pub precision: Option<Precision>,
     pub providers: Option<Vec<ProviderKind>>,
+    /// Intra-op threads of the group's sessions (`None`: `runtime.threads`).
+    pub threads: Option<usize>,
+    /// Whether the group's intra-op threads spin-wait between ops (`None`: ONNX Runtime's
+    /// default, on). Off lets a stage that runs beside another (the LLM beside the DiT while
+    /// streaming) have the cores the idle one's workers would burn.
+    pub spinning: Option<bool>,
 }
 
 /// `[runtime]`: where ONNX Runtime is and how sessions are made.
@@ -182,6 +188,9 @@ pub struct EngineSettings {
     pub max_queue: usize,
     /// Most requests whose flow (DiT) calls run as one batched call.
     pub dit_max_batch: usize,
+    /// Bound, in bytes, of the in-memory per-voice DiT prompt-prefix cache that streaming
+    /// chunks reuse (0 = off; docs/model-format.md "dit prompt cache").
+    pub prompt_cache_bytes: usize,
     /// `cosy file --input`: lines synthesised at once.
     pub file_concurrency: usize,
 }
@@ -353,7 +362,7 @@ impl Default for Config {
             output: OutputSettings { device: "default".into() },
             voices: VoiceSettings { dir: paths::voices_dir(), default: None, aliases: BTreeMap::new() },
             limits: LimitSettings { max_text_chars: 5000 },
-            engine: EngineSettings { max_batch: 16, max_in_flight: 16, max_queue: 64, dit_max_batch: 8, file_concurrency: 4 },
+            engine: EngineSettings { max_batch: 16, max_in_flight: 16, max_queue: 64, dit_max_batch: 8, prompt_cache_bytes: 2 << 30, file_concurrency: 4 },
             text: TextSettings { normalizer: NormalizerChoice::Auto },
             server: ServerSettings {
                 bind: "127.0.0.1:8080".into(),
@@ -403,6 +412,8 @@ pub const KEYS: &[&str] = &[
     "runtime.cuda_conv_search",
     "stages.<llm|flow|dit|hift|frontend>.precision",
     "stages.<llm|flow|dit|hift|frontend>.providers",
+    "stages.<llm|flow|dit|hift|frontend>.threads",
+    "stages.<llm|flow|dit|hift|frontend>.spinning",
     "sampling.seed",
     "sampling.top_p",
     "sampling.top_k",
@@ -421,6 +432,7 @@ pub const KEYS: &[&str] = &[
     "engine.max_in_flight",
     "engine.max_queue",
     "engine.dit_max_batch",
+    "engine.prompt_cache_bytes",
     "engine.file_concurrency",
     "text.normalizer",
     "server.bind",
@@ -781,6 +793,12 @@ impl Config {
                     .ok_or_else(|| bad("an integer from 0 to 1048576"))?
             }
             "engine.dit_max_batch" => self.engine.dit_max_batch = up_to(64)?,
+            "engine.prompt_cache_bytes" => {
+                self.engine.prompt_cache_bytes = int_of(value)
+                    .and_then(|v| usize::try_from(v).ok())
+                    .filter(|&n| n <= 1 << 40)
+                    .ok_or_else(|| bad("a number of bytes from 0 (off) to 1099511627776"))?
+            }
             "engine.file_concurrency" => self.engine.file_concurrency = up_to(256)?,
             "server.bind" => {
                 let s = text_of(value).ok_or_else(|| bad("HOST:PORT, e.g. \"127.0.0.1:8080\" or \"0.0.0.0:8080\""))?;
@@ -927,9 +945,28 @@ impl Config {
                             stage.providers = Some(providers_of(value).ok_or_else(|| bad(PROVIDERS_ALLOWED))?);
                         }
                     }
+                    "threads" => {
+                        stage.threads = if text_of(value).is_some_and(|s| s.is_empty()) {
+                            None
+                        } else {
+                            Some(
+                                int_of(value)
+                                    .and_then(|v| usize::try_from(v).ok())
+                                    .filter(|&n| n <= 1024)
+                                    .ok_or_else(|| bad("an integer from 0 (ONNX Runtime chooses) to 1024, or \"\" to inherit runtime.threads"))?,
+                            )
+                        };
+                    }
+                    "spinning" => {
+                        stage.spinning = if text_of(value).is_some_and(|s| s.is_empty()) {
+                            None
+                        } else {
+                            Some(bool_of(value).ok_or_else(|| bad("true, false, or \"\" for ONNX Runtime's default (on)"))?)
+                        };
+                    }
                     _ => {
                         return Err(Error::Config(format!(
-                            "{origin}: {key} = {value}: unknown key; a stage has: precision, providers"
+                            "{origin}: {key} = {value}: unknown key; a stage has: precision, providers, threads, spinning"
                         )))
                     }
                 }
@@ -952,6 +989,17 @@ impl Config {
     /// The precision a group runs in (its override, else `runtime.precision`).
     pub fn precision_for(&self, group: StageGroup) -> Precision {
         self.stages.get(&group).and_then(|s| s.precision).unwrap_or(self.runtime.precision)
+    }
+
+    /// Intra-op threads of a group's sessions (its override, else `runtime.threads`; 0 = ONNX
+    /// Runtime chooses).
+    pub fn threads_for(&self, group: StageGroup) -> usize {
+        self.stages.get(&group).and_then(|s| s.threads).unwrap_or(self.runtime.threads)
+    }
+
+    /// Whether a group's intra-op threads spin between ops (`None`: ONNX Runtime's default).
+    pub fn spinning_for(&self, group: StageGroup) -> Option<bool> {
+        self.stages.get(&group).and_then(|s| s.spinning)
     }
 
     /// The providers, in priority order, for a group (its override, else `runtime.providers`).

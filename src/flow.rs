@@ -6,9 +6,12 @@
 //! zeros), prompt-frame removal, the streaming chunk planner and the speed (mel time-stretch)
 //! control.
 
-use ndarray::{s, Array1, Array2, Array3, ArrayView1, ArrayView2, ArrayView3, Axis};
+use std::sync::Arc;
+
+use ndarray::{s, Array1, Array2, Array3, Array4, ArrayView1, ArrayView2, ArrayView3, Axis};
 
 use crate::error::{Error, Result};
+use crate::model::{Dim, GraphSpec};
 
 /// Mel channels of the flow output (fixed by the model family).
 pub const MEL_DIM: usize = 80;
@@ -57,6 +60,139 @@ pub trait Estimator {
         cond: ArrayView3<f32>,
         block_frames: i64,
     ) -> Result<Array3<f32>>;
+
+    /// The graph's prompt-prefix cache shape; `None` when it has no cache inputs (folders
+    /// exported before them), and then [`Estimator::run_prefixed`] is never called.
+    fn prefix_shape(&self) -> Option<DitCacheShape> {
+        None
+    }
+
+    /// [`Estimator::run`] with the prompt-prefix cache: `x`, `mask`, `mu`, `cond` hold only the
+    /// frames after the cached ones ([`PrefixArg::Use`]), or all frames while the first
+    /// `frames` are recorded ([`PrefixArg::Record`]; then the recorded state comes back).
+    #[allow(clippy::too_many_arguments)]
+    fn run_prefixed(
+        &mut self,
+        x: ArrayView3<f32>,
+        mask: ArrayView3<f32>,
+        mu: ArrayView3<f32>,
+        t: ArrayView1<f32>,
+        spks: ArrayView2<f32>,
+        cond: ArrayView3<f32>,
+        block_frames: i64,
+        prefix: PrefixArg<'_>,
+    ) -> Result<(Array3<f32>, Option<PrefixStep>)> {
+        let _ = (x, mask, mu, t, spks, cond, block_frames, prefix);
+        Err(Error::Runtime("this DiT estimator has no prompt-prefix cache inputs".into()))
+    }
+}
+
+/// The sizes of the `dit` graph's prompt-prefix cache I/O (docs/model-format.md, "dit prompt
+/// cache"), from the manifest's `cache_k` `[depth, batch, past, inner]` and `cache_conv1`
+/// `[batch, context, dim]` inputs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DitCacheShape {
+    /// Transformer blocks.
+    pub depth: usize,
+    /// Attention width (heads × head size) of the cached keys and values.
+    pub inner: usize,
+    /// Model width of the positional convs' input.
+    pub dim: usize,
+    /// Input frames each positional conv needs before the first new frame (kernel − 1).
+    pub conv_context: usize,
+}
+
+/// The names the cache I/O of the `dit` graph has (all or none).
+pub const DIT_CACHE_INPUTS: [&str; 5] = ["cache_k", "cache_v", "cache_conv1", "cache_conv2", "record_frames"];
+pub const DIT_CACHE_OUTPUTS: [&str; 4] = ["record_k", "record_v", "record_conv1", "record_conv2"];
+
+impl DitCacheShape {
+    /// `None` for a graph without the cache I/O (or with sizes that are not fixed).
+    pub fn from_graph(graph: &GraphSpec) -> Option<DitCacheShape> {
+        let shape = |name: &str| graph.inputs.iter().find(|t| t.name == name).map(|t| t.shape.as_slice());
+        let fixed = |d: &Dim| match d {
+            Dim::Fixed(n) => usize::try_from(*n).ok(),
+            Dim::Named(_) => None,
+        };
+        let has_all = DIT_CACHE_INPUTS.iter().all(|n| shape(n).is_some())
+            && DIT_CACHE_OUTPUTS.iter().all(|n| graph.outputs.iter().any(|o| o.name == *n));
+        if !has_all {
+            return None;
+        }
+        let (k, conv) = (shape("cache_k")?, shape("cache_conv1")?);
+        if k.len() != 4 || conv.len() != 3 {
+            return None;
+        }
+        Some(DitCacheShape { depth: fixed(&k[0])?, inner: fixed(&k[3])?, dim: fixed(&conv[2])?, conv_context: fixed(&conv[1])? })
+    }
+
+    /// Bytes of one voice's cache of `frames` frames over `n_timesteps` Euler steps: per step,
+    /// both CFG rows' keys and values of every layer plus the two conv contexts, and the final
+    /// prefix mel (all float32).
+    pub fn cache_bytes(&self, frames: usize, n_timesteps: usize) -> usize {
+        let per_step = 2 * (2 * self.depth * frames * self.inner + 2 * self.conv_context * self.dim);
+        4 * (n_timesteps * per_step + MEL_DIM * frames)
+    }
+}
+
+/// The leading frames of a non-final (block-causal) flow call whose DiT state is a pure function
+/// of the voice: whole `dit_block_frames` blocks that end before the prompt's last
+/// `token_mel_ratio · pre_lookahead_len` frames (the PreLookahead reaches that far into the
+/// text's tokens). The noise is fixed and the positional convs causal, so those frames' keys,
+/// values and conv inputs are the same at every Euler step of every such call (cosyvoice3.md
+/// §5.4–§5.5). 0 = nothing to cache.
+pub fn cacheable_prefix_frames(prompt_frames: usize, params: &StreamParams) -> usize {
+    let block = params.dit_block_frames;
+    if block == 0 {
+        return 0;
+    }
+    let pure = prompt_frames.saturating_sub(params.token_mel_ratio.saturating_mul(params.pre_lookahead_len));
+    pure / block * block
+}
+
+/// The DiT state of the cached prefix at one Euler step, both CFG rows (conditional first).
+#[derive(Debug, Clone)]
+pub struct PrefixStep {
+    /// `[depth, 2, frames, inner]`: every layer's keys (after RoPE).
+    pub k: Array4<f32>,
+    /// `[depth, 2, frames, inner]`: every layer's values.
+    pub v: Array4<f32>,
+    /// `[2, context, dim]`: the positional convs' inputs of the frames just before the first new one.
+    pub conv1: Array3<f32>,
+    pub conv2: Array3<f32>,
+}
+
+/// One voice's prompt-prefix cache: the state of its first `frames` frames at every Euler step,
+/// and those frames' solved mel.
+#[derive(Debug, Clone)]
+pub struct PrefixCache {
+    pub frames: usize,
+    pub steps: Vec<PrefixStep>,
+    /// `[80, frames]`.
+    pub mel: Array2<f32>,
+}
+
+impl PrefixCache {
+    pub fn bytes(&self) -> usize {
+        let step = |s: &PrefixStep| s.k.len() + s.v.len() + s.conv1.len() + s.conv2.len();
+        4 * (self.steps.iter().map(step).sum::<usize>() + self.mel.len())
+    }
+}
+
+/// The prefix part of one estimator call.
+#[derive(Debug, Clone, Copy)]
+pub enum PrefixArg<'a> {
+    /// Record the state of the call's first `frames` frames (the call has all frames).
+    Record(usize),
+    /// The call continues after the cache's frames with the state of Euler step `step` (0-based).
+    Use { cache: &'a Arc<PrefixCache>, step: usize },
+}
+
+/// What a prefixed solve does: record the cache while solving every frame, or use one.
+#[derive(Debug, Clone, Copy)]
+pub enum PrefixMode<'a> {
+    Record(usize),
+    Use(&'a Arc<PrefixCache>),
 }
 
 /// Solver settings (manifest `constants.cfm`).
@@ -173,6 +309,104 @@ pub fn solve_cfm<E: Estimator + ?Sized>(
         }
     }
     Ok(xs)
+}
+
+/// [`solve_cfm`] for one request with the prompt-prefix cache: [`PrefixMode::Record`] solves every
+/// frame and also returns the cache of the first frames; [`PrefixMode::Use`] solves only the
+/// frames after the cache's (the cached frames' mel is copied from it). Same arithmetic as
+/// [`solve_cfm`] frame by frame, so the mel is the same within float rounding of the graph.
+pub fn solve_cfm_prefixed<E: Estimator + ?Sized>(
+    estimator: &mut E,
+    request: &CfmRequest<'_>,
+    params: &CfmParams,
+    block_frames: i64,
+    mode: PrefixMode<'_>,
+) -> Result<(Array2<f32>, Option<PrefixCache>)> {
+    let frames = request.mu.ncols();
+    let r = request;
+    let ok = r.mu.dim() == (MEL_DIM, frames)
+        && r.cond.dim() == (MEL_DIM, frames)
+        && r.spks.len() == MEL_DIM
+        && r.noise.nrows() == MEL_DIM
+        && r.noise.ncols() >= frames;
+    if !ok {
+        return Err(Error::invalid(format!(
+            "flow request: mu {:?}, cond {:?}, spks {}, noise {:?} do not fit {MEL_DIM}×{frames}",
+            r.mu.dim(),
+            r.cond.dim(),
+            r.spks.len(),
+            r.noise.dim()
+        )));
+    }
+    let (cached, record) = match mode {
+        PrefixMode::Record(n) => (0, n),
+        PrefixMode::Use(c) => (c.frames, 0),
+    };
+    if cached.max(record) >= frames || block_frames <= 0 {
+        return Err(Error::invalid(format!(
+            "a prompt-prefix cache of {} frames needs a longer block-causal call than {frames} frames (block {block_frames})",
+            cached.max(record)
+        )));
+    }
+    if let PrefixMode::Use(c) = mode {
+        if c.steps.len() != params.n_timesteps {
+            return Err(Error::Runtime(format!("prompt-prefix cache has {} steps, the solver {}", c.steps.len(), params.n_timesteps)));
+        }
+    }
+    let solved = frames - cached;
+    let mask = Array3::<f32>::ones((2, 1, solved));
+    let mut mu = Array3::<f32>::zeros((2, MEL_DIM, solved));
+    let mut spks = Array2::<f32>::zeros((2, MEL_DIM));
+    let mut cond = Array3::<f32>::zeros((2, MEL_DIM, solved));
+    mu.index_axis_mut(Axis(0), 0).assign(&r.mu.slice(s![.., cached..]));
+    spks.index_axis_mut(Axis(0), 0).assign(&r.spks);
+    cond.index_axis_mut(Axis(0), 0).assign(&r.cond.slice(s![.., cached..]));
+    let mut x = r.noise.slice(s![.., cached..frames]).to_owned();
+
+    let t_span = cosine_t_span(params.n_timesteps);
+    let cond_scale = 1.0f32 + params.cfg_rate;
+    let uncond_scale = params.cfg_rate;
+    let mut t = t_span[0];
+    let mut dt = t_span[1] - t_span[0];
+    let mut x_in = Array3::<f32>::zeros((2, MEL_DIM, solved));
+    let mut steps = Vec::with_capacity(if record > 0 { params.n_timesteps } else { 0 });
+    for step in 1..t_span.len() {
+        x_in.index_axis_mut(Axis(0), 0).assign(&x);
+        x_in.index_axis_mut(Axis(0), 1).assign(&x);
+        let t_in = Array1::<f32>::from_elem(2, t);
+        let arg = match mode {
+            PrefixMode::Record(n) => PrefixArg::Record(n),
+            PrefixMode::Use(cache) => PrefixArg::Use { cache, step: step - 1 },
+        };
+        let (v, state) =
+            estimator.run_prefixed(x_in.view(), mask.view(), mu.view(), t_in.view(), spks.view(), cond.view(), block_frames, arg)?;
+        if v.dim() != (2, MEL_DIM, solved) {
+            return Err(Error::Runtime(format!("estimator returned {:?}, expected {:?}", v.dim(), (2, MEL_DIM, solved))));
+        }
+        if record > 0 {
+            let state = state.ok_or_else(|| Error::Runtime("the DiT returned no prompt-prefix state to record".into()))?;
+            if state.k.dim() != state.v.dim() || state.k.dim().1 != 2 || state.k.dim().2 != record {
+                return Err(Error::Runtime(format!("the DiT recorded keys {:?} for {record} frames", state.k.dim())));
+            }
+            steps.push(state);
+        }
+        let (v_cond, v_uncond) = (v.index_axis(Axis(0), 0), v.index_axis(Axis(0), 1));
+        ndarray::Zip::from(&mut x).and(&v_cond).and(&v_uncond).for_each(|x, &c, &u| {
+            let guided = cond_scale * c - uncond_scale * u;
+            *x += dt * guided;
+        });
+        t += dt;
+        if step < t_span.len() - 1 {
+            dt = t_span[step + 1] - t;
+        }
+    }
+    let mel = match mode {
+        PrefixMode::Record(_) => x,
+        PrefixMode::Use(c) => ndarray::concatenate(Axis(1), &[c.mel.view(), x.view()])
+            .map_err(|e| Error::Runtime(format!("prefix mel: {e}")))?,
+    };
+    let cache = (record > 0).then(|| PrefixCache { frames: record, steps, mel: mel.slice(s![.., ..record]).to_owned() });
+    Ok((mel, cache))
 }
 
 /// The `cond` input `[80, total_frames]`: the prompt mel (given time-major `[P, 80]`, as the

@@ -73,7 +73,11 @@ class DiTTimeEmbedding(nn.Module):
 
 
 class CausalConvPosEmbed(nn.Module):
-    """Two (left pad k-1, grouped Conv1d, Mish) stages; keys `conv1.0`, `conv2.0`."""
+    """Two (left pad k-1, grouped Conv1d, Mish) stages; keys `conv1.0`, `conv2.0`.
+
+    The left pad is zeros at the sequence start; a call that continues after cached frames passes
+    instead the k-1 frames before it of each conv's input (`context1`, `context2`, [B, k-1, D]),
+    which makes the continuation exact (the convs are causal)."""
 
     def __init__(self, dim: int) -> None:
         super().__init__()
@@ -87,6 +91,16 @@ class CausalConvPosEmbed(nn.Module):
         h = self.conv2(F.pad(h, (CONV_POS_KERNEL - 1, 0)))
         return h.transpose(1, 2)
 
+    def with_context(self, x: Tensor, context1: Tensor, context2: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """x [B, T, D], contexts [B, k-1, D] -> (out [B, T, D], padded input of conv1, padded
+        input of conv2), both [B, k-1+T, D]: the k-1 frames of those ending at frame r of x are
+        the context a later call starting at frame r needs."""
+        in1 = torch.cat([context1, x], dim=1)
+        c1 = self.conv1(in1.transpose(1, 2)).transpose(1, 2)
+        in2 = torch.cat([context2, c1], dim=1)
+        c2 = self.conv2(in2.transpose(1, 2)).transpose(1, 2)
+        return c2, in1, in2
+
 
 class DiTInputEmbedding(nn.Module):
     def __init__(self, cfg: DitConfig) -> None:
@@ -94,11 +108,19 @@ class DiTInputEmbedding(nn.Module):
         self.proj = nn.Linear(cfg.mel_dim * 2 + cfg.mu_dim + cfg.spk_dim, cfg.dim)
         self.conv_pos_embed = CausalConvPosEmbed(cfg.dim)
 
-    def forward(self, x: Tensor, cond: Tensor, mu: Tensor, spks: Tensor) -> Tensor:
-        """x, cond, mu [B, T, C]; spks [B, S] -> [B, T, D]; channel order [x, cond, mu, spk]."""
+    def forward(
+        self, x: Tensor, cond: Tensor, mu: Tensor, spks: Tensor, context1: Tensor | None = None,
+        context2: Tensor | None = None,
+    ) -> tuple[Tensor, Tensor | None, Tensor | None]:
+        """x, cond, mu [B, T, C]; spks [B, S] -> ([B, T, D], conv inputs or None); channel order
+        [x, cond, mu, spk]. With contexts it continues after the frames whose conv inputs they
+        hold and also returns the padded conv inputs (CausalConvPosEmbed.with_context)."""
         spk = spks.unsqueeze(1).expand(-1, x.shape[1], -1)
         h = self.proj(torch.cat([x, cond, mu, spk], dim=-1))
-        return self.conv_pos_embed(h) + h
+        if context1 is None or context2 is None:
+            return self.conv_pos_embed(h) + h, None, None
+        conv, in1, in2 = self.conv_pos_embed.with_context(h, context1, context2)
+        return conv + h, in1, in2
 
 
 class RotaryTable(nn.Module):
@@ -109,9 +131,15 @@ class RotaryTable(nn.Module):
         inv_freq = 1.0 / (10000 ** (torch.arange(0, dim_head, 2).float() / dim_head))
         self.register_buffer("inv_freq", inv_freq)
 
-    def forward(self, seq_len_like: Tensor) -> Tensor:
-        """Interleaved angles [T, 2·len(inv_freq)] = [θ0, θ0, θ1, θ1, ...] for positions 0..T-1."""
-        pos = torch.arange(seq_len_like.shape[1], dtype=torch.float32)
+    def forward(self, seq_len_like: Tensor, offset_like: Tensor | None = None) -> Tensor:
+        """Interleaved angles [T, 2·len(inv_freq)] = [θ0, θ0, θ1, θ1, ...] for positions
+        P..P+T-1, where P = offset_like.shape[1] (the cached frames before; 0 without)."""
+        t = seq_len_like.shape[1]
+        if offset_like is None:
+            pos = torch.arange(t, dtype=torch.float32)
+        else:
+            p = offset_like.shape[1]
+            pos = torch.arange(p, p + t, dtype=torch.int64).to(torch.float32)
         freqs = pos.unsqueeze(1) * self.inv_freq.unsqueeze(0)
         return torch.stack((freqs, freqs), dim=-1).flatten(-2)
 
@@ -163,19 +191,26 @@ class DiTAttention(nn.Module):
         self.to_v = nn.Linear(cfg.dim, inner)
         self.to_out = nn.ModuleList([nn.Linear(inner, cfg.dim)])
 
-    def forward(self, x: Tensor, angles: Tensor, allowed: Tensor) -> Tensor:
+    def forward(
+        self, x: Tensor, angles: Tensor, allowed: Tensor, past_k: Tensor | None = None, past_v: Tensor | None = None
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """Attention of x's frames over [past frames, x's frames]. past_k/past_v [B, P, inner]
+        are the earlier frames' keys (after RoPE) and values; `allowed` is [B, 1, T, P+T].
+        Returns (out, k, v) with this call's k (after RoPE) and v [B, T, inner]."""
         b, t, _ = x.shape
         q = _apply_partial_rope(self.to_q(x), angles)
-        k = _apply_partial_rope(self.to_k(x), angles)
-        v = self.to_v(x)
+        k_new = _apply_partial_rope(self.to_k(x), angles)
+        v_new = self.to_v(x)
+        k = k_new if past_k is None else torch.cat([past_k, k_new], dim=1)
+        v = v_new if past_v is None else torch.cat([past_v, v_new], dim=1)
         q = q.view(b, t, self.heads, self.dim_head).transpose(1, 2)
-        k = k.view(b, t, self.heads, self.dim_head).transpose(1, 2)
-        v = v.view(b, t, self.heads, self.dim_head).transpose(1, 2)
+        k = k.view(b, -1, self.heads, self.dim_head).transpose(1, 2)
+        v = v.view(b, -1, self.heads, self.dim_head).transpose(1, 2)
         scores = torch.matmul(q, k.transpose(2, 3)) * (self.dim_head**-0.5)
         scores = scores.masked_fill(~allowed, float("-inf"))
         probs = torch.softmax(scores, dim=-1)
         out = torch.matmul(probs, v).transpose(1, 2).reshape(b, t, self.heads * self.dim_head)
-        return self.to_out[0](out)
+        return self.to_out[0](out), k_new, v_new
 
 
 class GatedResidual(nn.Module):
@@ -208,14 +243,20 @@ class DiTBlock(nn.Module):
         self.ff_residual = GatedResidual()
         self.dim = cfg.dim  # static, so LayerNorm exports with a constant normalized shape
 
-    def forward(self, h: Tensor, temb: Tensor, angles: Tensor, allowed: Tensor, keep: Tensor) -> Tensor:
+    def forward(
+        self, h: Tensor, temb: Tensor, angles: Tensor, allowed: Tensor, keep: Tensor,
+        past_k: Tensor | None = None, past_v: Tensor | None = None,
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """The block over h's frames (after cached frames when past_k/past_v are given,
+        DiTAttention.forward); returns (h, k, v) with this call's keys and values."""
         shift_msa, scale_msa, gate_msa, shift_mlp, scale_mlp, gate_mlp = self.attn_norm(temb)
         dim = (self.dim,)
         n = F.layer_norm(h, dim, eps=LN_EPS) * (1 + scale_msa[:, None]) + shift_msa[:, None]
-        attn = self.attn(n, angles, allowed) * keep  # rows of padded frames are zeroed
+        attn, k, v = self.attn(n, angles, allowed, past_k, past_v)
+        attn = attn * keep  # rows of padded frames are zeroed
         h = self.attn_residual(h, gate_msa, attn)
         n = F.layer_norm(h, dim, eps=LN_EPS) * (1 + scale_mlp[:, None]) + shift_mlp[:, None]
-        return self.ff_residual(h, gate_mlp, self.ff(n))
+        return self.ff_residual(h, gate_mlp, self.ff(n)), k, v
 
 
 def attention_allowed(mask: Tensor, block_frames: Tensor) -> Tensor:
@@ -231,8 +272,31 @@ def attention_allowed(mask: Tensor, block_frames: Tensor) -> Tensor:
     return (causal.unsqueeze(0) & keys.unsqueeze(1)).unsqueeze(1)
 
 
+def attention_allowed_after(mask: Tensor, block_frames: Tensor, past_like: Tensor) -> Tensor:
+    """Boolean [B, 1, T, P+T] for T query frames at absolute positions P..P+T-1 (P =
+    past_like.shape[1] cached frames before them) over keys 0..P+T-1: the cached keys are all
+    valid, this call's keys are valid where `mask` [B, 1, T] is; with block_frames > 0 key j is
+    allowed for query i when j < (⌊i/bf⌋+1)·bf. With P = 0 this is `attention_allowed`."""
+    t = mask.shape[-1]
+    p = past_like.shape[1]
+    keys_idx = torch.arange(p + t, dtype=torch.int64)
+    query_idx = torch.arange(p, p + t, dtype=torch.int64)
+    total = torch.full_like(block_frames, p + t)
+    bf = torch.where(block_frames > 0, block_frames, total)
+    limit = (torch.div(query_idx, bf, rounding_mode="floor") + 1) * bf  # [T]
+    causal = keys_idx.unsqueeze(0) < limit.unsqueeze(1)  # [T(query), P+T(key)]
+    past_keys = torch.ones(mask.shape[0], p, dtype=torch.bool)
+    keys = torch.cat([past_keys, mask[:, 0, :] > 0], dim=1)  # [B, P+T]
+    return (causal.unsqueeze(0) & keys.unsqueeze(1)).unsqueeze(1)
+
+
 class DiT(nn.Module):
-    """The flow estimator. forward(x, mask, mu, t, spks, cond, block_frames) -> [B, 80, T]."""
+    """The flow estimator. forward(x, mask, mu, t, spks, cond, block_frames) -> [B, 80, T].
+
+    With the cache inputs (the exported graph, `forward_cached`) it also continues after cached
+    leading frames (the prompt-prefix cache, docs/model-format.md "dit prompt cache"): their
+    per-layer keys/values and the positional convs' input context come in, and the same state of
+    chosen leading frames of this call comes out."""
 
     def __init__(self, cfg: DitConfig) -> None:
         super().__init__()
@@ -245,17 +309,52 @@ class DiT(nn.Module):
         self.proj_out = nn.Linear(cfg.dim, cfg.mel_dim)
 
     def forward(
-        self, x: Tensor, mask: Tensor, mu: Tensor, t: Tensor, spks: Tensor, cond: Tensor, block_frames: Tensor
-    ) -> Tensor:
+        self, x: Tensor, mask: Tensor, mu: Tensor, t: Tensor, spks: Tensor, cond: Tensor, block_frames: Tensor,
+        *cache: Tensor,
+    ) -> Any:
+        """Without `cache`: v [B, 80, T]. With the five cache inputs: `forward_cached`."""
+        if cache:
+            return self.forward_cached(x, mask, mu, t, spks, cond, block_frames, *cache)
         temb = self.time_embed(t)
-        h = self.input_embed(x.transpose(1, 2), cond.transpose(1, 2), mu.transpose(1, 2), spks)
+        h, _, _ = self.input_embed(x.transpose(1, 2), cond.transpose(1, 2), mu.transpose(1, 2), spks)
         angles = self.rotary_embed(h)
         allowed = attention_allowed(mask, block_frames)
         keep = (mask[:, 0, :] > 0).unsqueeze(-1).to(h.dtype)
         for block in self.transformer_blocks:
-            h = block(h, temb, angles, allowed, keep)
+            h = block(h, temb, angles, allowed, keep)[0]
         h = self.norm_out(h, temb)
         return self.proj_out(h).transpose(1, 2)
+
+    def forward_cached(
+        self, x: Tensor, mask: Tensor, mu: Tensor, t: Tensor, spks: Tensor, cond: Tensor, block_frames: Tensor,
+        cache_k: Tensor, cache_v: Tensor, cache_conv1: Tensor, cache_conv2: Tensor, record_frames: Tensor,
+    ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+        """x, mu, cond [B, 80, T], mask [B, 1, T]: the T frames after P cached ones.
+        cache_k/cache_v [depth, B, P, inner]: every layer's keys (after RoPE) and values of the
+        cached frames; cache_conv1/2 [B, k-1, D]: the positional convs' inputs of the k-1 frames
+        before (zeros when P = 0: the convs' own zero pad). record_frames [1] = R <= T.
+        Returns (v [B, 80, T], this call's k and v of its first R frames [depth, B, R, inner],
+        the conv contexts a call starting after those R frames needs [B, k-1, D] each)."""
+        temb = self.time_embed(t)
+        h, in1, in2 = self.input_embed(
+            x.transpose(1, 2), cond.transpose(1, 2), mu.transpose(1, 2), spks, cache_conv1, cache_conv2
+        )
+        past_like = cache_k[0, :1]  # [1, P, inner]: only its length is used
+        angles = self.rotary_embed(h, past_like)
+        allowed = attention_allowed_after(mask, block_frames, past_like)
+        keep = (mask[:, 0, :] > 0).unsqueeze(-1).to(h.dtype)
+        record = torch.arange(record_frames[0], dtype=torch.int64)  # frames 0..R-1 of this call
+        ks, vs = [], []
+        for i, block in enumerate(self.transformer_blocks):
+            h, k, v = block(h, temb, angles, allowed, keep, cache_k[i], cache_v[i])
+            ks.append(torch.index_select(k, 1, record))
+            vs.append(torch.index_select(v, 1, record))
+        h = self.norm_out(h, temb)
+        out = self.proj_out(h).transpose(1, 2)
+        assert in1 is not None and in2 is not None
+        # in1/in2 start k-1 frames before this call: frames R-(k-1)..R-1 are at R..R+k-2
+        ctx = torch.arange(CONV_POS_KERNEL - 1, dtype=torch.int64) + record_frames[0]
+        return out, torch.stack(ks), torch.stack(vs), torch.index_select(in1, 1, ctx), torch.index_select(in2, 1, ctx)
 
 
 class _Decoder(nn.Module):
@@ -448,14 +547,21 @@ def export_flow_front(flow: CosyFlow, out_path: Path | str, opset: int = 17) -> 
 
 
 DIT_INPUTS = ["x", "mask", "mu", "t", "spks", "cond", "block_frames"]
+# The prompt-prefix cache inputs and outputs (docs/model-format.md "dit prompt cache"); a graph
+# without them (older folders) is run without a cache.
+DIT_CACHE_INPUTS = ["cache_k", "cache_v", "cache_conv1", "cache_conv2", "record_frames"]
+DIT_OUTPUTS = ["estimator_out", "record_k", "record_v", "record_conv1", "record_conv2"]
 
 
 @torch.no_grad()
 def export_dit(dit: DiT, out_path: Path | str, opset: int = 17) -> dict[str, Any]:
-    """Export `dit` (fp32) with dynamic batch and frames; returns the manifest GRAPH entry."""
+    """Export `dit` (fp32) with dynamic batch and frames and the prompt-cache I/O; returns the
+    manifest GRAPH entry."""
     c = dit.cfg
     gen = torch.Generator().manual_seed(0)
-    b, t = 2, 67
+    b, t, past, record = 2, 67, 50, 20  # nonzero past/record so no shape is traced as a constant
+    inner = c.heads * c.dim_head
+    ctx = CONV_POS_KERNEL - 1
     args = (
         torch.randn(b, c.mel_dim, t, generator=gen),
         torch.ones(b, 1, t),
@@ -464,27 +570,48 @@ def export_dit(dit: DiT, out_path: Path | str, opset: int = 17) -> dict[str, Any
         torch.randn(b, c.spk_dim, generator=gen),
         torch.randn(b, c.mel_dim, t, generator=gen),
         torch.tensor([c.static_chunk_size], dtype=torch.int64),
+        torch.randn(c.depth, b, past, inner, generator=gen),
+        torch.randn(c.depth, b, past, inner, generator=gen),
+        torch.randn(b, ctx, c.dim, generator=gen),
+        torch.randn(b, ctx, c.dim, generator=gen),
+        torch.tensor([record], dtype=torch.int64),
     )
     dyn = {0: "batch"}
+    frames3 = {0: "batch", 2: "frames"}
     dynamic = {
-        "x": {0: "batch", 2: "frames"}, "mask": {0: "batch", 2: "frames"}, "mu": {0: "batch", 2: "frames"},
-        "t": dyn, "spks": dyn, "cond": {0: "batch", 2: "frames"}, "estimator_out": {0: "batch", 2: "frames"},
+        "x": frames3, "mask": frames3, "mu": frames3, "t": dyn, "spks": dyn, "cond": frames3,
+        "cache_k": {1: "batch", 2: "past"}, "cache_v": {1: "batch", 2: "past"}, "cache_conv1": dyn, "cache_conv2": dyn,
+        "estimator_out": frames3, "record_k": {1: "batch", 2: "record"}, "record_v": {1: "batch", 2: "record"},
+        "record_conv1": dyn, "record_conv2": dyn,
     }
-    _export(dit.eval(), args, Path(out_path), DIT_INPUTS, ["estimator_out"], dynamic, opset)
+    _export(dit.eval(), args, Path(out_path), DIT_INPUTS + DIT_CACHE_INPUTS, DIT_OUTPUTS, dynamic, opset)
     mel3 = lambda ch: ["batch", ch, "frames"]  # noqa: E731
     prof3 = lambda ch: {"min": [2, ch, 4], "opt": [2, ch, 500], "max": [2, ch, 3000]}  # noqa: E731
+    kv = lambda n: [c.depth, "batch", n, inner]  # noqa: E731
+    conv = ["batch", ctx, c.dim]
+    kv_prof = {"min": [c.depth, 2, 0, inner], "opt": [c.depth, 2, 100, inner], "max": [c.depth, 2, 1500, inner]}
+    conv_prof = {"min": [2, ctx, c.dim], "opt": [2, ctx, c.dim], "max": [2, ctx, c.dim]}
     return {
         "inputs": [
             _io("x", "float32", mel3(c.mel_dim)), _io("mask", "float32", mel3(1)), _io("mu", "float32", mel3(c.mu_dim)),
             _io("t", "float32", ["batch"]), _io("spks", "float32", ["batch", c.spk_dim]),
             _io("cond", "float32", mel3(c.mel_dim)), _io("block_frames", "int64", [1]),
+            _io("cache_k", "float32", kv("past")), _io("cache_v", "float32", kv("past")),
+            _io("cache_conv1", "float32", conv), _io("cache_conv2", "float32", conv),
+            _io("record_frames", "int64", [1]),
         ],
-        "outputs": [_io("estimator_out", "float32", mel3(c.mel_dim))],
+        "outputs": [
+            _io("estimator_out", "float32", mel3(c.mel_dim)),
+            _io("record_k", "float32", kv("record")), _io("record_v", "float32", kv("record")),
+            _io("record_conv1", "float32", conv), _io("record_conv2", "float32", conv),
+        ],
         "trt_profile": {
             "x": prof3(c.mel_dim), "mask": prof3(1), "mu": prof3(c.mu_dim), "cond": prof3(c.mel_dim),
             "t": {"min": [2], "opt": [2], "max": [2]},
             "spks": {"min": [2, c.spk_dim], "opt": [2, c.spk_dim], "max": [2, c.spk_dim]},
             "block_frames": {"min": [1], "opt": [1], "max": [1]},
+            "cache_k": kv_prof, "cache_v": kv_prof, "cache_conv1": conv_prof, "cache_conv2": conv_prof,
+            "record_frames": {"min": [1], "opt": [1], "max": [1]},
         },
     }
 

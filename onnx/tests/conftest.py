@@ -5,7 +5,9 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import pytest
 
 ONNX_DIR = Path(__file__).resolve().parents[1]
@@ -61,3 +63,15 @@ def tiny_official(reference_dir: Path) -> Path:
 @pytest.fixture(scope="session")
 def golden(reference_dir: Path) -> Path:
     return reference_dir / "golden"
+
+
+def dit_no_cache_feeds(sess: Any, batch: int) -> dict[str, np.ndarray]:
+    """The prompt-prefix cache inputs of a `dit` call without cached frames, sized from the
+    session's declared input shapes (the fixed depth, width and conv context)."""
+    shapes = {i.name: i.shape for i in sess.get_inputs()}
+    depth, inner = shapes["cache_k"][0], shapes["cache_k"][3]
+    ctx, dim = shapes["cache_conv1"][1], shapes["cache_conv1"][2]
+    empty = np.zeros((depth, batch, 0, inner), np.float32)
+    zeros = np.zeros((batch, ctx, dim), np.float32)
+    return {"cache_k": empty, "cache_v": empty, "cache_conv1": zeros, "cache_conv2": zeros,
+            "record_frames": np.array([0], np.int64)}

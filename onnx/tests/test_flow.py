@@ -14,8 +14,11 @@ import torch
 from cosy_export.checkpoint import CheckpointError
 from cosy_export.constants import exact_float32, rope_inverse_frequencies, time_frequencies
 from cosy_export.flow import (
-    CosyFlow,
+    CONV_POS_KERNEL,
+    DIT_CACHE_INPUTS,
     DIT_INPUTS,
+    DIT_OUTPUTS,
+    CosyFlow,
     attention_allowed,
     cfm_solve,
     export_dit,
@@ -156,17 +159,27 @@ def _dit_inputs(batch: int, frames: int, block: int, scale: float, seed: int) ->
     }
 
 
+def _no_cache(flow: CosyFlow, batch: int, record: int = 0) -> dict[str, np.ndarray]:
+    """The cache inputs of a call without cached frames (zero conv context = the convs' zero pad)."""
+    c = flow.dit.cfg
+    empty = np.zeros((c.depth, batch, 0, c.heads * c.dim_head), np.float32)
+    zeros = np.zeros((batch, CONV_POS_KERNEL - 1, c.dim), np.float32)
+    return {"cache_k": empty, "cache_v": empty, "cache_conv1": zeros, "cache_conv2": zeros,
+            "record_frames": np.array([record], np.int64)}
+
+
 def test_dit_onnx_and_mixed_fp16(flow: CosyFlow, noise: torch.Tensor, golden: Path, tmp_path: Path) -> None:
     path = tmp_path / "dit.fp32.onnx"
     entry = export_dit(flow.dit, path)
-    assert [i["name"] for i in entry["inputs"]] == DIT_INPUTS
+    assert [i["name"] for i in entry["inputs"]] == DIT_INPUTS + DIT_CACHE_INPUTS
+    assert [o["name"] for o in entry["outputs"]] == DIT_OUTPUTS
     proto = onnx.load(str(path))
-    assert [i.name for i in proto.graph.input] == DIT_INPUTS
+    assert [i.name for i in proto.graph.input] == DIT_INPUTS + DIT_CACHE_INPUTS
     sess = _session(path)
     for batch, frames, block in ((2, 130, 50), (2, 130, 0), (1, 37, 0), (4, 101, 50)):
         ins = _dit_inputs(batch, frames, block, 1.0, frames)
         ref = flow.dit(**ins).numpy()
-        out = sess.run(None, {k: v.numpy() for k, v in ins.items()})[0]
+        out = sess.run(None, {k: v.numpy() for k, v in ins.items()} | _no_cache(flow, batch))[0]
         err = _rel(out, ref)
         print(f"dit onnx b={batch} T={frames} block={block}: max rel err {err:.2e}")
         assert err <= 1e-4
@@ -174,7 +187,8 @@ def test_dit_onnx_and_mixed_fp16(flow: CosyFlow, noise: torch.Tensor, golden: Pa
     # the fp32 graph in the Euler loop reproduces golden flow_mel
     class OrtDit:
         def __call__(self, *args: torch.Tensor) -> torch.Tensor:
-            return torch.from_numpy(sess.run(None, dict(zip(DIT_INPUTS, (a.numpy() for a in args))))[0])
+            feed = dict(zip(DIT_INPUTS, (a.numpy() for a in args))) | _no_cache(flow, args[0].shape[0])
+            return torch.from_numpy(sess.run(None, feed)[0])
 
     case = "p16k"
     ref_mu = torch.from_numpy(np.load(golden / case / "flow_mu.npy"))
@@ -191,8 +205,31 @@ def test_dit_onnx_and_mixed_fp16(flow: CosyFlow, noise: torch.Tensor, golden: Pa
     assert any(init.data_type == onnx.TensorProto.FLOAT16 for init in mixed.graph.initializer)
     msess = _session(mixed_path)
     for scale in (1.0, 1e3, 1e4):
-        ins = {k: v.numpy() for k, v in _dit_inputs(2, 120, 50, scale, 7).items()}
+        ins = {k: v.numpy() for k, v in _dit_inputs(2, 120, 50, scale, 7).items()} | _no_cache(flow, 2)
         out = msess.run(None, ins)[0]
         ref = sess.run(None, ins)[0]
         assert np.isfinite(out).all(), scale
         assert _rel(out, ref) <= 0.1, (scale, _rel(out, ref))
+
+
+@pytest.mark.parametrize("cached", [0, 50, 100, 150])
+def test_dit_continues_after_cached_frames(flow: CosyFlow, tmp_path: Path, cached: int) -> None:
+    """The prompt-prefix cache (docs/model-format.md): a block-causal call that records the first
+    `cached` frames' keys/values and conv contexts, then a call over only the remaining frames with
+    that state, gives the remaining frames' velocity of the single call (here bit for bit in fp32:
+    the same ops on the same rows; the runtime's test allows 1e-5). Batch 4 with one row padded."""
+    path = tmp_path / "dit.fp32.onnx"
+    export_dit(flow.dit, path)
+    sess = _session(path)
+    frames = 180
+    ins = {k: v.numpy() for k, v in _dit_inputs(4, frames, 50, 1.0, cached).items()}
+    ins["mask"][3, :, frames - 17:] = 0  # a shorter request in the batch, right-padded
+    full, rec_k, rec_v, rec_c1, rec_c2 = sess.run(None, ins | _no_cache(flow, 4, cached))
+    assert rec_k.shape == (flow.dit.cfg.depth, 4, cached, flow.dit.cfg.heads * flow.dit.cfg.dim_head)
+    rest = {k: (v[:, :, cached:] if v.ndim == 3 else v) for k, v in ins.items()}
+    state = {"cache_k": rec_k, "cache_v": rec_v, "cache_conv1": rec_c1, "cache_conv2": rec_c2,
+             "record_frames": np.array([0], np.int64)}
+    tail = sess.run(None, rest | state)[0]
+    valid = frames - cached - 17
+    assert float(np.abs(tail[:3] - full[:3, :, cached:]).max()) <= 1e-6
+    assert float(np.abs(tail[3, :, :valid] - full[3, :, cached:cached + valid]).max()) <= 1e-6

@@ -17,6 +17,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
+from conftest import dit_no_cache_feeds
 
 from cosy_export.export import ExportError, ExportOptions, export_model
 from cosy_export.manifest import sha256_file
@@ -80,8 +81,9 @@ def test_int8_output_is_close_to_fp32(exported_int8: Path, stage: str) -> None:
     for p in ("fp32", "int8"):
         sess = ort.InferenceSession(str(exported_int8 / f"{stage}.{p}.onnx"), providers=["CPUExecutionProvider"])
         # fp32 I/O like every variant
-        assert all(i.type == "tensor(float)" for i in sess.get_inputs() if i.name not in ("block_frames", "attention_mask", "position_ids"))
-        out[p] = sess.run(None, feeds)[0]
+        ints = ("block_frames", "record_frames", "attention_mask", "position_ids")
+        assert all(i.type == "tensor(float)" for i in sess.get_inputs() if i.name not in ints)
+        out[p] = sess.run(None, feeds | (dit_no_cache_feeds(sess, 2) if stage == "dit" else {}))[0]
     ref, q = out["fp32"], out["int8"]
     assert q.dtype == np.float32 and q.shape == ref.shape and np.isfinite(q).all()
     err = np.abs(q - ref)

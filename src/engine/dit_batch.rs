@@ -4,7 +4,9 @@
 //! Euler loop and noise) calls the estimator through a [`RemoteEstimator`]; the thread takes
 //! every call that is waiting, groups them, and runs each group as one call:
 //! * calls group only with the same `block_frames` (a scalar input of the graph: full attention
-//!   offline, the 50-frame block-causal mask when streaming);
+//!   offline, the 50-frame block-causal mask when streaming) and the same prompt-prefix cache use
+//!   (none, recording R frames, or continuing after P cached frames: the graph takes one
+//!   `record_frames` and one cache length per call; the cache rows of different voices stack);
 //! * rows of different lengths are right-padded to the group's longest and their `mask` is 0 on
 //!   the padding. The DiT's positional convolution is causal and its attention ignores masked
 //!   keys, so a padded row's real frames are computed as if alone (manifest `batching:
@@ -18,11 +20,11 @@
 
 use crossbeam_channel::{Receiver, Sender};
 use ndarray::{s, Array1, Array2, Array3, ArrayView1, ArrayView2, ArrayView3};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use super::worker::Worker;
 use crate::error::{Error, Result};
-use crate::flow::Estimator;
+use crate::flow::{DitCacheShape, Estimator, PrefixArg, PrefixCache, PrefixStep};
 use crate::pipeline::stages::OnnxEstimator;
 use crate::profile::Profiler;
 use crate::runtime::StageSession;
@@ -41,6 +43,27 @@ pub struct DitBatchStats {
     pub max_requests: usize,
 }
 
+/// A call's use of the prompt-prefix cache (docs/model-format.md "dit prompt cache").
+#[derive(Clone)]
+enum CallPrefix {
+    None,
+    Record(usize),
+    Use(Arc<PrefixCache>, usize),
+}
+
+impl CallPrefix {
+    /// Calls group only with the same key: (kind, frames).
+    fn key(&self) -> (u8, usize) {
+        match self {
+            CallPrefix::None => (0, 0),
+            CallPrefix::Record(n) => (1, *n),
+            CallPrefix::Use(c, _) => (2, c.frames),
+        }
+    }
+}
+
+type Reply = Result<(Array3<f32>, Option<PrefixStep>)>;
+
 struct Call {
     x: Array3<f32>,
     mask: Array3<f32>,
@@ -49,8 +72,9 @@ struct Call {
     spks: Array2<f32>,
     cond: Array3<f32>,
     block_frames: i64,
+    prefix: CallPrefix,
     profiler: Profiler,
-    reply: Sender<Result<Array3<f32>>>,
+    reply: Sender<Reply>,
 }
 
 impl Call {
@@ -65,20 +89,38 @@ impl Call {
 /// The batcher thread and the way to reach it.
 pub struct DitBatcher {
     worker: Worker<Call, DitBatchStats>,
+    prefix_shape: Option<DitCacheShape>,
+    prefix_store: Option<crate::pipeline::PrefixStore>,
 }
 
 impl DitBatcher {
     /// Starts the batcher over `session` (the `dit` stage); `max_batch` calls at most per run.
-    pub fn start(session: StageSession, max_batch: usize) -> Result<DitBatcher> {
-        let worker = Worker::spawn("dit-batcher", move |rx, stats| serve(session, rx, max_batch.max(1), stats))?;
-        Ok(DitBatcher { worker })
+    /// `prefix_shape`: the graph's prompt-prefix cache I/O (from the manifest; `None` for folders
+    /// without it); `prefix_cache_bytes`: the bound of the per-voice cache (0 = no cache).
+    pub fn start(
+        session: StageSession,
+        max_batch: usize,
+        prefix_shape: Option<DitCacheShape>,
+        prefix_cache_bytes: usize,
+    ) -> Result<DitBatcher> {
+        let worker = Worker::spawn("dit-batcher", move |rx, stats| serve(session, prefix_shape, rx, max_batch.max(1), stats))?;
+        let prefix_store = prefix_shape
+            .filter(|_| prefix_cache_bytes > 0)
+            .map(|shape| crate::pipeline::PrefixStore::new(shape, prefix_cache_bytes));
+        Ok(DitBatcher { worker, prefix_shape, prefix_store })
     }
 
     /// An estimator for one request's solve.
     pub fn client(&self, profiler: &Profiler) -> Result<RemoteEstimator> {
         let tx = self.worker.sender()?;
         let (reply_tx, reply_rx) = crossbeam_channel::bounded(1);
-        Ok(RemoteEstimator { tx, reply_tx, reply_rx, profiler: profiler.clone() })
+        Ok(RemoteEstimator { tx, reply_tx, reply_rx, profiler: profiler.clone(), prefix_shape: self.prefix_shape })
+    }
+
+    /// The per-voice prompt-prefix cache (`None`: the graph has no cache I/O, or
+    /// `engine.prompt_cache_bytes` is 0).
+    pub fn prefix_store(&self) -> Option<&crate::pipeline::PrefixStore> {
+        self.prefix_store.as_ref()
     }
 
     /// A copy of the counters so far.
@@ -92,14 +134,49 @@ impl crate::pipeline::DitStage for std::sync::Arc<DitBatcher> {
     fn estimator(&self, profiler: &Profiler) -> Result<Box<dyn Estimator + '_>> {
         Ok(Box::new(self.client(profiler)?))
     }
+
+    fn prefix_store(&self) -> Option<&crate::pipeline::PrefixStore> {
+        DitBatcher::prefix_store(self)
+    }
 }
 
 /// One request's estimator: its calls run in the batcher's groups.
 pub struct RemoteEstimator {
     tx: Sender<Call>,
-    reply_tx: Sender<Result<Array3<f32>>>,
-    reply_rx: Receiver<Result<Array3<f32>>>,
+    reply_tx: Sender<Reply>,
+    reply_rx: Receiver<Reply>,
     profiler: Profiler,
+    prefix_shape: Option<DitCacheShape>,
+}
+
+impl RemoteEstimator {
+    #[allow(clippy::too_many_arguments)]
+    fn call(
+        &mut self,
+        x: ArrayView3<f32>,
+        mask: ArrayView3<f32>,
+        mu: ArrayView3<f32>,
+        t: ArrayView1<f32>,
+        spks: ArrayView2<f32>,
+        cond: ArrayView3<f32>,
+        block_frames: i64,
+        prefix: CallPrefix,
+    ) -> Reply {
+        let call = Call {
+            x: x.to_owned(),
+            mask: mask.to_owned(),
+            mu: mu.to_owned(),
+            t: t.to_owned(),
+            spks: spks.to_owned(),
+            cond: cond.to_owned(),
+            block_frames,
+            prefix,
+            profiler: self.profiler.clone(),
+            reply: self.reply_tx.clone(),
+        };
+        self.tx.send(call).map_err(|_| Error::Runtime("the DiT batcher has stopped".into()))?;
+        self.reply_rx.recv().map_err(|_| Error::Runtime("the DiT batcher stopped during a call".into()))?
+    }
 }
 
 impl Estimator for RemoteEstimator {
@@ -113,23 +190,39 @@ impl Estimator for RemoteEstimator {
         cond: ArrayView3<f32>,
         block_frames: i64,
     ) -> Result<Array3<f32>> {
-        let call = Call {
-            x: x.to_owned(),
-            mask: mask.to_owned(),
-            mu: mu.to_owned(),
-            t: t.to_owned(),
-            spks: spks.to_owned(),
-            cond: cond.to_owned(),
-            block_frames,
-            profiler: self.profiler.clone(),
-            reply: self.reply_tx.clone(),
+        Ok(self.call(x, mask, mu, t, spks, cond, block_frames, CallPrefix::None)?.0)
+    }
+
+    fn prefix_shape(&self) -> Option<DitCacheShape> {
+        self.prefix_shape
+    }
+
+    fn run_prefixed(
+        &mut self,
+        x: ArrayView3<f32>,
+        mask: ArrayView3<f32>,
+        mu: ArrayView3<f32>,
+        t: ArrayView1<f32>,
+        spks: ArrayView2<f32>,
+        cond: ArrayView3<f32>,
+        block_frames: i64,
+        prefix: PrefixArg<'_>,
+    ) -> Result<(Array3<f32>, Option<PrefixStep>)> {
+        let prefix = match prefix {
+            PrefixArg::Record(n) => CallPrefix::Record(n),
+            PrefixArg::Use { cache, step } => CallPrefix::Use(cache.clone(), step),
         };
-        self.tx.send(call).map_err(|_| Error::Runtime("the DiT batcher has stopped".into()))?;
-        self.reply_rx.recv().map_err(|_| Error::Runtime("the DiT batcher stopped during a call".into()))?
+        self.call(x, mask, mu, t, spks, cond, block_frames, prefix)
     }
 }
 
-fn serve(mut session: StageSession, rx: Receiver<Call>, max_batch: usize, stats: &Mutex<DitBatchStats>) {
+fn serve(
+    mut session: StageSession,
+    prefix_shape: Option<DitCacheShape>,
+    rx: Receiver<Call>,
+    max_batch: usize,
+    stats: &Mutex<DitBatchStats>,
+) {
     while let Ok(first) = rx.recv() {
         let mut calls = vec![first];
         while let Ok(c) = rx.try_recv() {
@@ -137,7 +230,7 @@ fn serve(mut session: StageSession, rx: Receiver<Call>, max_batch: usize, stats:
         }
         for group in plan_groups(calls, max_batch) {
             let n = group.len();
-            run_group(&mut session, group);
+            run_group(&mut session, prefix_shape, group);
             if let Ok(mut s) = stats.lock() {
                 s.calls += 1;
                 s.requests += n as u64;
@@ -149,7 +242,9 @@ fn serve(mut session: StageSession, rx: Receiver<Call>, max_batch: usize, stats:
 
 /// Splits waiting calls into groups (same `block_frames`; longest first; padding bounded).
 fn plan_groups(mut calls: Vec<Call>, max_batch: usize) -> Vec<Vec<Call>> {
-    calls.sort_by(|a, b| a.block_frames.cmp(&b.block_frames).then(b.frames().cmp(&a.frames())));
+    calls.sort_by(|a, b| {
+        a.block_frames.cmp(&b.block_frames).then(a.prefix.key().cmp(&b.prefix.key())).then(b.frames().cmp(&a.frames()))
+    });
     let mut groups: Vec<Vec<Call>> = Vec::new();
     for call in calls {
         if let Some(group) = groups.last_mut() {
@@ -158,6 +253,7 @@ fn plan_groups(mut calls: Vec<Call>, max_batch: usize) -> Vec<Vec<Call>> {
             let real: usize = group.iter().map(|c| c.rows() * c.frames()).sum::<usize>() + call.rows() * call.frames();
             let rows: usize = group.iter().map(Call::rows).sum::<usize>() + call.rows();
             let fits = head.block_frames == call.block_frames
+                && head.prefix.key() == call.prefix.key()
                 && group.len() < max_batch
                 && head.mu.dim().1 == call.mu.dim().1
                 && head.spks.dim().1 == call.spks.dim().1
@@ -172,12 +268,37 @@ fn plan_groups(mut calls: Vec<Call>, max_batch: usize) -> Vec<Vec<Call>> {
     groups
 }
 
-fn run_group(session: &mut StageSession, group: Vec<Call>) {
+/// The cached state of a call's Euler step (`None` for calls without a cache in use).
+fn prefix_state(call: &Call) -> Result<Option<&PrefixStep>> {
+    match &call.prefix {
+        CallPrefix::Use(cache, step) => {
+            cache.steps.get(*step).map(Some).ok_or_else(|| Error::Runtime(format!("prompt-prefix cache has no step {step}")))
+        }
+        _ => Ok(None),
+    }
+}
+
+fn run_group(session: &mut StageSession, prefix_shape: Option<DitCacheShape>, group: Vec<Call>) {
     let profiler = group[0].profiler.clone();
+    let record = match group[0].prefix {
+        CallPrefix::Record(n) => n,
+        _ => 0,
+    };
+    let states: Result<Vec<&PrefixStep>> = group.iter().filter_map(|c| prefix_state(c).transpose()).collect();
+    let states = match states {
+        Ok(s) => s,
+        Err(e) => {
+            let msg = e.to_string();
+            for c in &group {
+                let _ = c.reply.send(Err(Error::Runtime(msg.clone())));
+            }
+            return;
+        }
+    };
     if group.len() == 1 {
         let c = &group[0];
-        let mut est = OnnxEstimator { session, profiler: &profiler };
-        let out = est.run(c.x.view(), c.mask.view(), c.mu.view(), c.t.view(), c.spks.view(), c.cond.view(), c.block_frames);
+        let mut est = OnnxEstimator { session, profiler: &profiler, prefix_shape };
+        let out = est.run_graph(c.x.view(), c.mask.view(), c.mu.view(), c.t.view(), c.spks.view(), c.cond.view(), c.block_frames, &states, record);
         let _ = c.reply.send(out);
         return;
     }
@@ -204,17 +325,25 @@ fn run_group(session: &mut StageSession, group: Vec<Call>) {
         spks.slice_mut(s![at..at + n, ..]).assign(&c.spks);
         at += n;
     }
-    let mut est = OnnxEstimator { session, profiler: &profiler };
-    match est.run(x.view(), mask.view(), mu.view(), t.view(), spks.view(), cond.view(), group[0].block_frames) {
-        Ok(v) if v.dim() == (rows, mel, frames) => {
+    let mut est = OnnxEstimator { session, profiler: &profiler, prefix_shape };
+    let run = est.run_graph(x.view(), mask.view(), mu.view(), t.view(), spks.view(), cond.view(), group[0].block_frames, &states, record);
+    match run {
+        Ok((v, state)) if v.dim() == (rows, mel, frames) => {
             let mut at = 0;
             for c in &group {
                 let (n, f) = (c.rows(), c.frames());
-                let _ = c.reply.send(Ok(v.slice(s![at..at + n, .., ..f]).to_owned()));
+                let rows_of = |a: &ndarray::Array4<f32>| a.slice(s![.., at..at + n, .., ..]).to_owned();
+                let own = state.as_ref().map(|st| PrefixStep {
+                    k: rows_of(&st.k),
+                    v: rows_of(&st.v),
+                    conv1: st.conv1.slice(s![at..at + n, .., ..]).to_owned(),
+                    conv2: st.conv2.slice(s![at..at + n, .., ..]).to_owned(),
+                });
+                let _ = c.reply.send(Ok((v.slice(s![at..at + n, .., ..f]).to_owned(), own)));
                 at += n;
             }
         }
-        Ok(v) => {
+        Ok((v, _)) => {
             for c in &group {
                 let _ = c.reply.send(Err(Error::Runtime(format!("dit returned {:?} for a batch of {:?}", v.dim(), (rows, mel, frames)))));
             }

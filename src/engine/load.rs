@@ -39,7 +39,7 @@ pub(super) struct Opened {
 
 /// Opens every stage of `dir` as `config` says, starting the LLM scheduler and the DiT batcher.
 pub(super) fn open_stages(config: &Config, dir: Arc<ModelDir>, constants: &ModelConstants, llm_gather_first: usize) -> Result<Opened> {
-    let factory = SessionFactory::new(config, dir)?;
+    let factory = SessionFactory::new(config, dir.clone())?;
     let mut load_times = Vec::new();
     let mut open = |stage: Stage| -> Result<StageSession> {
         let started = std::time::Instant::now();
@@ -62,7 +62,8 @@ pub(super) fn open_stages(config: &Config, dir: Arc<ModelDir>, constants: &Model
     };
     let llm = Arc::new(LlmScheduler::start(open(Stage::Llm)?, constants.llm_shape, config.engine.max_batch, llm_gather_first)?);
     let flow_front = Mutex::new(open(Stage::FlowFront)?);
-    let dit = Arc::new(DitBatcher::start(open(Stage::Dit)?, config.engine.dit_max_batch)?);
+    let dit_shape = crate::flow::DitCacheShape::from_graph(dir.graph(Stage::Dit.name())?);
+    let dit = Arc::new(DitBatcher::start(open(Stage::Dit)?, config.engine.dit_max_batch, dit_shape, config.engine.prompt_cache_bytes)?);
     let stages = Stages {
         llm: Box::new(llm.clone()),
         flow_front,

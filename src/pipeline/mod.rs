@@ -22,6 +22,8 @@
 pub mod constants;
 mod limits;
 pub use limits::{model_prompt_limit, prompt_limit_seconds};
+mod prefix_cache;
+pub use prefix_cache::{prefix_key, PrefixKey, PrefixStats, PrefixStore};
 mod prompt;
 pub mod stages;
 mod token2wav;
@@ -64,6 +66,12 @@ pub trait LlmStage: Send + Sync {
 pub trait DitStage: Send + Sync {
     /// An estimator for one solve; its calls record into `profiler`.
     fn estimator(&self, profiler: &Profiler) -> Result<Box<dyn Estimator + '_>>;
+
+    /// The per-voice prompt-prefix cache non-final streaming calls use; `None` = none (the
+    /// graph lacks the cache I/O, or it is turned off).
+    fn prefix_store(&self) -> Option<&PrefixStore> {
+        None
+    }
 }
 
 /// Open stages, shared by every request in flight: the LLM and the DiT behind whatever the

@@ -7,10 +7,11 @@
 //! * [`run_flow_front`], [`run_hift_decode`], [`run_campplus`], [`run_speech_tokenizer`]: one call each.
 
 use ndarray::{Array2, Array3, ArrayView1, ArrayView2, ArrayView3};
-use ort::value::{DynValue, Tensor, TensorElementType};
+use ort::session::SessionInputValue;
+use ort::value::{DynValue, Tensor, TensorElementType, TensorRef};
 
 use crate::error::{Error, Result};
-use crate::flow::Estimator;
+use crate::flow::{DitCacheShape, Estimator, PrefixArg, PrefixStep};
 use crate::profile::Profiler;
 use crate::runtime::StageSession;
 
@@ -49,6 +50,112 @@ pub struct OnnxEstimator<'s> {
     pub session: &'s mut StageSession,
     /// Records `flow.dit` per call and `flow.dit.copy` for the input copies.
     pub profiler: &'s Profiler,
+    /// The graph's prompt-prefix cache I/O (`None`: a folder exported without it).
+    pub prefix_shape: Option<DitCacheShape>,
+}
+
+/// Concatenates per-request arrays along `axis` (the batch rows), straight into the flat
+/// row-major buffer an ORT tensor takes.
+fn concat_rows<D: ndarray::RemoveAxis>(parts: &[ndarray::ArrayView<f32, D>], axis: usize) -> Result<(Vec<usize>, Vec<f32>)> {
+    if let [one] = parts {
+        return Ok((one.shape().to_vec(), view_to_vec(one.view())));
+    }
+    let joined = ndarray::concatenate(ndarray::Axis(axis), parts).map_err(|e| Error::Runtime(format!("dit cache rows: {e}")))?;
+    // `concatenate` keeps the inputs' memory order, which along axis 1 is not row-major.
+    Ok((joined.shape().to_vec(), view_to_vec(joined.view())))
+}
+
+fn out_array<D: ndarray::Dimension>(outputs: &ort::session::SessionOutputs<'_>, name: &str) -> Result<ndarray::Array<f32, D>> {
+    let (shape, data) = out_f32(outputs, "dit", name)?;
+    ndarray::ArrayD::from_shape_vec(shape.clone(), data)
+        .and_then(|a| a.into_dimensionality::<D>())
+        .map_err(|e| Error::Runtime(format!("dit: {name} has shape {shape:?}: {e}")))
+}
+
+impl OnnxEstimator<'_> {
+    /// One `dit` call. `prefix`: the cached state each request of the batch continues after (in
+    /// row order, 2 rows each; empty = no cached frames); `record`: leading frames whose state
+    /// comes back (0 = none).
+    #[allow(clippy::too_many_arguments)]
+    pub fn run_graph(
+        &mut self,
+        x: ArrayView3<f32>,
+        mask: ArrayView3<f32>,
+        mu: ArrayView3<f32>,
+        t: ArrayView1<f32>,
+        spks: ArrayView2<f32>,
+        cond: ArrayView3<f32>,
+        block_frames: i64,
+        prefix: &[&PrefixStep],
+        record: usize,
+    ) -> Result<(Array3<f32>, Option<PrefixStep>)> {
+        let _call = self.profiler.span("flow.dit");
+        let copy = self.profiler.span("flow.dit.copy");
+        let mut inputs: Vec<(String, SessionInputValue<'_>)> = vec![
+            ("x".into(), tensor(x.shape(), view_to_vec(x))?.into()),
+            ("mask".into(), tensor(mask.shape(), view_to_vec(mask))?.into()),
+            ("mu".into(), tensor(mu.shape(), view_to_vec(mu))?.into()),
+            ("t".into(), tensor(t.shape(), view_to_vec(t))?.into()),
+            ("spks".into(), tensor(spks.shape(), view_to_vec(spks))?.into()),
+            ("cond".into(), tensor(cond.shape(), view_to_vec(cond))?.into()),
+            ("block_frames".into(), tensor(&[1], vec![block_frames])?.into()),
+        ];
+        let batch = x.dim().0;
+        match self.prefix_shape {
+            None if prefix.is_empty() && record == 0 => {}
+            None => return Err(Error::Runtime("dit: this graph has no prompt-prefix cache inputs".into())),
+            Some(shape) if prefix.len() == 1 => {
+                // One request's cache: ORT reads the stored arrays in place (no copy of the
+                // depth × 2 × frames × inner keys and values per call).
+                let state = prefix[0];
+                if state.k.dim().1 != batch || state.conv1.dim().0 != batch || state.k.dim().3 != shape.inner {
+                    return Err(Error::Runtime(format!("dit: prompt-prefix cache {:?} for a batch of {batch}", state.k.dim())));
+                }
+                inputs.push(("cache_k".into(), TensorRef::from_array_view(state.k.view())?.into()));
+                inputs.push(("cache_v".into(), TensorRef::from_array_view(state.v.view())?.into()));
+                inputs.push(("cache_conv1".into(), TensorRef::from_array_view(state.conv1.view())?.into()));
+                inputs.push(("cache_conv2".into(), TensorRef::from_array_view(state.conv2.view())?.into()));
+                inputs.push(("record_frames".into(), tensor(&[1], vec![record as i64])?.into()));
+            }
+            Some(shape) => {
+                let (k, v, c1, c2) = if prefix.is_empty() {
+                    let kv = [shape.depth, batch, 0, shape.inner];
+                    let conv = [batch, shape.conv_context, shape.dim];
+                    let zeros = |d: &[usize]| (d.to_vec(), vec![0f32; d.iter().product()]);
+                    (zeros(&kv), zeros(&kv), zeros(&conv), zeros(&conv))
+                } else {
+                    let views = |f: &dyn Fn(&PrefixStep) -> ndarray::ArrayViewD<f32>| prefix.iter().map(|p| f(p)).collect::<Vec<_>>();
+                    (
+                        concat_rows(&views(&|p| p.k.view().into_dyn()), 1)?,
+                        concat_rows(&views(&|p| p.v.view().into_dyn()), 1)?,
+                        concat_rows(&views(&|p| p.conv1.view().into_dyn()), 0)?,
+                        concat_rows(&views(&|p| p.conv2.view().into_dyn()), 0)?,
+                    )
+                };
+                if k.0.get(1) != Some(&batch) || c1.0.first() != Some(&batch) {
+                    return Err(Error::Runtime(format!("dit: prompt-prefix cache rows {:?} for a batch of {batch}", k.0)));
+                }
+                inputs.push(("cache_k".into(), tensor(&k.0, k.1)?.into()));
+                inputs.push(("cache_v".into(), tensor(&v.0, v.1)?.into()));
+                inputs.push(("cache_conv1".into(), tensor(&c1.0, c1.1)?.into()));
+                inputs.push(("cache_conv2".into(), tensor(&c2.0, c2.1)?.into()));
+                inputs.push(("record_frames".into(), tensor(&[1], vec![record as i64])?.into()));
+            }
+        }
+        copy.end();
+        let outputs = self.session.session.run(inputs)?;
+        let v: Array3<f32> = out_array(&outputs, "estimator_out")?;
+        if record == 0 {
+            return Ok((v, None));
+        }
+        let state = PrefixStep {
+            k: out_array(&outputs, "record_k")?,
+            v: out_array(&outputs, "record_v")?,
+            conv1: out_array(&outputs, "record_conv1")?,
+            conv2: out_array(&outputs, "record_conv2")?,
+        };
+        Ok((v, Some(state)))
+    }
 }
 
 impl Estimator for OnnxEstimator<'_> {
@@ -62,25 +169,31 @@ impl Estimator for OnnxEstimator<'_> {
         cond: ArrayView3<f32>,
         block_frames: i64,
     ) -> Result<Array3<f32>> {
-        let _call = self.profiler.span("flow.dit");
-        let copy = self.profiler.span("flow.dit.copy");
-        let inputs: Vec<(String, DynValue)> = vec![
-            ("x".into(), tensor(x.shape(), view_to_vec(x))?),
-            ("mask".into(), tensor(mask.shape(), view_to_vec(mask))?),
-            ("mu".into(), tensor(mu.shape(), view_to_vec(mu))?),
-            ("t".into(), tensor(t.shape(), view_to_vec(t))?),
-            ("spks".into(), tensor(spks.shape(), view_to_vec(spks))?),
-            ("cond".into(), tensor(cond.shape(), view_to_vec(cond))?),
-            ("block_frames".into(), tensor(&[1], vec![block_frames])?),
-        ];
-        copy.end();
-        let outputs = self.session.session.run(inputs)?;
-        let (shape, data) = out_f32(&outputs, "dit", "estimator_out")?;
-        let dims: [usize; 3] = shape
-            .as_slice()
-            .try_into()
-            .map_err(|_| Error::Runtime(format!("dit: estimator_out has shape {shape:?}")))?;
-        Array3::from_shape_vec(dims, data).map_err(|e| Error::Runtime(format!("dit output: {e}")))
+        Ok(self.run_graph(x, mask, mu, t, spks, cond, block_frames, &[], 0)?.0)
+    }
+
+    fn prefix_shape(&self) -> Option<DitCacheShape> {
+        self.prefix_shape
+    }
+
+    fn run_prefixed(
+        &mut self,
+        x: ArrayView3<f32>,
+        mask: ArrayView3<f32>,
+        mu: ArrayView3<f32>,
+        t: ArrayView1<f32>,
+        spks: ArrayView2<f32>,
+        cond: ArrayView3<f32>,
+        block_frames: i64,
+        prefix: PrefixArg<'_>,
+    ) -> Result<(Array3<f32>, Option<PrefixStep>)> {
+        match prefix {
+            PrefixArg::Record(n) => self.run_graph(x, mask, mu, t, spks, cond, block_frames, &[], n),
+            PrefixArg::Use { cache, step } => {
+                let state = cache.steps.get(step).ok_or_else(|| Error::Runtime(format!("prompt-prefix cache has no step {step}")))?;
+                self.run_graph(x, mask, mu, t, spks, cond, block_frames, &[state], 0)
+            }
+        }
     }
 }
 

@@ -7,7 +7,10 @@ use ndarray::{s, ArrayView2};
 
 use super::{lock, DitStage, PromptFeatures, SegmentTrace, SynthesisObserver};
 use crate::error::{Error, Result};
-use crate::flow::{build_cond, flow_front_tokens, solve_cfm, speed_interpolate, strip_prompt, CfmRequest, FlowChunk, StreamParams, StreamPlanner};
+use crate::flow::{
+    build_cond, cacheable_prefix_frames, flow_front_tokens, solve_cfm, solve_cfm_prefixed, speed_interpolate, strip_prompt,
+    CfmRequest, FlowChunk, PrefixMode, StreamParams, StreamPlanner,
+};
 use crate::hift::{F0Predictor, HiftStream, SourceGenerator};
 use crate::llm::{Sampler, SilentTokenFilter};
 use crate::pipeline::constants::ModelConstants;
@@ -112,6 +115,46 @@ impl TokenToWav<'_> {
         Ok(trace)
     }
 
+    /// The CFM solve of one chunk. A non-final (block-causal) call uses the voice's prompt-prefix
+    /// cache when the DiT has one: it continues after the cached frames, or, on the voice's first
+    /// such call, records them while solving every frame (the same work as without a cache).
+    fn solve(
+        &self,
+        estimator: &mut dyn crate::flow::Estimator,
+        request: &CfmRequest<'_>,
+        chunk: &FlowChunk,
+        prompt_frames: usize,
+    ) -> Result<ndarray::Array2<f32>> {
+        let c = self.constants;
+        let block = chunk.block_frames as i64;
+        let prefix_frames = cacheable_prefix_frames(prompt_frames, &self.stream_params);
+        let store = match self.dit.prefix_store() {
+            Some(store) if !chunk.finalize && block > 0 && prefix_frames > 0 && estimator.prefix_shape() == Some(store.shape()) => {
+                Some(store)
+            }
+            _ => None,
+        };
+        let Some(store) = store else {
+            let mut solved = solve_cfm(estimator, std::slice::from_ref(request), &c.cfm, block)?;
+            return solved.pop().ok_or_else(|| Error::Runtime("flow solver returned nothing".into()));
+        };
+        let key = crate::pipeline::prefix_key(self.prompt);
+        if let Some(cache) = store.get(&key).filter(|cache| cache.frames == prefix_frames) {
+            return Ok(solve_cfm_prefixed(estimator, request, &c.cfm, block, PrefixMode::Use(&cache))?.0);
+        }
+        if !store.fits(store.shape().cache_bytes(prefix_frames, c.cfm.n_timesteps)) {
+            tracing::debug!(prefix_frames, "the voice's prompt-prefix cache is larger than engine.prompt_cache_bytes: not kept");
+            let mut solved = solve_cfm(estimator, std::slice::from_ref(request), &c.cfm, block)?;
+            return solved.pop().ok_or_else(|| Error::Runtime("flow solver returned nothing".into()));
+        }
+        let (mel, cache) = solve_cfm_prefixed(estimator, request, &c.cfm, block, PrefixMode::Record(prefix_frames))?;
+        if let Some(cache) = cache {
+            tracing::debug!(frames = cache.frames, bytes = cache.bytes(), "recorded the voice's DiT prompt-prefix cache");
+            store.insert(key, cache);
+        }
+        Ok(mel)
+    }
+
     /// One flow call plus one HiFT call over the accumulated mel; returns the new samples.
     fn run_chunk(
         &mut self,
@@ -145,8 +188,7 @@ impl TokenToWav<'_> {
         let spks = ndarray::Array1::from_vec(spks);
         let request = CfmRequest { mu: mu.view(), spks: spks.view(), cond: cond.view(), noise: self.noise };
         let mut estimator = self.dit.estimator(prof)?;
-        let mut solved = solve_cfm(estimator.as_mut(), &[request], &c.cfm, chunk.block_frames as i64)?;
-        let mel_all = solved.pop().ok_or_else(|| Error::Runtime("flow solver returned nothing".into()))?;
+        let mel_all = self.solve(estimator.as_mut(), &request, chunk, prompt_frames)?;
         let mel = strip_prompt(mel_all.view(), prompt_frames)?;
         let mut new = mel.slice(s![.., chunk.first_new_frame..]).to_owned();
         if chunk.finalize && self.speed != 1.0 && hift.mel().ncols() == 0 {

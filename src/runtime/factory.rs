@@ -150,11 +150,18 @@ impl SessionFactory {
         build_graph_key(stage, graph, precision, providers, &self.runtime.version, &self.cpu_features())
     }
 
-    /// A session builder with the options every session gets (no providers yet).
-    fn new_builder(&self) -> std::result::Result<SessionBuilder, ort::Error> {
+    /// A session builder with the options every session of `stage` gets (no providers yet):
+    /// its group's intra-op threads (`stages.<group>.threads`, else `runtime.threads`) and
+    /// spinning (`stages.<group>.spinning`).
+    fn new_builder(&self, stage: &str) -> std::result::Result<SessionBuilder, ort::Error> {
         let mut builder = Session::builder(&self.runtime.env)?;
-        if self.config.runtime.threads > 0 {
-            builder = builder.with_intra_threads(self.config.runtime.threads).map_err(ort::Error::<()>::from)?;
+        let group = StageGroup::of_graph(stage);
+        let threads = group.map_or(self.config.runtime.threads, |g| self.config.threads_for(g));
+        if threads > 0 {
+            builder = builder.with_intra_threads(threads).map_err(ort::Error::<()>::from)?;
+        }
+        if let Some(spin) = group.and_then(|g| self.config.spinning_for(g)) {
+            builder = builder.with_intra_op_spinning(spin).map_err(ort::Error::<()>::from)?;
         }
         Ok(builder)
     }
@@ -266,7 +273,7 @@ impl SessionFactory {
             }
             let graph_file = self.model.path_of(&variant.file);
 
-            let mut builder = self.new_builder()?;
+            let mut builder = self.new_builder(stage)?;
             let mut registered = Vec::new();
             let mut engine: Option<CacheKey> = None;
             let mut engine_dir = None;
@@ -386,7 +393,7 @@ impl SessionFactory {
                 }
                 Err(e) => cache.discard(&cache.dir_for(&key), &format!("ONNX Runtime cannot load it: {e}")),
             }
-            builder = match self.cpu_builder() {
+            builder = match self.cpu_builder(stage) {
                 Ok(b) => b,
                 Err(e) => return (Err(e), GraphCacheUse::Off),
             };
@@ -433,7 +440,7 @@ impl SessionFactory {
                 drop(pending);
                 // Saving may be what failed (a full disk, the folder removed meanwhile): load once
                 // more without it. A graph that does not load at all fails again with its own error.
-                let plain = self.cpu_builder().and_then(|mut b| b.commit_from_file(graph_file));
+                let plain = self.cpu_builder(stage).and_then(|mut b| b.commit_from_file(graph_file));
                 if plain.is_ok() {
                     tracing::warn!("stage {stage}: cannot save the optimised graph: {e}; loaded without the cache");
                 }
@@ -443,8 +450,8 @@ impl SessionFactory {
     }
 
     /// A fresh builder with the CPU provider (the only one the optimised-graph cache serves).
-    fn cpu_builder(&self) -> std::result::Result<SessionBuilder, ort::Error> {
-        let mut builder = self.new_builder()?;
+    fn cpu_builder(&self, stage: &str) -> std::result::Result<SessionBuilder, ort::Error> {
+        let mut builder = self.new_builder(stage)?;
         ep::CPU::default().register(&mut builder)?;
         Ok(builder)
     }

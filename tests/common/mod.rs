@@ -236,6 +236,8 @@ pub fn inputs_for(stage: &str, spec: &GraphSpec) -> Vec<(String, DynValue)> {
             "int64" => {
                 let data: Vec<i64> = match t.name.as_str() {
                     "block_frames" => vec![0; n],
+                    // dit: return the prompt-cache state of the first 4 of the 8 frames
+                    "record_frames" => vec![4; n],
                     "attention_mask" => vec![1; n],
                     _ => (0..n as i64).map(|k| k % 100).collect(),
                 };

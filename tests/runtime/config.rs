@@ -187,6 +187,31 @@ fn int8_is_a_precision_from_every_source() {
     assert!(m.contains("stages.dit.precision") && m.contains("int8") && m.contains("inherit"), "{m}");
 }
 
+#[test]
+fn stage_threads_spinning_and_the_prompt_cache_bound() {
+    let d = tempfile::tempdir().unwrap();
+    let file = write(d.path(), "[runtime]\nthreads = 2\n[stages.llm]\nthreads = 1\nspinning = false\n[engine]\nprompt_cache_bytes = 0\n");
+    let c = Config::load(&LoadOptions { config_file: Some(file), ..Default::default() }).unwrap();
+    assert_eq!((c.threads_for(StageGroup::Llm), c.threads_for(StageGroup::Dit)), (1, 2), "dit inherits runtime.threads");
+    assert_eq!((c.spinning_for(StageGroup::Llm), c.spinning_for(StageGroup::Dit)), (Some(false), None));
+    assert_eq!(c.engine.prompt_cache_bytes, 0);
+    let c = Config::load(&LoadOptions {
+        flags: vec![("stages.dit.threads".into(), "3".into()), ("stages.dit.spinning".into(), "off".into())],
+        ..Default::default()
+    })
+    .unwrap();
+    assert_eq!((c.threads_for(StageGroup::Dit), c.spinning_for(StageGroup::Dit)), (3, Some(false)));
+    assert_eq!(Config::default().engine.prompt_cache_bytes, 2 << 30);
+    for (key, value, allowed) in [
+        ("stages.dit.threads", "-1", "0 (ONNX Runtime chooses) to 1024"),
+        ("stages.llm.spinning", "maybe", "true, false"),
+        ("engine.prompt_cache_bytes", "-5", "0 (off)"),
+    ] {
+        let m = config_err(&LoadOptions { flags: vec![(key.into(), value.into())], ..Default::default() });
+        assert!(m.contains(key) && m.contains(allowed), "{key}: {m}");
+    }
+}
+
 /// A copy of the bundled model whose manifest carries non-official sampling and streaming values,
 /// and its constants.
 fn model_with_unusual_values() -> (tempfile::TempDir, cosy::pipeline::constants::ModelConstants) {

@@ -199,3 +199,166 @@ fn cfm_solver_batches_cfg_pairs_and_follows_the_schedule() {
     let bad = [CfmRequest { mu: mu_short.view(), ..requests[0] }];
     assert!(solve_cfm(&mut est, &bad, &CfmParams::default(), 0).is_err());
 }
+
+/// Deterministic values in [-1, 1) (a 64-bit LCG; no CPU-dependent maths).
+fn filled(rows: usize, cols: usize, seed: u64) -> Array2<f32> {
+    let mut state = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+    Array2::from_shape_fn((rows, cols), |_| {
+        state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        ((state >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+    })
+}
+
+fn max_abs_diff(a: &Array2<f32>, b: &Array2<f32>) -> f32 {
+    assert_eq!(a.dim(), b.dim());
+    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
+}
+
+/// The fixture's `dit` graph as an estimator with its prompt-prefix cache I/O.
+fn fixture_dit() -> (cosy::runtime::StageSession, Option<cosy::flow::DitCacheShape>, tempfile::TempDir) {
+    let model = crate::common::fixture_model();
+    let cache = tempfile::tempdir().expect("tmp");
+    let cfg = crate::common::config_for(&model, cache.path());
+    let dir = std::sync::Arc::new(cosy::model::ModelDir::open(&model).expect("model"));
+    let shape = cosy::flow::DitCacheShape::from_graph(dir.graph("dit").expect("dit graph"));
+    let factory = cosy::runtime::SessionFactory::new(&cfg, dir).expect("runtime");
+    (factory.open(cosy::vocab::Stage::Dit).expect("dit session"), shape, cache)
+}
+
+/// docs/model-format.md "dit prompt cache": for each prompt length class (no whole block before
+/// the look-ahead, ending inside a block, an exact multiple of 50 frames, a multiple of 50 after
+/// the 6 look-ahead frames) a streaming chunk that records the cache gives the mel of the plain
+/// solve, and a later, longer chunk that continues after the cached frames gives the plain
+/// solve's mel within 1e-5 (the graph's attention sums the same terms in another order).
+#[test]
+fn prompt_prefix_cache_is_exact_for_each_prompt_length_class() {
+    use cosy::flow::{cacheable_prefix_frames, solve_cfm_prefixed, PrefixMode};
+    let (mut session, shape, _keep) = fixture_dit();
+    let profiler = cosy::profile::Profiler::disabled();
+    let mut est = cosy::pipeline::stages::OnnxEstimator { session: &mut session, profiler: &profiler, prefix_shape: shape };
+    let shape = shape.expect("the fixture's dit graph has the prompt-prefix cache I/O");
+    let params = CfmParams::default();
+    let stream = StreamParams::default();
+    for (prompt_frames, want_cached) in [(40usize, 0usize), (74, 50), (100, 50), (150, 100), (156, 150)] {
+        let cached = cacheable_prefix_frames(prompt_frames, &stream);
+        assert_eq!(cached, want_cached, "prompt of {prompt_frames} frames");
+        if cached == 0 {
+            continue; // nothing a voice's requests share: the plain solve runs
+        }
+        let (first, later) = (prompt_frames + 56, prompt_frames + 156);
+        let seed = prompt_frames as u64;
+        let mu = filled(MEL_DIM, later, seed);
+        let mut cond = Array2::<f32>::zeros((MEL_DIM, later));
+        cond.slice_mut(ndarray::s![.., ..prompt_frames]).assign(&filled(MEL_DIM, prompt_frames, seed + 1));
+        let spks = filled(1, MEL_DIM, seed + 2).row(0).to_owned();
+        let noise = filled(MEL_DIM, later + 3, seed + 3);
+        let request = |frames: usize| CfmRequest {
+            mu: mu.slice(ndarray::s![.., ..frames]),
+            spks: spks.view(),
+            cond: cond.slice(ndarray::s![.., ..frames]),
+            noise: noise.view(),
+        };
+        let plain_first = solve_cfm(&mut est, &[request(first)], &params, 50).expect("plain").remove(0);
+        let (recorded, cache) =
+            solve_cfm_prefixed(&mut est, &request(first), &params, 50, PrefixMode::Record(cached)).expect("record");
+        let cache = std::sync::Arc::new(cache.expect("a recorded cache"));
+        assert_eq!(cache.frames, cached);
+        assert_eq!(cache.steps.len(), params.n_timesteps);
+        assert_eq!(cache.steps[0].k.dim(), (shape.depth, 2, cached, shape.inner));
+        assert_eq!(cache.bytes(), shape.cache_bytes(cached, params.n_timesteps));
+        let d_record = max_abs_diff(&recorded, &plain_first);
+        assert!(d_record <= 1e-5, "prompt {prompt_frames}: recording changed the mel by {d_record:e}");
+
+        let plain_later = solve_cfm(&mut est, &[request(later)], &params, 50).expect("plain").remove(0);
+        let (reused, none) = solve_cfm_prefixed(&mut est, &request(later), &params, 50, PrefixMode::Use(&cache)).expect("use");
+        assert!(none.is_none());
+        let d_use = max_abs_diff(&reused, &plain_later);
+        println!("prompt {prompt_frames} frames, {cached} cached: record {d_record:e}, reuse {d_use:e}");
+        assert!(d_use <= 1e-5, "prompt {prompt_frames}: the cached solve differs by {d_use:e}");
+        // It did use the cache: a cache of another voice gives another mel.
+        let mut wrong = (*cache).clone();
+        wrong.steps.iter_mut().for_each(|s| s.k.mapv_inplace(|v| v * 0.5));
+        let (off, _) = solve_cfm_prefixed(&mut est, &request(later), &params, 50, PrefixMode::Use(&std::sync::Arc::new(wrong)))
+            .expect("use");
+        assert!(max_abs_diff(&off, &plain_later) > 1e-3, "the cache's keys made no difference");
+    }
+}
+
+/// Requests of different voices with caches of the same length share one DiT call: their cache
+/// rows stack, a shorter request is right-padded, and each gets what it gets alone.
+#[test]
+fn prompt_prefix_caches_of_different_voices_batch() {
+    use cosy::flow::{solve_cfm_prefixed, PrefixMode, PrefixStep};
+    let (mut session, shape, _keep) = fixture_dit();
+    let profiler = cosy::profile::Profiler::disabled();
+    let mut est = cosy::pipeline::stages::OnnxEstimator { session: &mut session, profiler: &profiler, prefix_shape: shape };
+    let params = CfmParams::default();
+    let cached = 50;
+    let voices: Vec<(Array2<f32>, Array2<f32>, Array1<f32>, Array2<f32>)> = (0..2u64)
+        .map(|v| {
+            let mut cond = Array2::<f32>::zeros((MEL_DIM, 160));
+            cond.slice_mut(ndarray::s![.., ..70]).assign(&filled(MEL_DIM, 70, 10 * v + 1));
+            (filled(MEL_DIM, 160, 10 * v), cond, filled(1, MEL_DIM, 10 * v + 2).row(0).to_owned(), filled(MEL_DIM, 160, 10 * v + 3))
+        })
+        .collect();
+    let caches: Vec<_> = voices
+        .iter()
+        .map(|(mu, cond, spks, noise)| {
+            let r = CfmRequest { mu: mu.slice(ndarray::s![.., ..100]), spks: spks.view(), cond: cond.slice(ndarray::s![.., ..100]), noise: noise.view() };
+            std::sync::Arc::new(solve_cfm_prefixed(&mut est, &r, &params, 50, PrefixMode::Record(cached)).expect("record").1.expect("cache"))
+        })
+        .collect();
+    // One Euler step (step 3) of both voices after their caches: 110 and 90 new frames.
+    let lens = [110usize, 90];
+    let rows = |i: usize| {
+        let (mu, cond, spks, noise) = &voices[i];
+        let f = cached + lens[i];
+        let x = noise.slice(ndarray::s![.., cached..f]).to_owned();
+        (x, mu.slice(ndarray::s![.., cached..f]).to_owned(), cond.slice(ndarray::s![.., cached..f]).to_owned(), spks.clone())
+    };
+    let solo: Vec<Array3<f32>> = (0..2)
+        .map(|i| {
+            let (x, mu, cond, spks) = rows(i);
+            let f = lens[i];
+            let stack2 = |a: &Array2<f32>, uncond: bool| {
+                let mut o = Array3::<f32>::zeros((2, MEL_DIM, f));
+                o.index_axis_mut(Axis(0), 0).assign(a);
+                if !uncond {
+                    o.index_axis_mut(Axis(0), 1).assign(a);
+                }
+                o
+            };
+            let mut sp = Array2::<f32>::zeros((2, MEL_DIM));
+            sp.row_mut(0).assign(&spks);
+            let state: &PrefixStep = &caches[i].steps[3];
+            est.run_graph(stack2(&x, false).view(), Array3::ones((2, 1, f)).view(), stack2(&mu, true).view(),
+                Array1::from_elem(2, 0.3).view(), sp.view(), stack2(&cond, true).view(), 50, &[state], 0)
+                .expect("solo").0
+        })
+        .collect();
+    // Batch order as the batcher builds it: request 0's two rows, then request 1's.
+    let f = lens[0];
+    let (mut x, mut mask, mut mu, mut cond) =
+        (Array3::<f32>::zeros((4, MEL_DIM, f)), Array3::<f32>::zeros((4, 1, f)), Array3::<f32>::zeros((4, MEL_DIM, f)), Array3::<f32>::zeros((4, MEL_DIM, f)));
+    let mut spks = Array2::<f32>::zeros((4, MEL_DIM));
+    for i in 0..2 {
+        let (xi, mui, condi, spksi) = rows(i);
+        let n = lens[i];
+        for r in [2 * i, 2 * i + 1] {
+            x.slice_mut(ndarray::s![r, .., ..n]).assign(&xi);
+            mask.slice_mut(ndarray::s![r, .., ..n]).fill(1.0);
+        }
+        mu.slice_mut(ndarray::s![2 * i, .., ..n]).assign(&mui);
+        cond.slice_mut(ndarray::s![2 * i, .., ..n]).assign(&condi);
+        spks.row_mut(2 * i).assign(&spksi);
+    }
+    let states: Vec<&PrefixStep> = caches.iter().map(|c| &c.steps[3]).collect();
+    let (batched, _) = est
+        .run_graph(x.view(), mask.view(), mu.view(), Array1::from_elem(4, 0.3).view(), spks.view(), cond.view(), 50, &states, 0)
+        .expect("batched");
+    for i in 0..2 {
+        let got = batched.slice(ndarray::s![2 * i..2 * i + 2, .., ..lens[i]]);
+        let d = got.iter().zip(solo[i].iter()).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max);
+        assert!(d <= 1e-5, "voice {i}: batched differs from solo by {d:e}");
+    }
+}

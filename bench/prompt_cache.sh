@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# The DiT prompt-prefix cache and the LLM/DiT thread settings on CPU (docs/benchmarks.md, "First
+# audio on CPU: prompt cache and threads"): `cosy profile --stream` with and without the cache
+# (engine.prompt_cache_bytes=0), fp32 and int8 DiT, the bundled 3 s prompt and a 10 s one, one
+# line per setting; then the LLM's decode ms/token offline and streaming under thread settings.
+#
+#   bench/prompt_cache.sh MODEL_DIR OUT_DIR [PROMPT_10S_WAV]
+# Env: TOKENS (default 100), RUNS (1), ONLY=cache|threads (one part), THREAD_SETTINGS (a subset of
+# default spin-off dit-spin-off llm1-dit1). Needs target/release/cosy.
+# The warm-up run records the voice's cache, so the measured runs are what a saved voice gets.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+model=$1; out=$2; long=${3:-}
+mkdir -p "$out"
+tokens=${TOKENS:-100}; runs=${RUNS:-1}
+cosy=target/release/cosy
+text="The old lighthouse blinked twice before the fog rolled in over the quiet harbour town."
+short_prompt=(--prompt-wav tests/fixtures/prompt_24k.wav --prompt-text "This recording is the voice prompt.")
+if [ -z "$long" ]; then # 10 s: the bundled prompt four times over, cut to 10 s
+  long="$out/prompt_10s.wav"
+  python3 - "$long" <<'PY'
+import sys, wave
+w = wave.open("tests/fixtures/prompt_24k.wav"); p = w.getparams(); a = w.readframes(p.nframes); w.close()
+o = wave.open(sys.argv[1], "wb"); o.setparams(p); o.writeframes((a * 4)[: 10 * p.framerate * p.sampwidth]); o.close()
+PY
+fi
+long_prompt=(--prompt-wav "$long" --prompt-text "This recording is the voice prompt. This recording is the voice prompt. This recording is the voice prompt.")
+summary() { # JSON -> one line: ttfa, rtf, llm decode p50, dit calls, peak rss
+  python3 - "$1" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+st = r["stages"]
+def p50(name):
+    return f"{st[name]['p50_ms']:.1f}" if name in st else "n/a"
+print(f"ttfa_ms={r['ttfb_ms']:.0f} rtf={r['rtf']:.3f} llm_decode_p50_ms={p50('llm.decode')} "
+      f"dit_calls={st.get('flow.dit', {}).get('calls')} dit_p50_ms={p50('flow.dit')} rss_mib={r['memory'].get('peak_rss_mib')}")
+PY
+}
+run() { # NAME ARGS...
+  local name=$1; shift
+  "$cosy" --model "$model" profile "$text" "$@" --min-tokens "$tokens" --runs "$runs" --warmup 1 \
+    --json "$out/$name.json" >"$out/$name.txt" 2>&1 || { echo "$name: failed (see $out/$name.txt)"; return; }
+  echo "$name: $(summary "$out/$name.json")"
+}
+if [ "${ONLY:-cache}" = cache ]; then
+  for dit in fp32 int8; do
+    for p in short long; do
+      if [ $p = short ]; then prompt=("${short_prompt[@]}"); else prompt=("${long_prompt[@]}"); fi
+      run "stream-$dit-$p-nocache" "${prompt[@]}" --stream --set stages.dit.precision=$dit --set engine.prompt_cache_bytes=0
+      run "stream-$dit-$p-cache" "${prompt[@]}" --stream --set stages.dit.precision=$dit
+    done
+  done
+fi
+if [ "${ONLY:-threads}" = threads ]; then
+  # LLM decode ms/token offline (nothing beside it) and streaming (the DiT runs beside it), under
+  # THREAD_SETTINGS (default: all of them).
+  run "threads-default-offline" "${short_prompt[@]}" --no-stream
+  for setting in ${THREAD_SETTINGS:-default spin-off dit-spin-off llm1-dit1}; do
+    case $setting in
+      default) sets=() ;;
+      spin-off) sets=(--set stages.llm.spinning=false --set stages.dit.spinning=false) ;;
+      dit-spin-off) sets=(--set stages.llm.spinning=true --set stages.dit.spinning=false) ;;
+      llm1-dit1) sets=(--set stages.llm.threads=1 --set stages.dit.threads=1) ;;
+      *) echo "unknown setting $setting"; continue ;;
+    esac
+    run "threads-$setting-stream" "${short_prompt[@]}" --stream --set engine.prompt_cache_bytes=0 "${sets[@]}"
+  done
+fi

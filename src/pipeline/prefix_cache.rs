@@ -1,0 +1,166 @@
+//! The per-voice prompt-prefix cache of the DiT (docs/model-format.md "dit prompt cache"): the
+//! keys, values and positional-conv context of a voice's leading prompt frames at every Euler
+//! step, recorded by the first streaming chunk that runs with that voice and reused by every
+//! later non-final chunk of any request with the same voice (`crate::flow::solve_cfm_prefixed`).
+//! Bounded by bytes (`engine.prompt_cache_bytes`), least recently used out first.
+
+use std::sync::{Arc, Mutex};
+
+use sha2::{Digest, Sha256};
+
+use crate::flow::{DitCacheShape, PrefixCache};
+use crate::request::PromptFeatures;
+
+/// What identifies a voice for the cache: a hash of everything the prefix depends on (the flow's
+/// prompt tokens, prompt mel and speaker embedding). The model and DiT variant are fixed per
+/// store (one store per loaded engine).
+pub type PrefixKey = [u8; 32];
+
+/// The key of a voice's prompt.
+pub fn prefix_key(prompt: &PromptFeatures) -> PrefixKey {
+    let mut h = Sha256::new();
+    h.update((prompt.speech_token.len() as u64).to_le_bytes());
+    for t in &prompt.speech_token {
+        h.update(t.to_le_bytes());
+    }
+    h.update((prompt.feat.len() as u64).to_le_bytes());
+    for v in prompt.feat.iter() {
+        h.update(v.to_bits().to_le_bytes());
+    }
+    for v in &prompt.embedding {
+        h.update(v.to_bits().to_le_bytes());
+    }
+    h.finalize().into()
+}
+
+/// Counters for `cosy profile` and logs.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PrefixStats {
+    pub hits: u64,
+    pub misses: u64,
+    pub entries: usize,
+    pub bytes: usize,
+}
+
+struct Entry {
+    key: PrefixKey,
+    cache: Arc<PrefixCache>,
+    bytes: usize,
+    last_used: u64,
+}
+
+#[derive(Default)]
+struct Lru {
+    entries: Vec<Entry>,
+    bytes: usize,
+    clock: u64,
+    hits: u64,
+    misses: u64,
+}
+
+/// The in-memory cache of one loaded DiT, bounded by bytes.
+pub struct PrefixStore {
+    shape: DitCacheShape,
+    capacity: usize,
+    lru: Mutex<Lru>,
+}
+
+impl PrefixStore {
+    pub fn new(shape: DitCacheShape, capacity: usize) -> PrefixStore {
+        PrefixStore { shape, capacity, lru: Mutex::new(Lru::default()) }
+    }
+
+    pub fn shape(&self) -> DitCacheShape {
+        self.shape
+    }
+
+    /// Whether an entry of `bytes` can be kept at all (larger ones are not recorded).
+    pub fn fits(&self, bytes: usize) -> bool {
+        bytes <= self.capacity
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Lru> {
+        // The map holds no invariant a panicking holder could break half-way that matters more
+        // than losing the cache: keep serving.
+        self.lru.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The cache of `key`, if kept (counts a hit or a miss).
+    pub fn get(&self, key: &PrefixKey) -> Option<Arc<PrefixCache>> {
+        let mut lru = self.lock();
+        lru.clock += 1;
+        let now = lru.clock;
+        let found = lru.entries.iter_mut().find(|e| &e.key == key).map(|e| {
+            e.last_used = now;
+            e.cache.clone()
+        });
+        if found.is_some() {
+            lru.hits += 1;
+        } else {
+            lru.misses += 1;
+        }
+        found
+    }
+
+    /// Keeps `cache` under `key`, dropping the least recently used entries until it fits; an
+    /// entry larger than the whole bound is not kept.
+    pub fn insert(&self, key: PrefixKey, cache: PrefixCache) {
+        let bytes = cache.bytes();
+        if bytes > self.capacity {
+            return;
+        }
+        let mut lru = self.lock();
+        if lru.entries.iter().any(|e| e.key == key) {
+            return; // two requests with a new voice recorded it at once: the first one stays
+        }
+        while lru.bytes + bytes > self.capacity {
+            let Some(oldest) = lru.entries.iter().enumerate().min_by_key(|(_, e)| e.last_used).map(|(i, _)| i) else { break };
+            let gone = lru.entries.swap_remove(oldest);
+            lru.bytes -= gone.bytes;
+        }
+        lru.clock += 1;
+        let last_used = lru.clock;
+        lru.bytes += bytes;
+        lru.entries.push(Entry { key, cache: Arc::new(cache), bytes, last_used });
+    }
+
+    pub fn stats(&self) -> PrefixStats {
+        let lru = self.lock();
+        PrefixStats { hits: lru.hits, misses: lru.misses, entries: lru.entries.len(), bytes: lru.bytes }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::flow::PrefixStep;
+    use ndarray::{Array2, Array3, Array4};
+
+    fn cache(frames: usize) -> PrefixCache {
+        let step = PrefixStep {
+            k: Array4::zeros((1, 2, frames, 2)),
+            v: Array4::zeros((1, 2, frames, 2)),
+            conv1: Array3::zeros((2, 1, 2)),
+            conv2: Array3::zeros((2, 1, 2)),
+        };
+        PrefixCache { frames, steps: vec![step], mel: Array2::zeros((80, frames)) }
+    }
+
+    #[test]
+    fn least_recently_used_goes_first_and_the_bound_holds() {
+        let shape = DitCacheShape { depth: 1, inner: 2, dim: 2, conv_context: 1 };
+        let one = cache(10).bytes();
+        let store = PrefixStore::new(shape, 2 * one);
+        store.insert([1; 32], cache(10));
+        store.insert([2; 32], cache(10));
+        assert!(store.get(&[1; 32]).is_some()); // 1 is now newer than 2
+        store.insert([3; 32], cache(10));
+        assert!(store.get(&[2; 32]).is_none(), "the least recently used entry was dropped");
+        assert!(store.get(&[1; 32]).is_some() && store.get(&[3; 32]).is_some());
+        let s = store.stats();
+        assert_eq!((s.entries, s.bytes, s.hits, s.misses), (2, 2 * one, 3, 1));
+        store.insert([4; 32], cache(30)); // larger than the bound: not kept, nothing dropped
+        assert!(store.get(&[4; 32]).is_none());
+        assert_eq!(store.stats().entries, 2);
+    }
+}
