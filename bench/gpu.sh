@@ -42,6 +42,11 @@ for p in fp32 fp16; do
 done
 step "$gpu fp16 profile (streaming, 100 tokens)" 80 "$cosy" --model "$model" --provider "$gpu" --precision fp16 \
   profile "$text" "${prompt[@]}" --stream --min-tokens 100 --runs 3 --warmup 1 --json "$out/profile-$gpu-fp16-stream.json"
+# The same without the DiT's prompt-prefix cache (engine.prompt_cache_bytes = 0), side by side: the
+# warm-up run above recorded the voice's cache, so the measured runs above used it.
+step "$gpu fp16 profile (streaming, 100 tokens, no prompt cache)" 80 "$cosy" --model "$model" --provider "$gpu" \
+  --precision fp16 --set engine.prompt_cache_bytes=0 profile "$text" "${prompt[@]}" --stream --min-tokens 100 --runs 3 \
+  --warmup 1 --json "$out/profile-$gpu-fp16-stream-nocache.json"
 # The same with ONNX Runtime's own cuDNN setting, side by side (runtime.cuda_conv_search).
 step "$gpu fp16 profile (streaming, 100 tokens, exhaustive conv search)" 80 "$cosy" --model "$model" --provider "$gpu" \
   --precision fp16 --set runtime.cuda_conv_search=exhaustive profile "$text" "${prompt[@]}" --stream --min-tokens 100 \
