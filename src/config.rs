@@ -92,6 +92,39 @@ impl CudaConvSearch {
     }
 }
 
+/// `engine.prompt_cache`: where the DiT's prompt-prefix cache is used in streaming. It saves the
+/// prompt's share of every non-final chunk's DiT work, which is most of the first chunk's on a
+/// CPU; on a GPU that work is a few milliseconds and handing the cached keys and values to the
+/// device costs more (an H200, CUDA fp16: first audio 707 ms without, 892 ms with; DiT call 16.5 →
+/// 27.5 ms; docs/benchmarks.md, "On a GPU"). `Auto` uses it when the DiT runs on the CPU.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PromptCacheUse {
+    Auto,
+    On,
+    Off,
+}
+
+impl PromptCacheUse {
+    pub const NAMES: &'static str = "auto, on, off";
+
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "auto" => Some(Self::Auto),
+            "on" => Some(Self::On),
+            "off" => Some(Self::Off),
+            _ => None,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Auto => "auto",
+            Self::On => "on",
+            Self::Off => "off",
+        }
+    }
+}
+
 /// `[sampling]`: LLM sampling. The four sampling values are backed by the model's manifest (its
 /// yaml; the official CosyVoice3 values are top_p 0.8, top_k 25, win_size 10, tau_r 0.1): `None`
 /// means "not set by the user", so the model's value is used; a value the user set (file,
@@ -191,8 +224,28 @@ pub struct EngineSettings {
     /// Bound, in bytes, of the in-memory per-voice DiT prompt-prefix cache that streaming
     /// chunks reuse (0 = off; docs/model-format.md "dit prompt cache").
     pub prompt_cache_bytes: usize,
+    /// Where that cache is used ([`PromptCacheUse`]; the bound that applies:
+    /// [`EngineSettings::prompt_cache_bound`]).
+    pub prompt_cache: PromptCacheUse,
     /// `cosy file --input`: lines synthesised at once.
     pub file_concurrency: usize,
+}
+
+impl EngineSettings {
+    /// The prompt-prefix cache's bound for a DiT running on `dit_provider`: 0 (not used) when
+    /// `engine.prompt_cache` is `off`, or `auto` on a GPU provider ([`PromptCacheUse`] says why).
+    pub fn prompt_cache_bound(&self, dit_provider: crate::vocab::ProviderKind) -> usize {
+        let used = match self.prompt_cache {
+            PromptCacheUse::On => true,
+            PromptCacheUse::Off => false,
+            PromptCacheUse::Auto => dit_provider == crate::vocab::ProviderKind::Cpu,
+        };
+        if used {
+            self.prompt_cache_bytes
+        } else {
+            0
+        }
+    }
 }
 
 /// `[debug]`: settings for tests and debugging only.
@@ -362,7 +415,7 @@ impl Default for Config {
             output: OutputSettings { device: "default".into() },
             voices: VoiceSettings { dir: paths::voices_dir(), default: None, aliases: BTreeMap::new() },
             limits: LimitSettings { max_text_chars: 5000 },
-            engine: EngineSettings { max_batch: 16, max_in_flight: 16, max_queue: 64, dit_max_batch: 8, prompt_cache_bytes: 2 << 30, file_concurrency: 4 },
+            engine: EngineSettings { max_batch: 16, max_in_flight: 16, max_queue: 64, dit_max_batch: 8, prompt_cache_bytes: 2 << 30, prompt_cache: PromptCacheUse::Auto, file_concurrency: 4 },
             text: TextSettings { normalizer: NormalizerChoice::Auto },
             server: ServerSettings {
                 bind: "127.0.0.1:8080".into(),
@@ -433,6 +486,7 @@ pub const KEYS: &[&str] = &[
     "engine.max_queue",
     "engine.dit_max_batch",
     "engine.prompt_cache_bytes",
+    "engine.prompt_cache",
     "engine.file_concurrency",
     "text.normalizer",
     "server.bind",
@@ -793,6 +847,10 @@ impl Config {
                     .ok_or_else(|| bad("an integer from 0 to 1048576"))?
             }
             "engine.dit_max_batch" => self.engine.dit_max_batch = up_to(64)?,
+            "engine.prompt_cache" => {
+                self.engine.prompt_cache =
+                    text_of(value).and_then(|s| PromptCacheUse::parse(&s)).ok_or_else(|| bad(PromptCacheUse::NAMES))?
+            }
             "engine.prompt_cache_bytes" => {
                 self.engine.prompt_cache_bytes = int_of(value)
                     .and_then(|v| usize::try_from(v).ok())

@@ -63,7 +63,9 @@ pub(super) fn open_stages(config: &Config, dir: Arc<ModelDir>, constants: &Model
     let llm = Arc::new(LlmScheduler::start(open(Stage::Llm)?, constants.llm_shape, config.engine.max_batch, llm_gather_first)?);
     let flow_front = Mutex::new(open(Stage::FlowFront)?);
     let dit_shape = crate::flow::DitCacheShape::from_graph(dir.graph(Stage::Dit.name())?);
-    let dit = Arc::new(DitBatcher::start(open(Stage::Dit)?, config.engine.dit_max_batch, dit_shape, config.engine.prompt_cache_bytes)?);
+    let dit_session = open(Stage::Dit)?;
+    let prompt_cache_bytes = config.engine.prompt_cache_bound(dit_session.provider_used);
+    let dit = Arc::new(DitBatcher::start(dit_session, config.engine.dit_max_batch, dit_shape, prompt_cache_bytes)?);
     let stages = Stages {
         llm: Box::new(llm.clone()),
         flow_front,

@@ -206,10 +206,26 @@ fn stage_threads_spinning_and_the_prompt_cache_bound() {
         ("stages.dit.threads", "-1", "0 (ONNX Runtime chooses) to 1024"),
         ("stages.llm.spinning", "maybe", "true, false"),
         ("engine.prompt_cache_bytes", "-5", "0 (off)"),
+        ("engine.prompt_cache", "sometimes", "auto, on, off"),
     ] {
         let m = config_err(&LoadOptions { flags: vec![(key.into(), value.into())], ..Default::default() });
         assert!(m.contains(key) && m.contains(allowed), "{key}: {m}");
     }
+}
+
+#[test]
+fn the_prompt_cache_is_used_on_the_cpu_by_default_and_where_asked() {
+    use cosy::vocab::ProviderKind::{Cpu, Cuda, TensorRt};
+    let bound = |setting: &str| {
+        let c = Config::load(&LoadOptions { flags: vec![("engine.prompt_cache".into(), setting.into())], ..Default::default() }).unwrap();
+        [Cpu, Cuda, TensorRt].map(|p| c.engine.prompt_cache_bound(p))
+    };
+    let full = Config::default().engine.prompt_cache_bytes;
+    assert_eq!(bound("auto"), [full, 0, 0], "auto: the CPU only (on a GPU the copy costs more than it saves)");
+    assert_eq!(bound("on"), [full; 3]);
+    assert_eq!(bound("off"), [0; 3]);
+    let c = Config::load(&LoadOptions { flags: vec![("engine.prompt_cache_bytes".into(), "0".into())], ..Default::default() }).unwrap();
+    assert_eq!(c.engine.prompt_cache_bound(Cpu), 0, "a bound of 0 is off whatever the mode");
 }
 
 /// A copy of the bundled model whose manifest carries non-official sampling and streaming values,
