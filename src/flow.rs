@@ -342,7 +342,8 @@ pub fn solve_cfm_prefixed<E: Estimator + ?Sized>(
         PrefixMode::Record(n) => (0, n),
         PrefixMode::Use(c) => (c.frames, 0),
     };
-    if cached.max(record) >= frames || block_frames <= 0 {
+    // A recording call may be the cached frames alone; a call from the cache needs frames after them.
+    if cached >= frames || record > frames || block_frames <= 0 {
         return Err(Error::invalid(format!(
             "a prompt-prefix cache of {} frames needs a longer block-causal call than {frames} frames (block {block_frames})",
             cached.max(record)

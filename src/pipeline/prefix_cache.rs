@@ -104,7 +104,7 @@ impl PrefixStore {
 
     /// Keeps `cache` under `key`, dropping the least recently used entries until it fits; an
     /// entry larger than the whole bound is not kept.
-    pub fn insert(&self, key: PrefixKey, cache: PrefixCache) {
+    pub fn insert(&self, key: PrefixKey, cache: Arc<PrefixCache>) {
         let bytes = cache.bytes();
         if bytes > self.capacity {
             return;
@@ -121,7 +121,7 @@ impl PrefixStore {
         lru.clock += 1;
         let last_used = lru.clock;
         lru.bytes += bytes;
-        lru.entries.push(Entry { key, cache: Arc::new(cache), bytes, last_used });
+        lru.entries.push(Entry { key, cache, bytes, last_used });
     }
 
     pub fn stats(&self) -> PrefixStats {
@@ -151,15 +151,15 @@ mod tests {
         let shape = DitCacheShape { depth: 1, inner: 2, dim: 2, conv_context: 1 };
         let one = cache(10).bytes();
         let store = PrefixStore::new(shape, 2 * one);
-        store.insert([1; 32], cache(10));
-        store.insert([2; 32], cache(10));
+        store.insert([1; 32], Arc::new(cache(10)));
+        store.insert([2; 32], Arc::new(cache(10)));
         assert!(store.get(&[1; 32]).is_some()); // 1 is now newer than 2
-        store.insert([3; 32], cache(10));
+        store.insert([3; 32], Arc::new(cache(10)));
         assert!(store.get(&[2; 32]).is_none(), "the least recently used entry was dropped");
         assert!(store.get(&[1; 32]).is_some() && store.get(&[3; 32]).is_some());
         let s = store.stats();
         assert_eq!((s.entries, s.bytes, s.hits, s.misses), (2, 2 * one, 3, 1));
-        store.insert([4; 32], cache(30)); // larger than the bound: not kept, nothing dropped
+        store.insert([4; 32], Arc::new(cache(30))); // larger than the bound: not kept, nothing dropped
         assert!(store.get(&[4; 32]).is_none());
         assert_eq!(store.stats().entries, 2);
     }

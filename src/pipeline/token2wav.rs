@@ -147,11 +147,23 @@ impl TokenToWav<'_> {
             let mut solved = solve_cfm(estimator, std::slice::from_ref(request), &c.cfm, block)?;
             return solved.pop().ok_or_else(|| Error::Runtime("flow solver returned nothing".into()));
         }
-        let (mel, cache) = solve_cfm_prefixed(estimator, request, &c.cfm, block, PrefixMode::Record(prefix_frames))?;
-        if let Some(cache) = cache {
-            tracing::debug!(frames = cache.frames, bytes = cache.bytes(), "recorded the voice's DiT prompt-prefix cache");
-            store.insert(key, cache);
-        }
+        // Recorded by a solve of the cacheable frames alone, then this chunk is solved from the
+        // cache like every later one: the cached path differs from the plain one by float
+        // rounding (≤ 1e-5), so recording inside this chunk's own solve would make the first
+        // request with a voice sound a few LSB apart from the next one with the same seed. This
+        // way a request gives the same samples whether or not its voice was cached before (and
+        // `cosy file --stream` the same as the server), for the same DiT work in all.
+        let prefix = CfmRequest {
+            mu: request.mu.slice(ndarray::s![.., ..prefix_frames]),
+            spks: request.spks,
+            cond: request.cond.slice(ndarray::s![.., ..prefix_frames]),
+            noise: request.noise,
+        };
+        let (_, recorded) = solve_cfm_prefixed(estimator, &prefix, &c.cfm, block, PrefixMode::Record(prefix_frames))?;
+        let cache = std::sync::Arc::new(recorded.ok_or_else(|| Error::Runtime("the DiT recorded no prompt-prefix cache".into()))?);
+        tracing::debug!(frames = cache.frames, bytes = cache.bytes(), "recorded the voice's DiT prompt-prefix cache");
+        let mel = solve_cfm_prefixed(estimator, request, &c.cfm, block, PrefixMode::Use(&cache))?.0;
+        store.insert(key, cache);
         Ok(mel)
     }
 
