@@ -1,6 +1,6 @@
 //! The per-voice prompt-prefix cache of the DiT (docs/model-format.md "dit prompt cache"): the
 //! keys, values and positional-conv context of a voice's leading prompt frames at every Euler
-//! step, recorded by the first streaming chunk that runs with that voice and reused by every
+//! step, recorded (a solve of those frames alone) by the first streaming chunk that runs with that voice and used by it and every
 //! later non-final chunk of any request with the same voice (`crate::flow::solve_cfm_prefixed`).
 //! Bounded by bytes (`engine.prompt_cache_bytes`), least recently used out first.
 

@@ -116,8 +116,8 @@ impl TokenToWav<'_> {
     }
 
     /// The CFM solve of one chunk. A non-final (block-causal) call uses the voice's prompt-prefix
-    /// cache when the DiT has one: it continues after the cached frames, or, on the voice's first
-    /// such call, records them while solving every frame (the same work as without a cache).
+    /// cache when the DiT has one: it continues after the cached frames, recording them first
+    /// (a solve of those frames alone) on the voice's first such call.
     fn solve(
         &self,
         estimator: &mut dyn crate::flow::Estimator,
