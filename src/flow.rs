@@ -222,6 +222,28 @@ pub struct CfmRequest<'a> {
     pub noise: ArrayView2<'a, f32>,
 }
 
+impl CfmRequest<'_> {
+    /// `mu`, `cond` `[80, frames]`, `spks` `[80]`, noise `[80, ≥ frames]`; `what` names the
+    /// request in the error.
+    fn check_shape(&self, frames: usize, what: &str) -> Result<()> {
+        let ok = self.mu.dim() == (MEL_DIM, frames)
+            && self.cond.dim() == (MEL_DIM, frames)
+            && self.spks.len() == MEL_DIM
+            && self.noise.nrows() == MEL_DIM
+            && self.noise.ncols() >= frames;
+        if ok {
+            return Ok(());
+        }
+        Err(Error::invalid(format!(
+            "{what}: mu {:?}, cond {:?}, spks {}, noise {:?} do not fit {MEL_DIM}×{frames}",
+            self.mu.dim(),
+            self.cond.dim(),
+            self.spks.len(),
+            self.noise.dim()
+        )))
+    }
+}
+
 /// Runs the Euler solver with CFG for every request in one estimator batch and returns each
 /// request's mel `[80, T]` (prompt frames included; see [`strip_prompt`]).
 ///
@@ -238,20 +260,7 @@ pub fn solve_cfm<E: Estimator + ?Sized>(
     let Some(first) = requests.first() else { return Ok(Vec::new()) };
     let frames = first.mu.ncols();
     for (i, r) in requests.iter().enumerate() {
-        let ok = r.mu.dim() == (MEL_DIM, frames)
-            && r.cond.dim() == (MEL_DIM, frames)
-            && r.spks.len() == MEL_DIM
-            && r.noise.nrows() == MEL_DIM
-            && r.noise.ncols() >= frames;
-        if !ok {
-            return Err(Error::invalid(format!(
-                "flow request {i}: mu {:?}, cond {:?}, spks {}, noise {:?} do not fit {MEL_DIM}×{frames}",
-                r.mu.dim(),
-                r.cond.dim(),
-                r.spks.len(),
-                r.noise.dim()
-            )));
-        }
+        r.check_shape(frames, &format!("flow request {i}"))?;
     }
     let batch = 2 * n;
     // Constant inputs: row i < n conditional, row n + i unconditional (mu, spks, cond zero).
@@ -324,20 +333,7 @@ pub fn solve_cfm_prefixed<E: Estimator + ?Sized>(
 ) -> Result<(Array2<f32>, Option<PrefixCache>)> {
     let frames = request.mu.ncols();
     let r = request;
-    let ok = r.mu.dim() == (MEL_DIM, frames)
-        && r.cond.dim() == (MEL_DIM, frames)
-        && r.spks.len() == MEL_DIM
-        && r.noise.nrows() == MEL_DIM
-        && r.noise.ncols() >= frames;
-    if !ok {
-        return Err(Error::invalid(format!(
-            "flow request: mu {:?}, cond {:?}, spks {}, noise {:?} do not fit {MEL_DIM}×{frames}",
-            r.mu.dim(),
-            r.cond.dim(),
-            r.spks.len(),
-            r.noise.dim()
-        )));
-    }
+    r.check_shape(frames, "flow request")?;
     let (cached, record) = match mode {
         PrefixMode::Record(n) => (0, n),
         PrefixMode::Use(c) => (c.frames, 0),

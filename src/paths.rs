@@ -158,17 +158,9 @@ pub fn choose_config(named: Option<(PathBuf, &str)>, project: Option<&Path>, use
 
 /// The default model named by a models folder's [`DEFAULT_MODEL_MARKER`], if any.
 pub fn folder_default_model(models: &Path) -> Result<Option<String>> {
-    let path = models.join(DEFAULT_MODEL_MARKER);
-    let text = match std::fs::read_to_string(&path) {
-        Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(Error::io(&path, e)),
-    };
-    let name = text.trim();
-    check_voice_name(name).map_err(|_| {
+    crate::vocab::read_name_marker(&models.join(DEFAULT_MODEL_MARKER), |path, name| {
         Error::Config(format!("{}: {name:?} is not a model name; set the default again with `cosy model use NAME`", path.display()))
-    })?;
-    Ok(Some(name.to_string()))
+    })
 }
 
 /// The model folders (those with a `manifest.json`) in a models folder, by name.

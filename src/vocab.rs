@@ -175,6 +175,19 @@ impl fmt::Display for ProviderKind {
     }
 }
 
+/// The name in a marker file (a folder's `DEFAULT`, naming its default voice or model): `None`
+/// when the file does not exist; a name that is not a valid name is `bad(path, name)`.
+pub fn read_name_marker(path: &std::path::Path, bad: impl FnOnce(&std::path::Path, &str) -> Error) -> Result<Option<String>> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(Error::io(path, e)),
+    };
+    let name = text.trim();
+    check_voice_name(name).map_err(|_| bad(path, name))?;
+    Ok(Some(name.to_string()))
+}
+
 /// Refuses saved-voice names that are not a plain file stem: letters, digits, `.`, `_`, `-`; 1–64
 /// chars; not starting with `.` or `-`. (Here rather than in [`crate::voice`] because the
 /// configuration checks `voices.default` with it.)

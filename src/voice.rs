@@ -605,20 +605,9 @@ impl VoiceStore {
 
     /// The default voice named in the voices folder, if any.
     pub fn folder_default(&self) -> Result<Option<String>> {
-        let path = self.default_marker();
-        let text = match std::fs::read_to_string(&path) {
-            Ok(t) => t,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(Error::io(&path, e)),
-        };
-        let name = text.trim();
-        check_voice_name(name).map_err(|_| {
-            Error::invalid(format!(
-                "{}: {name:?} is not a voice name; set the default again with `cosy voice default NAME`",
-                path.display()
-            ))
-        })?;
-        Ok(Some(name.to_string()))
+        crate::vocab::read_name_marker(&self.default_marker(), |path, name| {
+            Error::invalid(format!("{}: {name:?} is not a voice name; set the default again with `cosy voice default NAME`", path.display()))
+        })
     }
 
     /// The default voice: `configured` (`voices.default`) when set, else the folder's marker.
