@@ -92,19 +92,17 @@ impl CudaConvSearch {
     }
 }
 
-/// `engine.prompt_cache`: where the DiT's prompt-prefix cache is used in streaming. It saves the
-/// prompt's share of every non-final chunk's DiT work, which is most of the first chunk's on a
-/// CPU; on a GPU that work is a few milliseconds and handing the cached keys and values to the
-/// device costs more (an H200, CUDA fp16: first audio 707 ms without, 892 ms with; DiT call 16.5 →
-/// 27.5 ms; docs/benchmarks.md, "On a GPU"). `Auto` uses it when the DiT runs on the CPU.
+/// A switch whose `auto` means "where the stage runs on the CPU": `engine.prompt_cache` and
+/// `engine.first_audio_priority`, two CPU-only measures (the reasons are on
+/// [`EngineSettings::prompt_cache_bound`] and [`EngineSettings::first_audio_priority_applies`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PromptCacheUse {
+pub enum CpuSwitch {
     Auto,
     On,
     Off,
 }
 
-impl PromptCacheUse {
+impl CpuSwitch {
     pub const NAMES: &'static str = "auto, on, off";
 
     pub fn parse(s: &str) -> Option<Self> {
@@ -224,26 +222,47 @@ pub struct EngineSettings {
     /// Bound, in bytes, of the in-memory per-voice DiT prompt-prefix cache that streaming
     /// chunks reuse (0 = off; docs/model-format.md "dit prompt cache").
     pub prompt_cache_bytes: usize,
-    /// Where that cache is used ([`PromptCacheUse`]; the bound that applies:
-    /// [`EngineSettings::prompt_cache_bound`]).
-    pub prompt_cache: PromptCacheUse,
+    /// Where that cache is used (the bound that applies: [`EngineSettings::prompt_cache_bound`]).
+    pub prompt_cache: CpuSwitch,
+    /// Whether the LLM's decode steps wait while a streaming request's first chunk is in the flow
+    /// and HiFT ([`EngineSettings::first_audio_priority_applies`]).
+    pub first_audio_priority: CpuSwitch,
     /// `cosy file --input`: lines synthesised at once.
     pub file_concurrency: usize,
 }
 
 impl EngineSettings {
     /// The prompt-prefix cache's bound for a DiT running on `dit_provider`: 0 (not used) when
-    /// `engine.prompt_cache` is `off`, or `auto` on a GPU provider ([`PromptCacheUse`] says why).
+    /// `engine.prompt_cache` is `off`, or `auto` on a GPU provider. It saves the prompt's share of
+    /// every non-final chunk's DiT work, which is most of the first chunk's on a CPU; on a GPU that
+    /// work is a few milliseconds and handing the cached keys and values to the device costs more
+    /// (an H200, CUDA fp16: first audio 707 ms without, 892 ms with; DiT call 16.5 → 27.5 ms;
+    /// docs/benchmarks.md, "Second session").
     pub fn prompt_cache_bound(&self, dit_provider: crate::vocab::ProviderKind) -> usize {
         let used = match self.prompt_cache {
-            PromptCacheUse::On => true,
-            PromptCacheUse::Off => false,
-            PromptCacheUse::Auto => dit_provider == crate::vocab::ProviderKind::Cpu,
+            CpuSwitch::On => true,
+            CpuSwitch::Off => false,
+            CpuSwitch::Auto => dit_provider == crate::vocab::ProviderKind::Cpu,
         };
         if used {
             self.prompt_cache_bytes
         } else {
             0
+        }
+    }
+
+    /// Whether the LLM's decode steps wait while a streaming request's first chunk runs its flow
+    /// and HiFT (`engine.first_audio_priority`; `auto`: when the LLM and the DiT both run on the
+    /// CPU). There the two stages' ONNX Runtime pools share the cores, so the LLM decoding tokens
+    /// for later chunks slows the one DiT call on the path to first audio; holding it gives that
+    /// call every core (the work is the same, in another order: later chunks start later by about
+    /// what the first gains). On a GPU the stages do not compete for the cores. The cost: the
+    /// other requests' decoding waits too (one batch), once per new streaming request.
+    pub fn first_audio_priority_applies(&self, llm_provider: crate::vocab::ProviderKind, dit_provider: crate::vocab::ProviderKind) -> bool {
+        match self.first_audio_priority {
+            CpuSwitch::On => true,
+            CpuSwitch::Off => false,
+            CpuSwitch::Auto => llm_provider == crate::vocab::ProviderKind::Cpu && dit_provider == crate::vocab::ProviderKind::Cpu,
         }
     }
 }
@@ -415,7 +434,7 @@ impl Default for Config {
             output: OutputSettings { device: "default".into() },
             voices: VoiceSettings { dir: paths::voices_dir(), default: None, aliases: BTreeMap::new() },
             limits: LimitSettings { max_text_chars: 5000 },
-            engine: EngineSettings { max_batch: 16, max_in_flight: 16, max_queue: 64, dit_max_batch: 8, prompt_cache_bytes: 2 << 30, prompt_cache: PromptCacheUse::Auto, file_concurrency: 4 },
+            engine: EngineSettings { max_batch: 16, max_in_flight: 16, max_queue: 64, dit_max_batch: 8, prompt_cache_bytes: 2 << 30, prompt_cache: CpuSwitch::Auto, first_audio_priority: CpuSwitch::Auto, file_concurrency: 4 },
             text: TextSettings { normalizer: NormalizerChoice::Auto },
             server: ServerSettings {
                 bind: "127.0.0.1:8080".into(),
@@ -487,6 +506,7 @@ pub const KEYS: &[&str] = &[
     "engine.dit_max_batch",
     "engine.prompt_cache_bytes",
     "engine.prompt_cache",
+    "engine.first_audio_priority",
     "engine.file_concurrency",
     "text.normalizer",
     "server.bind",
@@ -849,7 +869,11 @@ impl Config {
             "engine.dit_max_batch" => self.engine.dit_max_batch = up_to(64)?,
             "engine.prompt_cache" => {
                 self.engine.prompt_cache =
-                    text_of(value).and_then(|s| PromptCacheUse::parse(&s)).ok_or_else(|| bad(PromptCacheUse::NAMES))?
+                    text_of(value).and_then(|s| CpuSwitch::parse(&s)).ok_or_else(|| bad(CpuSwitch::NAMES))?
+            }
+            "engine.first_audio_priority" => {
+                self.engine.first_audio_priority =
+                    text_of(value).and_then(|s| CpuSwitch::parse(&s)).ok_or_else(|| bad(CpuSwitch::NAMES))?
             }
             "engine.prompt_cache_bytes" => {
                 self.engine.prompt_cache_bytes = int_of(value)

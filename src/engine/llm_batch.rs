@@ -12,7 +12,10 @@
 //!   the rows already decoding, and a newcomer waits at most one decode step;
 //! * when every row has sent its next embedding, one batched call advances them all by one token;
 //! * a row leaves when its sentence ends or is cancelled (its [`RemoteLlm`] is dropped), between
-//!   steps.
+//!   steps;
+//! * while a [`DecodeHold`] lives (a streaming request's first chunk is in the flow and HiFT, and
+//!   `engine.first_audio_priority` applies), no decode step runs: that chunk gets the cores.
+//!   Prefills still run (a newcomer's prefill is on its own path to first audio).
 //!
 //! Layout (docs/model-format.md, `batching: padded_kv`): the cache is `[rows, kv_heads, width,
 //! head_dim]` per layer, rows left-padded so every row's newest position is the last column;
@@ -24,8 +27,8 @@
 //! Graphs exported before batching (no `attention_mask` input) run one row at a time.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 
 use crossbeam_channel::{Receiver, Sender};
 use ort::memory::{AllocationDevice, AllocatorType, MemoryInfo, MemoryType};
@@ -55,6 +58,8 @@ pub struct LlmBatchStats {
     /// merging the new row into the shared cache).
     pub decode_seconds: f64,
     pub prefill_seconds: f64,
+    /// Times every row had its next step ready and a [`DecodeHold`] made them wait.
+    pub held_steps: u64,
 }
 
 type Reply = Sender<Result<Vec<f32>>>;
@@ -63,6 +68,8 @@ enum Msg {
     Prefill { id: u64, embeds: Vec<f32>, seq: usize, profiler: Profiler, reply: Reply },
     Step { id: u64, embed: Vec<f32>, profiler: Profiler, reply: Reply },
     Leave { id: u64 },
+    /// A [`DecodeHold`] ended: look again whether a step can run.
+    Wake,
 }
 
 /// The scheduler thread and the way to reach it. Dropping it stops the thread once every
@@ -74,23 +81,62 @@ pub struct LlmScheduler {
     pub max_batch: usize,
     /// Whether the graph takes `attention_mask`/`position_ids` (can batch).
     pub batched_graph: bool,
+    /// Live [`DecodeHold`]s; `None` when the scheduler does not hold (see [`LlmScheduler::start`]).
+    holds: Option<Arc<AtomicUsize>>,
+}
+
+/// While it lives, the scheduler runs no decode step ([`LlmScheduler::hold_decoding`]).
+pub struct DecodeHold {
+    holds: Arc<AtomicUsize>,
+    tx: Sender<Msg>,
+}
+
+impl Drop for DecodeHold {
+    fn drop(&mut self) {
+        self.holds.fetch_sub(1, Ordering::SeqCst);
+        // The scheduler may be asleep waiting for a message; a failed send means it is gone.
+        let _ = self.tx.send(Msg::Wake);
+    }
 }
 
 impl LlmScheduler {
     /// Starts the scheduler over `session` (the `llm` stage). `gather_first` is a test hook
     /// ([`crate::engine::EngineBuilder::llm_gather_first`]): the first prefill waits until that
     /// many sentences are waiting, so their steps are batched whatever the machine's timing;
-    /// 0 or 1 = start at once (normal serving).
-    pub fn start(session: StageSession, shape: LlmShape, max_batch: usize, gather_first: usize) -> Result<LlmScheduler> {
+    /// 0 or 1 = start at once (normal serving). `hold_for_first_audio`: whether
+    /// [`LlmScheduler::hold_decoding`] holds (`EngineSettings::first_audio_priority_applies`).
+    pub fn start(
+        session: StageSession,
+        shape: LlmShape,
+        max_batch: usize,
+        gather_first: usize,
+        hold_for_first_audio: bool,
+    ) -> Result<LlmScheduler> {
         let names = session.input_names();
         let batched_graph = names.iter().any(|n| n == "attention_mask") && names.iter().any(|n| n == "position_ids");
         let max_batch = if batched_graph { max_batch.max(1) } else { 1 };
         if !batched_graph {
             tracing::info!("llm graph has no attention_mask/position_ids (exported before batching): one sentence at a time; re-export to batch");
         }
-        let mut state = Batch::new(session, shape, batched_graph)?;
+        let holds = Arc::new(AtomicUsize::new(0));
+        let mut state = Batch::new(session, shape, batched_graph, holds.clone())?;
         let worker = Worker::spawn("llm-scheduler", move |rx, stats| state.serve(rx, max_batch, gather_first, stats))?;
-        Ok(LlmScheduler { worker, next_id: AtomicU64::new(1), max_batch, batched_graph })
+        Ok(LlmScheduler {
+            worker,
+            next_id: AtomicU64::new(1),
+            max_batch,
+            batched_graph,
+            holds: hold_for_first_audio.then_some(holds),
+        })
+    }
+
+    /// Holds every decode step until the guard is dropped (a step already running finishes);
+    /// `None` when this scheduler does not hold, or has stopped.
+    pub fn hold_decoding(&self) -> Option<DecodeHold> {
+        let holds = self.holds.as_ref()?;
+        let tx = self.worker.sender().ok()?;
+        holds.fetch_add(1, Ordering::SeqCst);
+        Some(DecodeHold { holds: holds.clone(), tx })
     }
 
     /// A handle for one sentence's decode (prefill, then steps).
@@ -117,6 +163,10 @@ impl LlmScheduler {
 impl crate::pipeline::LlmStage for std::sync::Arc<LlmScheduler> {
     fn step(&self, profiler: &Profiler) -> Result<Box<dyn LlmStep + '_>> {
         Ok(Box::new(self.client(profiler)?))
+    }
+
+    fn hold_decoding(&self) -> Option<Box<dyn Send + '_>> {
+        LlmScheduler::hold_decoding(self).map(|h| Box::new(h) as Box<dyn Send>)
     }
 }
 
@@ -200,6 +250,8 @@ struct Batch {
     width: usize,
     /// `present.*` of the last call, `[rows, kv_heads, width, head_dim]`, in `past_names` order.
     cache: Vec<DynValue>,
+    /// Live [`DecodeHold`]s (always 0 when the scheduler does not hold).
+    holds: Arc<AtomicUsize>,
 }
 
 /// A cache tensor's values on the host (copied from the device when it lives there).
@@ -213,7 +265,7 @@ fn host_values(v: &DynValue) -> Result<Vec<f32>> {
 }
 
 impl Batch {
-    fn new(session: StageSession, shape: LlmShape, batched_graph: bool) -> Result<Batch> {
+    fn new(session: StageSession, shape: LlmShape, batched_graph: bool, holds: Arc<AtomicUsize>) -> Result<Batch> {
         let binding = session.binding()?;
         let host = match session.provider_used {
             ProviderKind::Cpu => session.device_memory()?,
@@ -227,16 +279,26 @@ impl Batch {
                 present_names.push(format!("present.{i}.{kind}"));
             }
         }
-        Ok(Batch { session, binding, host, shape, batched_graph, past_names, present_names, rows: Vec::new(), width: 0, cache: Vec::new() })
+        Ok(Batch { session, binding, host, shape, batched_graph, past_names, present_names, rows: Vec::new(), width: 0, cache: Vec::new(), holds })
     }
 
     fn serve(&mut self, rx: Receiver<Msg>, max_batch: usize, gather_first: usize, stats: &Mutex<LlmBatchStats>) {
         let mut waiting: VecDeque<Waiting> = VecDeque::new();
         // Until the first prefill: how many sentences must be waiting (the test hook).
         let mut gather = gather_first.min(max_batch);
+        // Whether the rows' current steps were already counted as held.
+        let mut counted_hold = false;
         loop {
             let can_prefill = !waiting.is_empty() && self.rows.len() < max_batch && waiting.len() >= gather;
-            let can_step = !self.rows.is_empty() && self.rows.iter().all(|r| r.pending.is_some());
+            let steps_ready = self.steps_ready();
+            let held = steps_ready && self.holds.load(Ordering::SeqCst) > 0;
+            if held && !counted_hold {
+                counted_hold = true;
+                if let Ok(mut s) = stats.lock() {
+                    s.held_steps += 1;
+                }
+            }
+            let can_step = steps_ready && !held;
             if !can_prefill && !can_step {
                 match rx.recv() {
                     Ok(msg) => self.handle(msg, &mut waiting),
@@ -259,7 +321,8 @@ impl Batch {
                     let _ = w.reply.send(result);
                 }
             }
-            if !self.rows.is_empty() && self.rows.iter().all(|r| r.pending.is_some()) {
+            if self.steps_ready() && self.holds.load(Ordering::SeqCst) == 0 {
+                counted_hold = false;
                 let n = self.rows.len();
                 let started = std::time::Instant::now();
                 // A failed step is reported to its rows by decode itself.
@@ -274,8 +337,14 @@ impl Batch {
         }
     }
 
+    /// Whether every row has sent its next step (one batched call can advance them all).
+    fn steps_ready(&self) -> bool {
+        !self.rows.is_empty() && self.rows.iter().all(|r| r.pending.is_some())
+    }
+
     fn handle(&mut self, msg: Msg, waiting: &mut VecDeque<Waiting>) {
         match msg {
+            Msg::Wake => {}
             Msg::Prefill { id, embeds, seq, profiler, reply } => waiting.push_back(Waiting { id, embeds, seq, profiler, reply }),
             Msg::Step { id, embed, profiler, reply } => match self.rows.iter_mut().find(|r| r.id == id) {
                 Some(row) if row.pending.is_none() => row.pending = Some(Pending { embed, profiler, reply }),

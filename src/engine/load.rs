@@ -60,10 +60,12 @@ pub(super) fn open_stages(config: &Config, dir: Arc<ModelDir>, constants: &Model
         });
         Ok(session)
     };
-    let llm = Arc::new(LlmScheduler::start(open(Stage::Llm)?, constants.llm_shape, config.engine.max_batch, llm_gather_first)?);
+    let llm_session = open(Stage::Llm)?;
     let flow_front = Mutex::new(open(Stage::FlowFront)?);
     let dit_shape = crate::flow::DitCacheShape::from_graph(dir.graph(Stage::Dit.name())?);
     let dit_session = open(Stage::Dit)?;
+    let hold = config.engine.first_audio_priority_applies(llm_session.provider_used, dit_session.provider_used);
+    let llm = Arc::new(LlmScheduler::start(llm_session, constants.llm_shape, config.engine.max_batch, llm_gather_first, hold)?);
     let prompt_cache_bytes = config.engine.prompt_cache_bound(dit_session.provider_used);
     let dit = Arc::new(DitBatcher::start(dit_session, config.engine.dit_max_batch, dit_shape, prompt_cache_bytes)?);
     let stages = Stages {

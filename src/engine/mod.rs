@@ -36,7 +36,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 pub use dit_batch::{DitBatchStats, DitBatcher, RemoteEstimator};
-pub use llm_batch::{LlmBatchStats, LlmScheduler, RemoteLlm};
+pub use llm_batch::{DecodeHold, LlmBatchStats, LlmScheduler, RemoteLlm};
 pub use load::StageLoad;
 
 use crate::config::Config;

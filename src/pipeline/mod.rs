@@ -59,6 +59,14 @@ use token2wav::{RequestState, TokenToWav};
 pub trait LlmStage: Send + Sync {
     /// A fresh decode (prefill, then steps) for one sentence; its calls record into `profiler`.
     fn step(&self, profiler: &Profiler) -> Result<Box<dyn LlmStep + '_>>;
+
+    /// Asked while a streaming request's first chunk runs its flow and HiFT: the stage may hold
+    /// its decode steps until the returned guard is dropped, so that the chunk on the path to
+    /// first audio has the cores. `None` = it does not hold (the default; the engine's rule:
+    /// `EngineSettings::first_audio_priority_applies`).
+    fn hold_decoding(&self) -> Option<Box<dyn Send + '_>> {
+        None
+    }
 }
 
 /// The DiT as the pipeline uses it: one [`Estimator`] per CFM solve. The serving engine
@@ -282,6 +290,7 @@ impl Synthesizer {
             sampler: Sampler::new(self.sampling, req.seed.unwrap_or(self.seed)),
             stream_hop: self.stream_params.token_hop_len,
             profiler: profiler.clone(),
+            first_audio_made: false,
         };
         let mut summary = Summary { sentences: segments.len(), ..Summary::default() };
         for (i, segment) in segments.iter().enumerate() {
@@ -357,6 +366,7 @@ impl Synthesizer {
             sampler: Sampler::new(self.sampling, req.seed.unwrap_or(self.seed)),
             stream_hop: self.stream_params.token_hop_len,
             profiler: profiler.clone(),
+            first_audio_made: false,
         };
         let limit = self.max_text_chars;
         let mut chars = 0usize;
@@ -508,6 +518,8 @@ impl Synthesizer {
             constants: c,
             stream_params: self.stream_params,
             stream_hop: &mut state.stream_hop,
+            first_audio_made: &mut state.first_audio_made,
+            llm: self.sessions.llm.as_ref(),
             stream: req.stream,
             speed: req.speed,
             sentence: sentence_label(seg.index, seg.count, seg.text),

@@ -5,7 +5,7 @@ use std::sync::Mutex;
 
 use ndarray::{s, ArrayView2};
 
-use super::{lock, DitStage, PromptFeatures, SegmentTrace, SynthesisObserver};
+use super::{lock, DitStage, LlmStage, PromptFeatures, SegmentTrace, SynthesisObserver};
 use crate::error::{Error, Result};
 use crate::flow::{
     build_cond, cacheable_prefix_frames, flow_front_tokens, solve_cfm, solve_cfm_prefixed, speed_interpolate, strip_prompt,
@@ -24,6 +24,9 @@ pub(super) struct RequestState {
     pub(super) sampler: Sampler,
     pub(super) stream_hop: usize,
     pub(super) profiler: Profiler,
+    /// Whether a chunk of this request has been made (until then a streaming chunk asks the LLM
+    /// stage to hold its decoding: [`super::LlmStage::hold_decoding`]).
+    pub(super) first_audio_made: bool,
 }
 
 /// The token-to-wav worker of one sentence.
@@ -40,6 +43,10 @@ pub(super) struct TokenToWav<'a> {
     /// The streaming hop this sentence starts with; updated to the hop it ends with (official
     /// `self.token_hop_len`, carried across the sentences of one request).
     pub(super) stream_hop: &'a mut usize,
+    /// The request's [`RequestState::first_audio_made`].
+    pub(super) first_audio_made: &'a mut bool,
+    /// The LLM stage, asked to hold its decoding while this request's first chunk is made.
+    pub(super) llm: &'a dyn LlmStage,
     pub(super) stream: bool,
     pub(super) speed: f64,
     /// `sentence N of M ("text…")`, for messages.
@@ -78,7 +85,7 @@ impl TokenToWav<'_> {
             }
             if self.stream {
                 while let Some(chunk) = planner.next_chunk(tokens.len()) {
-                    let audio = self.run_chunk(&chunk, &tokens, &mut hift, &mut trace)?;
+                    let audio = self.make_chunk(&chunk, &tokens, &mut hift, &mut trace)?;
                     on_chunk(&audio)?;
                 }
             }
@@ -96,7 +103,7 @@ impl TokenToWav<'_> {
         }
         if self.stream {
             while let Some(chunk) = planner.next_chunk(tokens.len()) {
-                let audio = self.run_chunk(&chunk, &tokens, &mut hift, &mut trace)?;
+                let audio = self.make_chunk(&chunk, &tokens, &mut hift, &mut trace)?;
                 on_chunk(&audio)?;
             }
         }
@@ -104,7 +111,7 @@ impl TokenToWav<'_> {
             *self.stream_hop = planner.hop();
         }
         let last = planner.final_chunk(tokens.len())?;
-        let audio = self.run_chunk(&last, &tokens, &mut hift, &mut trace)?;
+        let audio = self.make_chunk(&last, &tokens, &mut hift, &mut trace)?;
         on_chunk(&audio)?;
         trace.speech_token = tokens;
         if self.record {
@@ -165,6 +172,17 @@ impl TokenToWav<'_> {
         let mel = solve_cfm_prefixed(estimator, request, &c.cfm, block, PrefixMode::Use(&cache))?.0;
         store.insert(key, cache);
         Ok(mel)
+    }
+
+    /// [`Self::run_chunk`]; a streaming request's first chunk holds the LLM's decoding meanwhile
+    /// (when the stage does: [`LlmStage::hold_decoding`]), released before the audio is handed on.
+    fn make_chunk(&mut self, chunk: &FlowChunk, tokens: &[i64], hift: &mut HiftStream, trace: &mut SegmentTrace) -> Result<Vec<f32>> {
+        let llm = self.llm;
+        let hold = if self.stream && !*self.first_audio_made { llm.hold_decoding() } else { None };
+        let audio = self.run_chunk(chunk, tokens, hift, trace);
+        drop(hold);
+        *self.first_audio_made = true;
+        audio
     }
 
     /// One flow call plus one HiFT call over the accumulated mel; returns the new samples.

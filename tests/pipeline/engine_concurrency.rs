@@ -317,3 +317,55 @@ fn greedy_side_by_side_equals_alone_tokens_and_flow_mel() {
         assert!(worst <= 1e-4, "request {i}: flow mel differs by {worst}");
     }
 }
+
+/// The LLM scheduler over the fixture's `llm` session, holding for first audio or not.
+fn scheduler(hold: bool) -> (Arc<cosy::engine::LlmScheduler>, usize, tempfile::TempDir) {
+    let cache = tempfile::tempdir().expect("temp dir");
+    let config = config_for(&fixture_model(), cache.path());
+    let data = cosy::pipeline::ModelData::load(&config).expect("fixture data");
+    let factory = cosy::runtime::SessionFactory::new(&config, data.model.clone()).expect("session factory");
+    let session = factory.open(cosy::vocab::Stage::Llm).expect("llm session");
+    let shape = data.constants.llm_shape;
+    let scheduler = cosy::engine::LlmScheduler::start(session, shape, 4, 0, hold).expect("scheduler");
+    (Arc::new(scheduler), shape.hidden, cache)
+}
+
+/// `engine.first_audio_priority` (issue 23): while a first chunk holds the scheduler, a decode step
+/// that is ready waits, and runs once the hold ends; prefills are not held. Event order through the
+/// scheduler's own counters (`held_steps` counts a ready step it did not run), not timing.
+#[test]
+fn decode_hold_keeps_steps_waiting_until_dropped() {
+    use cosy::llm::LlmStep;
+    let (scheduler, hidden, _cache) = scheduler(true);
+    let profiler = cosy::profile::Profiler::disabled();
+    let mut row = scheduler.client(&profiler).expect("client");
+    let hold = scheduler.hold_decoding().expect("this scheduler holds");
+    // A prefill is on its own request's path to first audio: not held.
+    let seq = 5;
+    let logits = row.prefill(&vec![0.01; seq * hidden], seq).expect("prefill runs during a hold");
+    assert!(!logits.is_empty());
+    let stepping = std::thread::spawn(move || {
+        let out = row.step(&vec![0.02; hidden]);
+        (row, out)
+    });
+    // Wait (event, not time: the 120 s bound only stops a broken test) until the scheduler has
+    // seen the ready step and held it.
+    let started = std::time::Instant::now();
+    while scheduler.stats().held_steps == 0 {
+        assert!(started.elapsed() < std::time::Duration::from_secs(120), "the scheduler never held the step: {:?}", scheduler.stats());
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    assert_eq!(scheduler.stats().decode_calls, 0, "a step ran during the hold");
+    drop(hold);
+    let (_row, out) = stepping.join().expect("step thread");
+    assert!(!out.expect("the held step runs after the hold").is_empty());
+    let stats = scheduler.stats();
+    assert_eq!((stats.decode_calls, stats.held_steps), (1, 1), "{stats:?}");
+}
+
+/// With `engine.first_audio_priority = "off"` (or `auto` with a GPU stage) nothing is held.
+#[test]
+fn scheduler_without_first_audio_priority_does_not_hold() {
+    let (scheduler, _, _cache) = scheduler(false);
+    assert!(scheduler.hold_decoding().is_none());
+}

@@ -207,6 +207,7 @@ fn stage_threads_spinning_and_the_prompt_cache_bound() {
         ("stages.llm.spinning", "maybe", "true, false"),
         ("engine.prompt_cache_bytes", "-5", "0 (off)"),
         ("engine.prompt_cache", "sometimes", "auto, on, off"),
+        ("engine.first_audio_priority", "first", "auto, on, off"),
     ] {
         let m = config_err(&LoadOptions { flags: vec![(key.into(), value.into())], ..Default::default() });
         assert!(m.contains(key) && m.contains(allowed), "{key}: {m}");
@@ -226,6 +227,19 @@ fn the_prompt_cache_is_used_on_the_cpu_by_default_and_where_asked() {
     assert_eq!(bound("off"), [0; 3]);
     let c = Config::load(&LoadOptions { flags: vec![("engine.prompt_cache_bytes".into(), "0".into())], ..Default::default() }).unwrap();
     assert_eq!(c.engine.prompt_cache_bound(Cpu), 0, "a bound of 0 is off whatever the mode");
+}
+
+#[test]
+fn first_audio_priority_holds_the_llm_only_where_both_stages_share_the_cpu_by_default() {
+    use cosy::vocab::ProviderKind::{Cpu, Cuda, TensorRt};
+    let applies = |setting: &str| {
+        let c = Config::load(&LoadOptions { flags: vec![("engine.first_audio_priority".into(), setting.into())], ..Default::default() })
+            .unwrap();
+        [(Cpu, Cpu), (Cuda, Cpu), (Cpu, TensorRt), (Cuda, Cuda)].map(|(llm, dit)| c.engine.first_audio_priority_applies(llm, dit))
+    };
+    assert_eq!(applies("auto"), [true, false, false, false], "auto: only when the LLM and the DiT both run on the CPU");
+    assert_eq!(applies("on"), [true; 4]);
+    assert_eq!(applies("off"), [false; 4]);
 }
 
 /// A copy of the bundled model whose manifest carries non-official sampling and streaming values,
