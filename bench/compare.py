@@ -18,6 +18,16 @@ round, e.g. int8 for the two MatMul-bound stages:
     bench/compare.py --export models/full-export-int8 --rounds 2 --runs 1 --warmup 0 \
         --also "int8=--provider cpu --set stages.dit.precision=int8 --set stages.llm.precision=int8"
 
+`--stream` compares the streaming paths and adds a `first_audio` row: the reference runs the
+official streaming loop (`reference --stream --live`: the LLM in a thread, the main thread polling
+every 0.1 s and running a chunk once hop + 3 tokens are there, cosyvoice3.md §7.2), cosy runs
+`profile --stream` (its `ttfb_ms`). First audio counts from the request's start, frontend included,
+on both sides. The official loop's hop grows per model object (its quirk: a second request starts
+at hop 100), so each reference run starts from a fresh schedule (hop 25), its best case:
+
+    bench/compare.py --stream --tokens 60 --runs 1 --rounds 2 \
+        --also "both-off=--provider cpu --precision fp32 --set engine.prompt_cache=off --set engine.first_audio_priority=off"
+
 The first cosy setting is the one the `cosy ms`/ratio columns show; every `--also` setting gets its
 own column and ratio against the reference. An `--also` setting with its own `--model DIR` runs on
 that folder instead of `--export` (before/after an exporter change:
@@ -41,6 +51,7 @@ REPO = Path(__file__).resolve().parents[1]
 DEFAULT_TEXT = "The old lighthouse blinked twice before the fog rolled in over the quiet harbour town."
 DEFAULT_PROMPT_TEXT = "You are a helpful assistant.<|endofprompt|>Good evening, this recording captures my natural voice."
 STAGES = ("frontend", "llm", "flow", "hift", "total")
+STREAM_STAGES = (*STAGES, "first_audio")
 
 
 def median(values: list[float]) -> float:
@@ -57,9 +68,11 @@ def reference_runs(args: argparse.Namespace, out: Path) -> list[dict[str, float]
            "--prompt-text", args.prompt_text, "--prompt-wav", str(args.prompt_wav),
            "--ignore-stop-until", str(args.tokens), "--runs", str(args.runs), "--warmup", str(args.warmup),
            "--json", str(out)]
+    if args.stream:
+        cmd += ["--stream", "--live"]
     run(cmd, REPO / "onnx")
     rows = json.loads(out.read_text())["runs"]
-    return [{k: v * 1e3 if k in STAGES or k == "token2wav" else v for k, v in r.items()} for r in rows]
+    return [{k: v * 1e3 if k in STREAM_STAGES or k == "token2wav" else v for k, v in r.items()} for r in rows]
 
 
 def cosy_runs(args: argparse.Namespace, out: Path, cosy_args: str) -> tuple[list[dict[str, float]], dict]:
@@ -68,7 +81,7 @@ def cosy_runs(args: argparse.Namespace, out: Path, cosy_args: str) -> tuple[list
     cmd = [str(args.cosy), *model, *flags, "profile",
            "--prompt-wav", str(args.prompt_wav), "--prompt-text", args.prompt_text, "--no-text-frontend",
            "--min-tokens", str(args.tokens), "--runs", str(args.runs), "--warmup", str(args.warmup),
-           "--seed", "0", "--json", str(out), "--", args.text]
+           "--seed", "0", "--json", str(out), *(["--stream"] if args.stream else []), "--", args.text]
     env = {k: v for k, v in os.environ.items() if not k.startswith("COSY_")}
     run(cmd, REPO, env)
     report = json.loads(out.read_text())
@@ -76,7 +89,8 @@ def cosy_runs(args: argparse.Namespace, out: Path, cosy_args: str) -> tuple[list
     for r in report["per_run"]:
         st = r["stages"]
         rows.append({"frontend": st["frontend"]["total_ms"], "llm": st["llm"]["total_ms"], "flow": st["flow"]["total_ms"],
-                     "hift": st["hift"]["total_ms"], "total": r["total_ms"], "speech_tokens": r["speech_tokens"],
+                     "hift": st["hift"]["total_ms"], "total": r["total_ms"], "first_audio": r["ttfb_ms"],
+                     "speech_tokens": r["speech_tokens"],
                      "audio_s": r["audio_s"], "sub": {k: v["total_ms"] for k, v in st.items()},
                      "calls": {k: v["calls"] for k, v in st.items()}})
     return rows, report
@@ -112,6 +126,8 @@ def main() -> int:
     p.add_argument("--cosy-args", default="--provider cpu --precision fp32", help="global cosy flags")
     p.add_argument("--also", action="append", default=[], metavar="LABEL=ARGS",
                    help="another cosy setting (global cosy flags) timed in every round; repeatable")
+    p.add_argument("--stream", action="store_true",
+                   help="compare the streaming paths (the official live loop vs cosy profile --stream), with first audio")
     p.add_argument("--out", type=Path, help="write all runs and the ratios as JSON")
     args = p.parse_args()
     extra: list[tuple[str, str]] = []
@@ -138,7 +154,7 @@ def main() -> int:
     print(f"\n{'stage':<10} {'reference ms':>13} {'cosy ms':>10} {'ratio ref/cosy':>15}{head}")
     ratios = {}
     more_ratios: dict[str, dict[str, float]] = {label: {} for label in more}
-    for s in STAGES:
+    for s in STREAM_STAGES if args.stream else STAGES:
         r, c = median([x[s] for x in ref]), median([x[s] for x in cos])
         ratios[s] = r / c if c > 0 else float("nan")
         cols = ""

@@ -1,12 +1,17 @@
 #!/usr/bin/env bash
-# The DiT prompt-prefix cache and the LLM/DiT thread settings on CPU (docs/benchmarks.md, "First
-# audio on CPU: prompt cache and threads"): `cosy profile --stream` with and without the cache
-# (engine.prompt_cache_bytes=0), fp32 and int8 DiT, the bundled 3 s prompt and a 10 s one, one
-# line per setting; then the LLM's decode ms/token offline and streaming under thread settings.
+# The DiT prompt-prefix cache, first-audio priority and the LLM/DiT thread settings on CPU
+# (docs/benchmarks.md, "First audio on CPU"): `cosy profile --stream`, fp32 and int8 DiT, the
+# bundled 3 s prompt and a 10 s one, one line per setting, the settings of one pair back to back:
+#   before   = no cache, no priority (engine.prompt_cache=off, engine.first_audio_priority=off)
+#   priority = no cache, the LLM held during the first chunk
+#   cache    = the cache, no priority
+#   both     = the cache and the priority (the defaults on a CPU)
+# then the LLM's decode ms/token offline and streaming under thread settings.
 #
 #   bench/prompt_cache.sh MODEL_DIR OUT_DIR [PROMPT_10S_WAV]
-# Env: TOKENS (default 100), RUNS (1), ONLY=cache|threads (one part), THREAD_SETTINGS (a subset of
-# default spin-off dit-spin-off llm1-dit1). Needs target/release/cosy.
+# Env: TOKENS (default 100), RUNS (1), ONLY=cache|threads (one part), SETTINGS (a subset of
+# before priority cache both; default all), DITS (fp32 int8), PROMPTS (short long),
+# THREAD_SETTINGS (a subset of default spin-off dit-spin-off llm1-dit1). Needs target/release/cosy.
 # The warm-up run records the voice's cache, so the measured runs are what a saved voice gets.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -43,11 +48,19 @@ run() { # NAME ARGS...
   echo "$name: $(summary "$out/$name.json")"
 }
 if [ "${ONLY:-cache}" = cache ]; then
-  for dit in fp32 int8; do
-    for p in short long; do
+  for dit in ${DITS:-fp32 int8}; do
+    for p in ${PROMPTS:-short long}; do
       if [ $p = short ]; then prompt=("${short_prompt[@]}"); else prompt=("${long_prompt[@]}"); fi
-      run "stream-$dit-$p-nocache" "${prompt[@]}" --stream --set stages.dit.precision=$dit --set engine.prompt_cache_bytes=0
-      run "stream-$dit-$p-cache" "${prompt[@]}" --stream --set stages.dit.precision=$dit
+      for setting in ${SETTINGS:-before priority cache both}; do
+        case $setting in
+          before) sets=(--set engine.prompt_cache=off --set engine.first_audio_priority=off) ;;
+          priority) sets=(--set engine.prompt_cache=off --set engine.first_audio_priority=on) ;;
+          cache) sets=(--set engine.prompt_cache=on --set engine.first_audio_priority=off) ;;
+          both) sets=(--set engine.prompt_cache=on --set engine.first_audio_priority=on) ;;
+          *) echo "unknown setting $setting"; continue ;;
+        esac
+        run "stream-$dit-$p-$setting" "${prompt[@]}" --stream --set stages.dit.precision=$dit "${sets[@]}"
+      done
     done
   done
 fi
@@ -63,6 +76,6 @@ if [ "${ONLY:-threads}" = threads ]; then
       llm1-dit1) sets=(--set stages.llm.threads=1 --set stages.dit.threads=1) ;;
       *) echo "unknown setting $setting"; continue ;;
     esac
-    run "threads-$setting-stream" "${short_prompt[@]}" --stream --set engine.prompt_cache_bytes=0 "${sets[@]}"
+    run "threads-$setting-stream" "${short_prompt[@]}" --stream --set engine.prompt_cache=off --set engine.first_audio_priority=off "${sets[@]}"
   done
 fi

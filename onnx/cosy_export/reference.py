@@ -10,10 +10,11 @@ runtime and as the PyTorch side of the speed comparison.
 from __future__ import annotations
 
 import json
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import onnxruntime as ort
@@ -76,12 +77,14 @@ def decode_llm(
     sampling: dict[str, Any],
     seed: int = 0,
     ignore_stop_until: int | None = None,
+    on_token: Callable[[int], None] | None = None,
 ) -> tuple[list[int], int | None, str]:
     """Official decoding loop (§4.2). Returns (tokens, stop id or None, termination).
 
     `ignore_stop_until` is a benchmark/test-only option (not the official behaviour): exactly that
     many tokens are decoded, every stop id masked, so random-weight models produce a known amount
-    of speech, the same on both sides of a comparison (the runtime's `--min-tokens`).
+    of speech, the same on both sides of a comparison (the runtime's `--min-tokens`). `on_token`
+    sees each speech token as it is sampled (the live streaming loop's shared token list).
     """
     cfg = llm.cfg
     gen = torch.Generator().manual_seed(seed)
@@ -104,6 +107,8 @@ def decode_llm(
         if cfg.speech_token_size <= top < cfg.speech_vocab_size:
             return out, top, "stop_token"
         out.append(top)
+        if on_token is not None:
+            on_token(top)
         x = llm.speech_embedding.weight[top].reshape(1, 1, -1)
     return out, None, "max_len"
 
@@ -178,6 +183,11 @@ class Request:
     stream: bool = False
     seed: int = 0
     ignore_stop_until: int | None = None
+    # Streaming only: run as the official `tts()` does (cosyvoice3.md §7.2), the LLM in a thread
+    # and the main thread polling every 0.1 s, so `first_audio` is what users of the official code
+    # wait; otherwise the chunks run after the LLM (same outputs: the schedule depends only on
+    # token counts).
+    live: bool = False
 
 
 def _frontend(model: ReferenceModel, req: Request, dump: dict[str, np.ndarray]) -> dict[str, Any]:
@@ -224,8 +234,12 @@ def synthesize(model: ReferenceModel, req: Request, timings: dict[str, float] | 
     fe = _frontend(model, req, dump)
     timings["frontend"] = time.perf_counter() - t0
 
-    t0 = time.perf_counter()
     lm_input = model.llm.build_lm_input(torch.tensor(fe["prompt_text"] + fe["text"]), fe["speech_tokens"])
+    if req.stream and req.live:
+        _synthesize_live(model, req, fe, lm_input, dump, timings)
+        timings["first_audio"] += timings["frontend"]
+        return dump
+    t0 = time.perf_counter()
     raw_tokens, _, _ = decode_llm(
         model.llm, lm_input, len(fe["text"]), model.cfg.llm.sampling or {}, req.seed, req.ignore_stop_until
     )
@@ -318,6 +332,104 @@ def _token2wav_stream(model: ReferenceModel, fe: dict[str, Any], tokens: list[in
     dump.update(
         flow_mel=mel_acc[0].numpy(), hift_f0=f0[0].float().numpy(), hift_source=src[0, 0].numpy(),
         waveform=np.concatenate(chunks), chunk_samples=np.array([c.shape[0] for c in chunks], dtype=np.int64),
+    )
+
+
+class _LiveChunks:
+    """The streaming chunks' flow + HiFT state (official `token2wav` with its per-request cache)."""
+
+    def __init__(self, model: ReferenceModel, fe: dict[str, Any]) -> None:
+        self.model, self.fe = model, fe
+        self.mel_acc: torch.Tensor | None = None
+        self.chunks: list[np.ndarray] = []
+        self.speech_offset = 0
+        self.flow_s = self.hift_s = 0.0
+        self.last: tuple[torch.Tensor, torch.Tensor] | None = None
+
+    def run(self, tokens: list[int], token_offset: int, finalize: bool) -> None:
+        ratio = self.model.cfg.token_mel_ratio
+        t0 = time.perf_counter()
+        out = _flow(self.model, self.fe, tokens, finalize=finalize, streaming=not finalize)
+        new_mel = out["mel"][:, :, token_offset * ratio:]
+        self.flow_s += time.perf_counter() - t0
+        self.mel_acc = new_mel if self.mel_acc is None else torch.cat([self.mel_acc, new_mel], dim=2)
+        t0 = time.perf_counter()
+        wav, src, f0 = _hift(self.model, self.mel_acc, finalize=finalize)
+        self.hift_s += time.perf_counter() - t0
+        self.chunks.append(wav[0, self.speech_offset:].numpy())
+        self.speech_offset += self.chunks[-1].shape[0]
+        self.last = (src, f0)
+
+
+def _synthesize_live(model: ReferenceModel, req: Request, fe: dict[str, Any], lm_input: torch.Tensor,
+                     dump: dict[str, np.ndarray], timings: dict[str, float]) -> None:
+    """The official streaming `tts()` loop (cosyvoice3.md §7.2): `llm_job` in a thread appends the
+    speech tokens (silent runs pruned, §4.4) to a shared list; this thread sleeps 0.1 s per
+    iteration and runs a chunk whenever hop + 3 tokens past the offset are there; after the LLM
+    ends, one final chunk. `timings["first_audio"]` is when the first chunk's audio exists."""
+    started = time.perf_counter()
+    tokens: list[int] = []
+    raw: list[int] = []
+    silent_run = [0]
+    llm_end = threading.Event()
+    failure: list[BaseException] = []
+
+    def on_token(t: int) -> None:
+        raw.append(t)
+        if t in SILENT_TOKENS:
+            silent_run[0] += 1
+            if silent_run[0] > MAX_SILENT_RUN:
+                return
+        else:
+            silent_run[0] = 0
+        tokens.append(t)
+
+    def llm_job() -> None:
+        try:
+            with torch.no_grad():
+                decode_llm(model.llm, lm_input, len(fe["text"]), model.cfg.llm.sampling or {}, req.seed,
+                           req.ignore_stop_until, on_token)
+        except BaseException as e:  # reported on the main thread
+            failure.append(e)
+        finally:
+            timings["llm"] = time.perf_counter() - started
+            llm_end.set()
+
+    thread = threading.Thread(target=llm_job, name="llm_job")
+    thread.start()
+    n_prompt = int(fe["speech_tokens"].numel())
+    hop, max_hop, lookahead = 25, 100, 3
+    pad = -(-n_prompt // hop) * hop - n_prompt
+    chunks = _LiveChunks(model, fe)
+    token_offset, hop_len, first = 0, hop, True
+    while True:
+        time.sleep(0.1)
+        this_hop = hop_len + pad if first else hop_len
+        if len(tokens) - token_offset >= this_hop + lookahead:
+            chunks.run(tokens[: token_offset + this_hop + lookahead], token_offset, finalize=False)
+            if first:
+                timings["first_audio"] = time.perf_counter() - started
+            token_offset += this_hop
+            hop_len = min(max_hop, hop_len * 2)
+            first = False
+        if llm_end.is_set() and len(tokens) - token_offset < this_hop + lookahead:
+            break
+    thread.join()
+    if failure:
+        raise failure[0]
+    chunks.run(list(tokens), token_offset, finalize=True)
+    if first:
+        timings["first_audio"] = time.perf_counter() - started
+    assert chunks.mel_acc is not None and chunks.last is not None
+    src, f0 = chunks.last
+    timings["flow"], timings["hift"] = chunks.flow_s, chunks.hift_s
+    timings["token2wav"] = chunks.flow_s + chunks.hift_s
+    dump["llm_token_raw"] = np.array(raw, dtype=np.int32)
+    dump["speech_token"] = np.array(tokens, dtype=np.int32)
+    dump.update(
+        flow_mel=chunks.mel_acc[0].numpy(), hift_f0=f0[0].float().numpy(), hift_source=src[0, 0].numpy(),
+        waveform=np.concatenate(chunks.chunks),
+        chunk_samples=np.array([c.shape[0] for c in chunks.chunks], dtype=np.int64),
     )
 
 

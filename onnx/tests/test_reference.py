@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from cosy_export.reference import (
-    ReferenceModel, nucleus_candidates, prune_silent, ras_sample, run_case, stream_schedule,
+    ReferenceModel, Request, nucleus_candidates, prune_silent, ras_sample, run_case, stream_schedule, synthesize,
 )
 
 CASES = ["en", "zh", "num", "p16k", "stream"]
@@ -68,3 +68,26 @@ def test_dump_dtypes_follow_the_contract(reference_model: ReferenceModel, refere
     assert np.load(tmp_path / "llm_token_raw.npy").dtype == np.int32
     assert np.load(tmp_path / "waveform.npy").dtype == np.float32
     assert np.load(tmp_path / "whisper_mel.npy").shape[0] == 128
+
+
+def test_live_streaming_loop_gives_the_same_speech_and_times_first_audio(reference_model: ReferenceModel,
+                                                                        reference_dir: Path) -> None:
+    """`--live` (the official `tts()` loop: LLM thread, 0.1 s polling, bench/compare.py --stream)
+    makes the same chunks from the same tokens as the chunks run after the LLM; it only adds the
+    time of first audio. Audio within 1e-4, not bit-equal: the LLM thread runs beside the chunks
+    on torch's shared intra-op pool, which may split a reduction differently."""
+    import dataclasses
+    import json
+
+    case = reference_dir / "golden" / "stream"
+    meta = json.loads((case / "meta.json").read_text())
+    req = Request(tts_text=meta["tts_text"], prompt_text=meta["prompt_text"],
+                  prompt_wav=reference_dir / meta["prompt_wav"], stream=True)
+    after = synthesize(reference_model, req)
+    timings: dict[str, float] = {}
+    live = synthesize(reference_model, dataclasses.replace(req, live=True), timings)
+    for name in ("llm_token_raw", "speech_token", "chunk_samples"):
+        np.testing.assert_array_equal(live[name], after[name], err_msg=name)
+    assert len(live["chunk_samples"]) == len(meta["flow_calls"]) > 1
+    np.testing.assert_allclose(live["waveform"], after["waveform"], atol=1e-4)
+    assert 0 < timings["first_audio"] and timings["frontend"] < timings["first_audio"]
