@@ -224,6 +224,9 @@ pub struct EngineSettings {
     pub prompt_cache_bytes: usize,
     /// Where that cache is used (the bound that applies: [`EngineSettings::prompt_cache_bound`]).
     pub prompt_cache: CpuSwitch,
+    /// Bound, in bytes, of the same cache on disk (`<runtime.engine_cache>/prompt-prefix`,
+    /// [`Config::prompt_cache_dir`]), used wherever the in-memory one is; 0 = not on disk.
+    pub prompt_cache_disk_bytes: u64,
     /// Whether the LLM's decode steps wait while a streaming request's first chunk is in the flow
     /// and HiFT ([`EngineSettings::first_audio_priority_applies`]).
     pub first_audio_priority: CpuSwitch,
@@ -434,7 +437,7 @@ impl Default for Config {
             output: OutputSettings { device: "default".into() },
             voices: VoiceSettings { dir: paths::voices_dir(), default: None, aliases: BTreeMap::new() },
             limits: LimitSettings { max_text_chars: 5000 },
-            engine: EngineSettings { max_batch: 16, max_in_flight: 16, max_queue: 64, dit_max_batch: 8, prompt_cache_bytes: 2 << 30, prompt_cache: CpuSwitch::Auto, first_audio_priority: CpuSwitch::Auto, file_concurrency: 4 },
+            engine: EngineSettings { max_batch: 16, max_in_flight: 16, max_queue: 64, dit_max_batch: 8, prompt_cache_bytes: 2 << 30, prompt_cache: CpuSwitch::Auto, prompt_cache_disk_bytes: 4 << 30, first_audio_priority: CpuSwitch::Auto, file_concurrency: 4 },
             text: TextSettings { normalizer: NormalizerChoice::Auto },
             server: ServerSettings {
                 bind: "127.0.0.1:8080".into(),
@@ -506,6 +509,7 @@ pub const KEYS: &[&str] = &[
     "engine.dit_max_batch",
     "engine.prompt_cache_bytes",
     "engine.prompt_cache",
+    "engine.prompt_cache_disk_bytes",
     "engine.first_audio_priority",
     "engine.file_concurrency",
     "text.normalizer",
@@ -875,6 +879,12 @@ impl Config {
                 self.engine.first_audio_priority =
                     text_of(value).and_then(|s| CpuSwitch::parse(&s)).ok_or_else(|| bad(CpuSwitch::NAMES))?
             }
+            "engine.prompt_cache_disk_bytes" => {
+                self.engine.prompt_cache_disk_bytes = int_of(value)
+                    .and_then(|v| u64::try_from(v).ok())
+                    .filter(|&n| n <= 1 << 44)
+                    .ok_or_else(|| bad("a number of bytes from 0 (off) to 17592186044416"))?
+            }
             "engine.prompt_cache_bytes" => {
                 self.engine.prompt_cache_bytes = int_of(value)
                     .and_then(|v| usize::try_from(v).ok())
@@ -1095,6 +1105,11 @@ impl Config {
     /// The optimised-graph cache folder, or `None` when the cache is turned off.
     pub fn graph_cache_dir(&self) -> Option<PathBuf> {
         self.runtime.graph_cache_enabled.then(|| self.graph_cache_folder())
+    }
+
+    /// The DiT prompt-prefix cache's folder on disk: `<runtime.engine_cache>/prompt-prefix`.
+    pub fn prompt_cache_dir(&self) -> PathBuf {
+        self.runtime.engine_cache.join("prompt-prefix")
     }
 
     /// Where the optimised-graph cache is, whether or not it is turned on (`cosy engines list|clean`

@@ -85,6 +85,8 @@ pub enum CacheKind {
     Engine,
     /// A saved optimised graph for CPU sessions.
     Graph,
+    /// The DiT prompt-prefix cache's files (one per voice; `engine.prompt_cache_disk_bytes`).
+    PromptPrefix,
 }
 
 impl CacheKind {
@@ -92,6 +94,7 @@ impl CacheKind {
         match self {
             CacheKind::Engine => "tensorrt-engine",
             CacheKind::Graph => "optimised-graph",
+            CacheKind::PromptPrefix => "prompt-prefix",
         }
     }
 }
@@ -126,13 +129,28 @@ fn current_set(config: &Config) -> Option<BTreeSet<String>> {
 pub fn list(config: &Config) -> Result<Vec<ListedEntry>> {
     let mut out = Vec::new();
     let graph_dir = config.graph_cache_folder();
-    let engines = EngineCache::new(config.runtime.engine_cache.clone()).excluding(&graph_dir);
+    let engines = EngineCache::of_config(config);
     for e in engines.entries()? {
         let summary = e
             .key
             .as_ref()
             .map(|k| format!("{} {} gpu={} ort={} trt={}", k.stage, k.precision, k.gpu, k.ort_version, k.trt_version));
         out.push(ListedEntry { kind: CacheKind::Engine, dir: e.dir, state: e.state, bytes: e.bytes, summary, current: None, in_progress: false });
+    }
+    // The prompt-prefix files as one entry (each file names a voice and model by a hash): kept in
+    // its own bound, removed only by `clean --all`.
+    let prefix_dir = config.prompt_cache_dir();
+    if let Ok(files) = std::fs::read_dir(&prefix_dir) {
+        let sizes: Vec<u64> = files.flatten().filter_map(|f| f.metadata().ok()).filter(|m| m.is_file()).map(|m| m.len()).collect();
+        out.push(ListedEntry {
+            kind: CacheKind::PromptPrefix,
+            dir: prefix_dir,
+            state: EntryState::Valid,
+            bytes: sizes.iter().sum(),
+            summary: Some(format!("{} file{}", sizes.len(), if sizes.len() == 1 { "" } else { "s" })),
+            current: None,
+            in_progress: false,
+        });
     }
     // Listed (and cleaned) also when the cache is turned off.
     for e in GraphCache::new(graph_dir).entries()? {
@@ -149,7 +167,7 @@ pub fn list(config: &Config) -> Result<Vec<ListedEntry>> {
     }
     if out.iter().any(|e| e.state == EntryState::Valid) {
         if let Some(current) = current_set(config) {
-            for e in &mut out {
+            for e in out.iter_mut().filter(|e| e.kind != CacheKind::PromptPrefix) {
                 let name = e.dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
                 e.current = Some(current.contains(&name));
             }

@@ -102,11 +102,16 @@ impl DitBatcher {
         max_batch: usize,
         prefix_shape: Option<DitCacheShape>,
         prefix_cache_bytes: usize,
+        prefix_disk: Option<crate::pipeline::PrefixDisk>,
     ) -> Result<DitBatcher> {
         let worker = Worker::spawn("dit-batcher", move |rx, stats| serve(session, prefix_shape, rx, max_batch.max(1), stats))?;
-        let prefix_store = prefix_shape
-            .filter(|_| prefix_cache_bytes > 0)
-            .map(|shape| crate::pipeline::PrefixStore::new(shape, prefix_cache_bytes));
+        let prefix_store = prefix_shape.filter(|_| prefix_cache_bytes > 0).map(|shape| {
+            let store = crate::pipeline::PrefixStore::new(shape, prefix_cache_bytes);
+            match prefix_disk {
+                Some(disk) => store.with_disk(disk),
+                None => store,
+            }
+        });
         Ok(DitBatcher { worker, prefix_shape, prefix_store })
     }
 
@@ -118,7 +123,7 @@ impl DitBatcher {
     }
 
     /// The per-voice prompt-prefix cache (`None`: the graph has no cache I/O, or
-    /// `engine.prompt_cache_bytes` is 0).
+    /// `engine.prompt_cache_bytes` is 0), over `prefix_disk` when given.
     pub fn prefix_store(&self) -> Option<&crate::pipeline::PrefixStore> {
         self.prefix_store.as_ref()
     }

@@ -67,7 +67,23 @@ pub(super) fn open_stages(config: &Config, dir: Arc<ModelDir>, constants: &Model
     let hold = config.engine.first_audio_priority_applies(llm_session.provider_used, dit_session.provider_used);
     let llm = Arc::new(LlmScheduler::start(llm_session, constants.llm_shape, config.engine.max_batch, llm_gather_first, hold)?);
     let prompt_cache_bytes = config.engine.prompt_cache_bound(dit_session.provider_used);
-    let dit = Arc::new(DitBatcher::start(dit_session, config.engine.dit_max_batch, dit_shape, prompt_cache_bytes)?);
+    let prefix_disk = match dit_shape {
+        Some(shape) if prompt_cache_bytes > 0 && config.engine.prompt_cache_disk_bytes > 0 => {
+            // What a cache depends on besides the voice: the model folder (its manifest lists
+            // every file's sha256), the DiT's precision and provider.
+            let manifest = std::fs::read(dir.root.join(crate::model::MANIFEST)).map_err(|e| crate::Error::io(dir.root.join(crate::model::MANIFEST), e))?;
+            let model = [manifest.as_slice(), dit_session.precision.as_str().as_bytes(), dit_session.provider_used.as_str().as_bytes()].join(&0u8);
+            Some(crate::pipeline::PrefixDisk::new(
+                config.prompt_cache_dir(),
+                &model,
+                shape,
+                constants.cfm.n_timesteps,
+                config.engine.prompt_cache_disk_bytes,
+            ))
+        }
+        _ => None,
+    };
+    let dit = Arc::new(DitBatcher::start(dit_session, config.engine.dit_max_batch, dit_shape, prompt_cache_bytes, prefix_disk)?);
     let stages = Stages {
         llm: Box::new(llm.clone()),
         flow_front,

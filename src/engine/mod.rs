@@ -315,6 +315,11 @@ impl Engine {
         (self.llm.stats(), self.dit.stats())
     }
 
+    /// The DiT prompt-prefix cache's counters (`None` when it is not used).
+    pub fn prompt_cache_stats(&self) -> Option<crate::pipeline::PrefixStats> {
+        self.dit.prefix_store().map(|s| s.stats())
+    }
+
     /// Requests synthesising now.
     pub fn in_flight(&self) -> usize {
         self.admission.counts().running

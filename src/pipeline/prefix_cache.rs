@@ -2,12 +2,15 @@
 //! keys, values and positional-conv context of a voice's leading prompt frames at every Euler
 //! step, recorded (a solve of those frames alone) by the first streaming chunk that runs with that voice and used by it and every
 //! later non-final chunk of any request with the same voice (`crate::flow::solve_cfm_prefixed`).
-//! Bounded by bytes (`engine.prompt_cache_bytes`), least recently used out first.
+//! Bounded by bytes (`engine.prompt_cache_bytes`), least recently used out first. With a
+//! [`PrefixDisk`] below it, what is recorded is also written to disk (in the background; the
+//! store waits for those writes when dropped) and a voice missing here is read from there.
 
 use std::sync::{Arc, Mutex};
 
 use sha2::{Digest, Sha256};
 
+use super::prefix_disk::PrefixDisk;
 use crate::flow::{DitCacheShape, PrefixCache};
 use crate::request::PromptFeatures;
 
@@ -40,6 +43,10 @@ pub struct PrefixStats {
     pub misses: u64,
     pub entries: usize,
     pub bytes: usize,
+    /// Misses here that the disk had.
+    pub disk_hits: u64,
+    /// Caches written to disk.
+    pub disk_writes: u64,
 }
 
 struct Entry {
@@ -56,18 +63,36 @@ struct Lru {
     clock: u64,
     hits: u64,
     misses: u64,
+    disk_hits: u64,
 }
 
-/// The in-memory cache of one loaded DiT, bounded by bytes.
+/// The in-memory cache of one loaded DiT, bounded by bytes, over an optional disk folder.
 pub struct PrefixStore {
     shape: DitCacheShape,
     capacity: usize,
     lru: Mutex<Lru>,
+    disk: Option<Arc<PrefixDisk>>,
+    /// Disk writes under way (joined on drop, so a short `cosy say` leaves its file behind).
+    writes: Mutex<Vec<std::thread::JoinHandle<bool>>>,
+    disk_writes: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl PrefixStore {
     pub fn new(shape: DitCacheShape, capacity: usize) -> PrefixStore {
-        PrefixStore { shape, capacity, lru: Mutex::new(Lru::default()) }
+        PrefixStore {
+            shape,
+            capacity,
+            lru: Mutex::new(Lru::default()),
+            disk: None,
+            writes: Mutex::new(Vec::new()),
+            disk_writes: Arc::new(std::sync::atomic::AtomicU64::new(0)),
+        }
+    }
+
+    /// Also keeps what is recorded on `disk`, and reads from it what is not kept here.
+    pub fn with_disk(mut self, disk: PrefixDisk) -> PrefixStore {
+        self.disk = Some(Arc::new(disk));
+        self
     }
 
     pub fn shape(&self) -> DitCacheShape {
@@ -85,8 +110,20 @@ impl PrefixStore {
         self.lru.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// The cache of `key`, if kept (counts a hit or a miss).
+    /// The cache of `key`, if kept here or on disk (counts a hit or a miss here, and a disk hit).
     pub fn get(&self, key: &PrefixKey) -> Option<Arc<PrefixCache>> {
+        if let Some(found) = self.get_kept(key) {
+            return Some(found);
+        }
+        let disk = self.disk.as_ref()?;
+        let cache = Arc::new(disk.load(key)?);
+        self.keep(*key, cache.clone());
+        self.lock().disk_hits += 1;
+        tracing::debug!(frames = cache.frames, "read the voice's DiT prompt-prefix cache from disk");
+        Some(cache)
+    }
+
+    fn get_kept(&self, key: &PrefixKey) -> Option<Arc<PrefixCache>> {
         let mut lru = self.lock();
         lru.clock += 1;
         let now = lru.clock;
@@ -102,16 +139,52 @@ impl PrefixStore {
         found
     }
 
-    /// Keeps `cache` under `key`, dropping the least recently used entries until it fits; an
-    /// entry larger than the whole bound is not kept.
+    /// Keeps `cache` under `key` (a newly recorded one: also written to disk, in the background).
     pub fn insert(&self, key: PrefixKey, cache: Arc<PrefixCache>) {
+        if !self.keep(key, cache.clone()) {
+            return; // two requests with a new voice recorded it at once: the first one is written
+        }
+        let Some(disk) = self.disk.clone() else { return };
+        let written = self.disk_writes.clone();
+        let spawned = std::thread::Builder::new().name("prefix-disk".into()).spawn(move || match disk.save(&key, &cache) {
+            Ok(()) => {
+                written.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                true
+            }
+            Err(why) => {
+                tracing::warn!(folder = %disk.dir().display(), "prompt-prefix cache not written to disk: {why}");
+                false
+            }
+        });
+        match spawned {
+            Ok(handle) => {
+                let mut writes = self.writes.lock().unwrap_or_else(|p| p.into_inner());
+                writes.retain(|h| !h.is_finished());
+                writes.push(handle);
+            }
+            Err(e) => tracing::warn!("prompt-prefix cache not written to disk: no thread ({e})"),
+        }
+    }
+
+    /// Waits for the disk writes under way.
+    pub fn flush(&self) {
+        let writes = std::mem::take(&mut *self.writes.lock().unwrap_or_else(|p| p.into_inner()));
+        for handle in writes {
+            let _ = handle.join();
+        }
+    }
+
+    /// Keeps `cache` under `key` in memory, dropping the least recently used entries until it
+    /// fits; an entry larger than the whole bound is not kept. `false` when `key` was kept already
+    /// (the first one stays).
+    fn keep(&self, key: PrefixKey, cache: Arc<PrefixCache>) -> bool {
         let bytes = cache.bytes();
         if bytes > self.capacity {
-            return;
+            return true;
         }
         let mut lru = self.lock();
         if lru.entries.iter().any(|e| e.key == key) {
-            return; // two requests with a new voice recorded it at once: the first one stays
+            return false;
         }
         while lru.bytes + bytes > self.capacity {
             let Some(oldest) = lru.entries.iter().enumerate().min_by_key(|(_, e)| e.last_used).map(|(i, _)| i) else { break };
@@ -122,11 +195,25 @@ impl PrefixStore {
         let last_used = lru.clock;
         lru.bytes += bytes;
         lru.entries.push(Entry { key, cache, bytes, last_used });
+        true
     }
 
     pub fn stats(&self) -> PrefixStats {
         let lru = self.lock();
-        PrefixStats { hits: lru.hits, misses: lru.misses, entries: lru.entries.len(), bytes: lru.bytes }
+        PrefixStats {
+            hits: lru.hits,
+            misses: lru.misses,
+            entries: lru.entries.len(),
+            bytes: lru.bytes,
+            disk_hits: lru.disk_hits,
+            disk_writes: self.disk_writes.load(std::sync::atomic::Ordering::Relaxed),
+        }
+    }
+}
+
+impl Drop for PrefixStore {
+    fn drop(&mut self) {
+        self.flush();
     }
 }
 

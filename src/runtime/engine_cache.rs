@@ -87,6 +87,12 @@ impl EngineCache {
         EngineCache { root: root.into(), exclude: Vec::new() }
     }
 
+    /// The engine cache of `config` (`runtime.engine_cache`), without the other caches that may
+    /// lie in it: the optimised graphs and the DiT prompt-prefix files.
+    pub fn of_config(config: &crate::config::Config) -> Self {
+        EngineCache::new(config.runtime.engine_cache.clone()).excluding(&config.graph_cache_folder()).excluding(&config.prompt_cache_dir())
+    }
+
     /// The same cache, with `dir` (a folder that may lie under the root) not taken for an entry.
     pub fn excluding(mut self, dir: &Path) -> Self {
         self.exclude.push(dir.to_path_buf());

@@ -126,7 +126,7 @@ impl SessionFactory {
     pub fn with_runtime(runtime: &'static OrtRuntime, config: &Config, model: Arc<ModelDir>) -> Self {
         let graph_cache = config.graph_cache_dir().map(GraphCache::new);
         // Also when the graph cache is off: its folder is never a TensorRT entry.
-        let cache = EngineCache::new(config.runtime.engine_cache.clone()).excluding(&config.graph_cache_folder());
+        let cache = EngineCache::of_config(config);
         SessionFactory {
             runtime,
             config: config.clone(),

@@ -179,6 +179,21 @@ fn engines_list_and_clean_handle_corrupt_entries() {
         .stdout(predicate::str::contains("1 entry removed"));
     assert!(!broken.exists());
     cosy(cwd.path()).args(["engines", "list"]).assert().success().stdout(predicate::str::contains("is empty"));
+    // The DiT prompt-prefix files live in the same folder: listed as one entry of their own (not
+    // taken for a corrupt engine), kept by `clean`, removed by `clean --all`.
+    let prefix = cache.join("prompt-prefix");
+    std::fs::create_dir_all(&prefix).unwrap();
+    std::fs::write(prefix.join("ab.safetensors"), b"0123456789").unwrap();
+    cosy(cwd.path())
+        .args(["engines", "list"])
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("prompt-prefix  prompt-prefix  10 B").and(predicate::str::contains("[1 file]")))
+        .stdout(predicate::str::contains("corrupt").not());
+    cosy(cwd.path()).args(["engines", "clean"]).assert().success().stdout(predicate::str::contains("0 entries removed"));
+    assert!(prefix.exists());
+    cosy(cwd.path()).args(["engines", "clean", "--all"]).assert().success().stdout(predicate::str::contains("1 entry removed"));
+    assert!(!prefix.exists());
 }
 
 #[test]

@@ -358,9 +358,9 @@ fn decode_hold_keeps_steps_waiting_until_dropped() {
     assert_eq!(scheduler.stats().decode_calls, 0, "a step ran during the hold");
     drop(hold);
     let (_row, out) = stepping.join().expect("step thread");
+    // Only a decode call answers a step (the counters are updated after the reply: not read here).
     assert!(!out.expect("the held step runs after the hold").is_empty());
-    let stats = scheduler.stats();
-    assert_eq!((stats.decode_calls, stats.held_steps), (1, 1), "{stats:?}");
+    assert_eq!(scheduler.stats().held_steps, 1, "held once");
 }
 
 /// With `engine.first_audio_priority = "off"` (or `auto` with a GPU stage) nothing is held.
@@ -368,4 +368,40 @@ fn decode_hold_keeps_steps_waiting_until_dropped() {
 fn scheduler_without_first_audio_priority_does_not_hold() {
     let (scheduler, _, _cache) = scheduler(false);
     assert!(scheduler.hold_decoding().is_none());
+}
+
+/// Issue 23 point 2: the prompt-prefix cache a streaming request records is written to disk
+/// (`<runtime.engine_cache>/prompt-prefix`), and the next engine (the next `cosy say`) reads it
+/// instead of solving the prompt's frames again, and gives the same samples. Within 1e-6 rather
+/// than bit-equal by rule, though here both runs solve the chunk from the same cache bits in the
+/// same process.
+#[test]
+fn prompt_prefix_cache_on_disk_serves_the_next_engine_the_same_samples() {
+    let cache = tempfile::tempdir().expect("temp dir");
+    let config = config_for(&fixture_model(), cache.path());
+    let voice = Voice::ZeroShot { wav: fixture_prompt(), transcript: "This recording is the voice prompt.".into() };
+    let req = request("The next process reads the voice's cache from disk.", voice, 3, true, Some(60));
+    let files = || std::fs::read_dir(config.prompt_cache_dir()).map(|d| d.flatten().count()).unwrap_or(0);
+    let first = {
+        let engine = Engine::builder(&config).build().expect("engine");
+        let out = run_alone(&engine, &req).expect("first engine");
+        let stats = engine.prompt_cache_stats().expect("the fixture's DiT has the cache I/O, used on the CPU");
+        assert_eq!((stats.entries, stats.disk_hits), (1, 0), "{stats:?}");
+        out
+    }; // dropping the engine waits for the disk write
+    assert_eq!(files(), 1, "one file for the one voice");
+    let engine = Engine::builder(&config).build().expect("engine");
+    let second = run_alone(&engine, &req).expect("second engine");
+    let stats = engine.prompt_cache_stats().expect("cache");
+    assert_eq!(stats.disk_hits, 1, "the second engine read the cache from disk: {stats:?}");
+    assert_eq!(stats.disk_writes, 0, "and did not write it again: {stats:?}");
+    assert_eq!((first.tokens, first.chunks), (second.tokens.clone(), second.chunks));
+    let worst = first.audio.iter().zip(&second.audio).fold(0f32, |m, (a, b)| m.max((a - b).abs()));
+    assert!(first.audio.len() == second.audio.len() && worst <= 1e-6, "audio differs by {worst}");
+    // engine.prompt_cache_disk_bytes = 0: nothing on disk.
+    let off = tempfile::tempdir().expect("temp dir");
+    let mut config = config_for(&fixture_model(), off.path());
+    config.engine.prompt_cache_disk_bytes = 0;
+    drop(Engine::builder(&config).build().expect("engine").submit(req).expect("submit").wait().expect("runs"));
+    assert!(!config.prompt_cache_dir().exists());
 }

@@ -202,12 +202,21 @@ fn stage_threads_spinning_and_the_prompt_cache_bound() {
     .unwrap();
     assert_eq!((c.threads_for(StageGroup::Dit), c.spinning_for(StageGroup::Dit)), (3, Some(false)));
     assert_eq!(Config::default().engine.prompt_cache_bytes, 2 << 30);
+    assert_eq!(Config::default().engine.prompt_cache_disk_bytes, 4 << 30);
+    let c = Config::load(&LoadOptions {
+        flags: vec![("engine.prompt_cache_disk_bytes".into(), "0".into()), ("runtime.engine_cache".into(), "/tmp/x".into())],
+        ..Default::default()
+    })
+    .unwrap();
+    assert_eq!(c.engine.prompt_cache_disk_bytes, 0);
+    assert_eq!(c.prompt_cache_dir(), std::path::Path::new("/tmp/x/prompt-prefix"), "beside the engines, where tests and users point it");
     for (key, value, allowed) in [
         ("stages.dit.threads", "-1", "0 (ONNX Runtime chooses) to 1024"),
         ("stages.llm.spinning", "maybe", "true, false"),
         ("engine.prompt_cache_bytes", "-5", "0 (off)"),
         ("engine.prompt_cache", "sometimes", "auto, on, off"),
         ("engine.first_audio_priority", "first", "auto, on, off"),
+        ("engine.prompt_cache_disk_bytes", "-1", "0 (off)"),
     ] {
         let m = config_err(&LoadOptions { flags: vec![(key.into(), value.into())], ..Default::default() });
         assert!(m.contains(key) && m.contains(allowed), "{key}: {m}");
