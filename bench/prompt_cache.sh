@@ -6,10 +6,13 @@
 #   priority = no cache, the LLM held during the first chunk
 #   cache    = the cache, no priority
 #   both     = the cache and the priority (the defaults on a CPU)
-# then the LLM's decode ms/token offline and streaming under thread settings.
+# then (ONLY=disk) a fresh process per run, as `cosy say` is: first audio with the voice's cache
+# neither in memory nor on disk (before: no cache at all; record: recorded in the run, disk off;
+# write: recorded and written), then read from disk by the next process (read); then the LLM's
+# decode ms/token offline and streaming under thread settings.
 #
 #   bench/prompt_cache.sh MODEL_DIR OUT_DIR [PROMPT_10S_WAV]
-# Env: TOKENS (default 100), RUNS (1), ONLY=cache|threads (one part), SETTINGS (a subset of
+# Env: TOKENS (default 100), RUNS (1), ONLY=cache|disk|threads (one part), SETTINGS (a subset of
 # before priority cache both; default all), DITS (fp32 int8), PROMPTS (short long),
 # THREAD_SETTINGS (a subset of default spin-off dit-spin-off llm1-dit1). Needs target/release/cosy.
 # The warm-up run records the voice's cache, so the measured runs are what a saved voice gets.
@@ -38,7 +41,8 @@ st = r["stages"]
 def p50(name):
     return f"{st[name]['p50_ms']:.1f}" if name in st else "n/a"
 print(f"ttfa_ms={r['ttfb_ms']:.0f} rtf={r['rtf']:.3f} llm_decode_p50_ms={p50('llm.decode')} "
-      f"dit_calls={st.get('flow.dit', {}).get('calls')} dit_p50_ms={p50('flow.dit')} rss_mib={r['memory'].get('peak_rss_mib')}")
+      f"dit_calls={st.get('flow.dit', {}).get('calls')} dit_p50_ms={p50('flow.dit')} rss_mib={r['memory'].get('peak_rss_mib')}"
+      + (" prompt_cache hits/misses/disk_hits={hits}/{misses}/{disk_hits}".format(**r["prompt_cache"]) if r.get("prompt_cache") else ""))
 PY
 }
 run() { # NAME ARGS...
@@ -61,6 +65,28 @@ if [ "${ONLY:-cache}" = cache ]; then
         esac
         run "stream-$dit-$p-$setting" "${prompt[@]}" --stream --set stages.dit.precision=$dit "${sets[@]}"
       done
+    done
+  done
+fi
+if [ "${ONLY:-disk}" = disk ]; then
+  # No warm-up: each run is one process's first request, its own engine cache folder for the
+  # prompt-prefix files (the optimised graphs are saved there too: load time, not first audio).
+  for dit in ${DITS:-fp32 int8}; do
+    for p in ${PROMPTS:-short long}; do
+      if [ $p = short ]; then prompt=("${short_prompt[@]}"); else prompt=("${long_prompt[@]}"); fi
+      cache="$out/engines-$dit-$p"; rm -rf "$cache"
+      once() { # NAME SETTINGS...
+        local name=$1; shift
+        "$cosy" --model "$model" --set runtime.engine_cache="$cache" "$@" profile "$text" "${prompt[@]}" --stream \
+          --set stages.dit.precision=$dit --min-tokens "$tokens" --runs 1 --warmup 0 --json "$out/$name.json" >"$out/$name.txt" 2>&1 \
+          || { echo "$name: failed (see $out/$name.txt)"; return; }
+        echo "$name: $(summary "$out/$name.json")"
+      }
+      once "disk-$dit-$p-before" --set engine.prompt_cache=off --set engine.first_audio_priority=off
+      once "disk-$dit-$p-record" --set engine.prompt_cache_disk_bytes=0
+      once "disk-$dit-$p-write"
+      once "disk-$dit-$p-read"
+      echo "disk-$dit-$p: $(du -sh "$cache/prompt-prefix" 2>/dev/null | cut -f1) on disk"
     done
   done
 fi

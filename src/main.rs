@@ -2,13 +2,12 @@
 
 mod serve;
 
-use clap::Parser;
 use cosy::cli::{exit_code, one_line, run, Cli, Command};
 use tracing_subscriber::EnvFilter;
 
 fn main() {
     // clap prints usage errors itself and exits with 2.
-    let cli = Cli::parse();
+    let cli = Cli::parse_args();
     // Checked as strictly as every COSY_* variable (Config::load checks it too).
     let log_env = std::env::var_os(cosy::config::LOG_ENV).map(|v| v.to_string_lossy().into_owned());
     if let Some(f) = &log_env {

@@ -356,6 +356,39 @@ pub enum EnginesAction {
 }
 
 impl Cli {
+    /// Parses the process's arguments (clap prints usage errors and exits with 2), keeping every
+    /// `--set`: [`Cli::parse_keeping_sets`].
+    pub fn parse_args() -> Cli {
+        Cli::parse_keeping_sets(std::env::args_os()).unwrap_or_else(|e| e.exit())
+    }
+
+    /// Parses `args` (the program name first). clap keeps only one level's occurrences of a
+    /// global option, so in `cosy --set a=1 profile --set b=2` the first would be lost without a
+    /// word; every `--set KEY=VALUE` / `--set=KEY=VALUE` before a `--` counts here, in order (a
+    /// later one for the same key wins, as in the config).
+    pub fn parse_keeping_sets<I, T>(args: I) -> Result<Cli, clap::Error>
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<std::ffi::OsString> + Clone,
+    {
+        let args: Vec<std::ffi::OsString> = args.into_iter().map(Into::into).collect();
+        let mut cli = <Cli as clap::Parser>::try_parse_from(&args)?;
+        let mut sets = Vec::new();
+        let mut rest = args.iter().skip(1).map(|a| a.to_string_lossy());
+        while let Some(arg) = rest.next() {
+            if arg == "--" {
+                break;
+            }
+            if arg == "--set" {
+                sets.extend(rest.next().map(|v| v.into_owned()));
+            } else if let Some(kv) = arg.strip_prefix("--set=") {
+                sets.push(kv.to_string());
+            }
+        }
+        cli.global.set = sets;
+        Ok(cli)
+    }
+
     /// The configuration from file, environment and these flags.
     pub fn load_config(&self) -> crate::Result<Config> {
         let mut opts = LoadOptions::from_process_env();

@@ -173,6 +173,18 @@ pub struct MemoryReport {
     pub device_mib: serde_json::Value,
 }
 
+/// The DiT prompt-prefix cache's counters (`cosy profile --json`).
+#[derive(Debug, Clone, Serialize)]
+pub struct PromptCacheReport {
+    pub hits: u64,
+    pub misses: u64,
+    /// Misses in memory read from disk.
+    pub disk_hits: u64,
+    /// Voices kept in memory at the end, and their bytes.
+    pub entries: usize,
+    pub bytes: usize,
+}
+
 /// The whole report of one setting.
 #[derive(Debug, Clone, Serialize)]
 pub struct ProfileReport {
@@ -196,6 +208,9 @@ pub struct ProfileReport {
     pub overlapped: bool,
     pub stages: BTreeMap<String, StageRow>,
     pub memory: MemoryReport,
+    /// The DiT prompt-prefix cache over all runs, warm-up included (absent when it is not used).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prompt_cache: Option<PromptCacheReport>,
     pub per_run: Vec<RunReport>,
     /// The events of the measured runs (for `--trace`); not serialised.
     #[serde(skip)]
@@ -319,6 +334,13 @@ pub fn profile(config: &Config, plan: &ProfilePlan, setting_label: &str) -> Resu
         unaccounted_ms: typical.unaccounted_ms,
         overlapped: plan.request.stream,
         stages,
+        prompt_cache: engine.prompt_cache_stats().map(|s| PromptCacheReport {
+            hits: s.hits,
+            misses: s.misses,
+            disk_hits: s.disk_hits,
+            entries: s.entries,
+            bytes: s.bytes,
+        }),
         memory: MemoryReport {
             peak_rss_mib: peak_rss_bytes().map(|b| b as f64 / (1024.0 * 1024.0)),
             device_mib: if on_gpu {

@@ -258,3 +258,20 @@ fn doctor_and_a_failed_run_write_nothing_into_the_current_folder() {
     assert_eq!(files_under(cwd.path()), Vec::<String>::new(), "a failed run wrote into the current folder");
     assert!(std::fs::read_dir(&graphs).unwrap().count() > 0, "the graph cache is in the user's cache folder");
 }
+
+/// Every `--set` counts, before and after the command (clap alone keeps one level's: the first
+/// here was dropped without a word).
+#[test]
+fn set_flags_before_and_after_the_command_all_count() {
+    let cwd = tempfile::tempdir().unwrap();
+    for args in [
+        &["--set", "engine.prompt_cache=bogus", "doctor", "--set", "runtime.threads=1"][..],
+        &["--set=runtime.threads=1", "doctor", "--set=engine.prompt_cache=bogus"][..],
+    ] {
+        cosy(cwd.path())
+            .args(args)
+            .assert()
+            .code(2)
+            .stderr(predicate::str::contains("engine.prompt_cache = \"bogus\": invalid value; allowed: auto, on, off"));
+    }
+}
