@@ -283,7 +283,7 @@ impl Synthesizer {
         let p = plan(&req.voice.mode(), &req.text, req.text_frontend);
         let prompt_text_token = self.encode(&prompt_text)?;
         tokenizer_span.end();
-        let prompt = self.prompt_for(&req.voice)?;
+        let prompt = self.prompt_for_request(req)?;
         frontend_span.end();
         // A forced token count must fit the flow noise beside the prompt (see limits.rs).
         self.check_forced_tokens(&prompt, req.ignore_stop_until)?;
@@ -362,7 +362,7 @@ impl Synthesizer {
         let profiler = self.profiler.for_request();
         let frontend_span = profiler.span("frontend");
         let prompt_text_token = self.encode(&self.prompt_text_of(&p.prompt_text, req.text_frontend))?;
-        let prompt = self.prompt_for(&req.voice)?;
+        let prompt = self.prompt_for_request(req)?;
         frontend_span.end();
         let mut state = RequestState {
             sampler: Sampler::new(self.sampling, req.seed.unwrap_or(self.seed)),

@@ -74,6 +74,8 @@ pub struct PrefixStore {
     disk: Option<Arc<PrefixDisk>>,
     /// Disk writes under way (joined on drop, so a short `cosy say` leaves its file behind).
     writes: Mutex<Vec<std::thread::JoinHandle<bool>>>,
+    /// Disk reads started by [`PrefixStore::prefetch`], by voice.
+    reads: Mutex<Vec<(PrefixKey, crossbeam_channel::Receiver<Option<PrefixCache>>)>>,
     disk_writes: Arc<std::sync::atomic::AtomicU64>,
 }
 
@@ -85,6 +87,7 @@ impl PrefixStore {
             lru: Mutex::new(Lru::default()),
             disk: None,
             writes: Mutex::new(Vec::new()),
+            reads: Mutex::new(Vec::new()),
             disk_writes: Arc::new(std::sync::atomic::AtomicU64::new(0)),
         }
     }
@@ -110,13 +113,45 @@ impl PrefixStore {
         self.lru.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// The cache of `key`, if kept here or on disk (counts a hit or a miss here, and a disk hit).
+    /// Starts reading the cache of `key` from disk in the background, unless it is kept here or
+    /// being read: called when a streaming request's voice is known, so that the read overlaps
+    /// the LLM's first tokens instead of delaying the first chunk (1.6 GB for a 10 s prompt).
+    pub fn prefetch(&self, key: &PrefixKey) {
+        let Some(disk) = self.disk.clone() else { return };
+        if self.lock().entries.iter().any(|e| &e.key == key) {
+            return;
+        }
+        let mut reads = self.reads.lock().unwrap_or_else(|p| p.into_inner());
+        if reads.iter().any(|(k, _)| k == key) {
+            return;
+        }
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        let k = *key;
+        let spawned = std::thread::Builder::new().name("prefix-read".into()).spawn(move || {
+            let _ = tx.send(disk.load(&k));
+        });
+        if spawned.is_ok() {
+            reads.push((*key, rx));
+        }
+    }
+
+    /// The cache of `key`, if kept here or on disk (counts a hit or a miss here, and a disk hit);
+    /// waits for a read [`PrefixStore::prefetch`] started.
     pub fn get(&self, key: &PrefixKey) -> Option<Arc<PrefixCache>> {
         if let Some(found) = self.get_kept(key) {
             return Some(found);
         }
         let disk = self.disk.as_ref()?;
-        let cache = Arc::new(disk.load(key)?);
+        let started = {
+            let mut reads = self.reads.lock().unwrap_or_else(|p| p.into_inner());
+            reads.iter().position(|(k, _)| k == key).map(|i| reads.swap_remove(i).1)
+        };
+        let loaded = match started {
+            // A reader that died sends nothing: read here.
+            Some(rx) => rx.recv().unwrap_or_else(|_| disk.load(key)),
+            None => disk.load(key),
+        };
+        let cache = Arc::new(loaded?);
         self.keep(*key, cache.clone());
         self.lock().disk_hits += 1;
         tracing::debug!(frames = cache.frames, "read the voice's DiT prompt-prefix cache from disk");
@@ -249,5 +284,29 @@ mod tests {
         store.insert([4; 32], Arc::new(cache(30))); // larger than the bound: not kept, nothing dropped
         assert!(store.get(&[4; 32]).is_none());
         assert_eq!(store.stats().entries, 2);
+    }
+
+    #[test]
+    fn a_voice_on_disk_is_read_prefetched_or_not_and_kept() {
+        let shape = DitCacheShape { depth: 1, inner: 2, dim: 2, conv_context: 1 };
+        let dir = tempfile::tempdir().unwrap();
+        let disk = || PrefixDisk::new(dir.path().to_path_buf(), b"model", shape, 1, 1 << 20);
+        disk().save(&[1; 32], &cache(10)).unwrap();
+        disk().save(&[2; 32], &cache(20)).unwrap();
+        let store = PrefixStore::new(shape, 1 << 20).with_disk(disk());
+        store.prefetch(&[1; 32]);
+        store.prefetch(&[1; 32]); // already being read: not twice
+        assert_eq!(store.get(&[1; 32]).expect("prefetched").frames, 10);
+        assert_eq!(store.get(&[2; 32]).expect("read when asked").frames, 20);
+        assert!(store.get(&[3; 32]).is_none(), "on disk neither");
+        let s = store.stats();
+        assert_eq!((s.entries, s.disk_hits, s.misses, s.disk_writes), (2, 2, 3, 0), "{s:?}");
+        assert!(store.get(&[1; 32]).is_some());
+        assert_eq!(store.stats().hits, 1, "kept in memory after the read");
+        // What is recorded is written (the write is waited for on flush/drop).
+        store.insert([4; 32], Arc::new(cache(5)));
+        store.flush();
+        assert_eq!(store.stats().disk_writes, 1);
+        assert_eq!(disk().load(&[4; 32]).expect("written").frames, 5);
     }
 }

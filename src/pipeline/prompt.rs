@@ -46,6 +46,19 @@ impl Synthesizer {
         })
     }
 
+    /// The prompt features of a request's voice ([`Self::prompt_for`]); for a streaming request
+    /// the voice's DiT prompt-prefix cache starts loading from disk meanwhile
+    /// ([`super::PrefixStore::prefetch`]), so that it is there by the first chunk.
+    pub(super) fn prompt_for_request(&self, req: &crate::request::Request) -> Result<PromptFeatures> {
+        let prompt = self.prompt_for(&req.voice)?;
+        if req.stream {
+            if let Some(store) = self.sessions.dit.prefix_store() {
+                store.prefetch(&super::prefix_key(&prompt));
+            }
+        }
+        Ok(prompt)
+    }
+
     /// The prompt features of a voice: from the recording, or straight from a saved voice (after
     /// checking that it was made for this model).
     pub fn prompt_for(&self, voice: &Voice) -> Result<PromptFeatures> {
