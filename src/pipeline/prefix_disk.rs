@@ -23,8 +23,11 @@ use safetensors::tensor::View;
 use safetensors::{Dtype, SafeTensors};
 use sha2::{Digest, Sha256};
 
-use super::prefix_cache::PrefixKey;
 use crate::flow::{DitCacheShape, PrefixCache, PrefixStep};
+
+/// A voice's key ([`super::prefix_key`]; the same type as `PrefixKey`, named here without that
+/// module so the two files do not import each other).
+type VoiceKey = [u8; 32];
 
 const FORMAT: &str = "cosy-prompt-prefix";
 const FORMAT_VERSION: &str = "1";
@@ -87,7 +90,7 @@ impl PrefixDisk {
         &self.dir
     }
 
-    fn path(&self, key: &PrefixKey) -> PathBuf {
+    fn path(&self, key: &VoiceKey) -> PathBuf {
         let mut h = Sha256::new();
         h.update(self.model);
         h.update(key);
@@ -95,7 +98,7 @@ impl PrefixDisk {
     }
 
     /// The cache of `key` from disk; `None` when there is none, or it is unreadable (then removed).
-    pub fn load(&self, key: &PrefixKey) -> Option<PrefixCache> {
+    pub fn load(&self, key: &VoiceKey) -> Option<PrefixCache> {
         let path = self.path(key);
         let file = std::fs::File::open(&path).ok()?;
         match self.read(&file, key) {
@@ -114,7 +117,7 @@ impl PrefixDisk {
         }
     }
 
-    fn read(&self, file: &std::fs::File, key: &PrefixKey) -> Result<PrefixCache, String> {
+    fn read(&self, file: &std::fs::File, key: &VoiceKey) -> Result<PrefixCache, String> {
         // SAFETY: files here are written under a temporary name and renamed, never changed in
         // place, so the mapped bytes do not change while they are read (a removal does not
         // touch a mapping).
@@ -159,7 +162,7 @@ impl PrefixDisk {
     }
 
     /// Writes `cache` as the file of `key` (whole or not at all), then trims the folder.
-    pub fn save(&self, key: &PrefixKey, cache: &PrefixCache) -> Result<(), String> {
+    pub fn save(&self, key: &VoiceKey, cache: &PrefixCache) -> Result<(), String> {
         if cache.steps.len() != self.steps {
             return Err(format!("{} steps, this model has {}", cache.steps.len(), self.steps));
         }
@@ -302,7 +305,7 @@ mod tests {
         disk.save(&[1; 32], &cache(4, 1.0)).unwrap();
         disk.save(&[2; 32], &cache(4, 2.0)).unwrap();
         // Modification times set apart (a file system's clock may not tell two quick writes apart).
-        let at = |key: &PrefixKey, secs: u64| {
+        let at = |key: &VoiceKey, secs: u64| {
             let f = std::fs::OpenOptions::new().write(true).open(disk.path(key)).unwrap();
             f.set_modified(SystemTime::UNIX_EPOCH + Duration::from_secs(secs)).unwrap();
         };
