@@ -45,21 +45,23 @@ pub fn cosine_t_span(n_timesteps: usize) -> Vec<f32> {
         .collect()
 }
 
-/// The DiT estimator: one velocity evaluation for a batch (`B` = 2 · requests: the conditional rows
-/// first, then the unconditional rows). Shapes: x, mu, cond `[B, 80, T]`; mask `[B, 1, T]`; t `[B]`;
-/// spks `[B, 80]`; `block_frames` 0 = full attention, 50 = block-causal. Returns `[B, 80, T]`.
+/// The inputs of one DiT velocity evaluation for a batch (`B` = 2 · requests: the conditional
+/// rows first, then the unconditional rows). Shapes: x, mu, cond `[B, 80, T]`; mask `[B, 1, T]`;
+/// t `[B]`; spks `[B, 80]`; `block_frames` 0 = full attention, 50 = block-causal.
+#[derive(Debug, Clone, Copy)]
+pub struct DitInputs<'a> {
+    pub x: ArrayView3<'a, f32>,
+    pub mask: ArrayView3<'a, f32>,
+    pub mu: ArrayView3<'a, f32>,
+    pub t: ArrayView1<'a, f32>,
+    pub spks: ArrayView2<'a, f32>,
+    pub cond: ArrayView3<'a, f32>,
+    pub block_frames: i64,
+}
+
+/// The DiT estimator: one velocity evaluation ([`DitInputs`]). Returns `[B, 80, T]`.
 pub trait Estimator {
-    #[allow(clippy::too_many_arguments)]
-    fn run(
-        &mut self,
-        x: ArrayView3<f32>,
-        mask: ArrayView3<f32>,
-        mu: ArrayView3<f32>,
-        t: ArrayView1<f32>,
-        spks: ArrayView2<f32>,
-        cond: ArrayView3<f32>,
-        block_frames: i64,
-    ) -> Result<Array3<f32>>;
+    fn run(&mut self, inputs: DitInputs<'_>) -> Result<Array3<f32>>;
 
     /// The graph's prompt-prefix cache shape; `None` when it has no cache inputs (folders
     /// exported before them), and then [`Estimator::run_prefixed`] is never called.
@@ -70,19 +72,8 @@ pub trait Estimator {
     /// [`Estimator::run`] with the prompt-prefix cache: `x`, `mask`, `mu`, `cond` hold only the
     /// frames after the cached ones ([`PrefixArg::Use`]), or all frames while the first
     /// `frames` are recorded ([`PrefixArg::Record`]; then the recorded state comes back).
-    #[allow(clippy::too_many_arguments)]
-    fn run_prefixed(
-        &mut self,
-        x: ArrayView3<f32>,
-        mask: ArrayView3<f32>,
-        mu: ArrayView3<f32>,
-        t: ArrayView1<f32>,
-        spks: ArrayView2<f32>,
-        cond: ArrayView3<f32>,
-        block_frames: i64,
-        prefix: PrefixArg<'_>,
-    ) -> Result<(Array3<f32>, Option<PrefixStep>)> {
-        let _ = (x, mask, mu, t, spks, cond, block_frames, prefix);
+    fn run_prefixed(&mut self, inputs: DitInputs<'_>, prefix: PrefixArg<'_>) -> Result<(Array3<f32>, Option<PrefixStep>)> {
+        let _ = (inputs, prefix);
         Err(Error::Runtime("this DiT estimator has no prompt-prefix cache inputs".into()))
     }
 }
@@ -288,15 +279,15 @@ pub fn solve_cfm<E: Estimator + ?Sized>(
             x_in.index_axis_mut(Axis(0), n + i).assign(x);
         }
         let t_in = Array1::<f32>::from_elem(batch, t);
-        let v = estimator.run(
-            x_in.view(),
-            mask.view(),
-            mu.view(),
-            t_in.view(),
-            spks.view(),
-            cond.view(),
+        let v = estimator.run(DitInputs {
+            x: x_in.view(),
+            mask: mask.view(),
+            mu: mu.view(),
+            t: t_in.view(),
+            spks: spks.view(),
+            cond: cond.view(),
             block_frames,
-        )?;
+        })?;
         if v.dim() != (batch, MEL_DIM, frames) {
             return Err(Error::Runtime(format!(
                 "estimator returned {:?}, expected {:?}",
@@ -375,8 +366,9 @@ pub fn solve_cfm_prefixed<E: Estimator + ?Sized>(
             PrefixMode::Record(n) => PrefixArg::Record(n),
             PrefixMode::Use(cache) => PrefixArg::Use { cache, step: step - 1 },
         };
-        let (v, state) =
-            estimator.run_prefixed(x_in.view(), mask.view(), mu.view(), t_in.view(), spks.view(), cond.view(), block_frames, arg)?;
+        let inputs =
+            DitInputs { x: x_in.view(), mask: mask.view(), mu: mu.view(), t: t_in.view(), spks: spks.view(), cond: cond.view(), block_frames };
+        let (v, state) = estimator.run_prefixed(inputs, arg)?;
         if v.dim() != (2, MEL_DIM, solved) {
             return Err(Error::Runtime(format!("estimator returned {:?}, expected {:?}", v.dim(), (2, MEL_DIM, solved))));
         }

@@ -19,12 +19,12 @@
 //! the flow stage their Euler steps fall into step and run together.
 
 use crossbeam_channel::{Receiver, Sender};
-use ndarray::{s, Array1, Array2, Array3, ArrayView1, ArrayView2, ArrayView3};
+use ndarray::{s, Array1, Array2, Array3};
 use std::sync::{Arc, Mutex};
 
 use super::worker::Worker;
 use crate::error::{Error, Result};
-use crate::flow::{DitCacheShape, Estimator, PrefixArg, PrefixCache, PrefixStep};
+use crate::flow::{DitCacheShape, DitInputs, Estimator, PrefixArg, PrefixCache, PrefixStep};
 use crate::pipeline::stages::OnnxEstimator;
 use crate::profile::Profiler;
 use crate::runtime::StageSession;
@@ -78,6 +78,17 @@ struct Call {
 }
 
 impl Call {
+    fn inputs(&self) -> DitInputs<'_> {
+        DitInputs {
+            x: self.x.view(),
+            mask: self.mask.view(),
+            mu: self.mu.view(),
+            t: self.t.view(),
+            spks: self.spks.view(),
+            cond: self.cond.view(),
+            block_frames: self.block_frames,
+        }
+    }
     fn rows(&self) -> usize {
         self.x.dim().0
     }
@@ -155,26 +166,15 @@ pub struct RemoteEstimator {
 }
 
 impl RemoteEstimator {
-    #[allow(clippy::too_many_arguments)]
-    fn call(
-        &mut self,
-        x: ArrayView3<f32>,
-        mask: ArrayView3<f32>,
-        mu: ArrayView3<f32>,
-        t: ArrayView1<f32>,
-        spks: ArrayView2<f32>,
-        cond: ArrayView3<f32>,
-        block_frames: i64,
-        prefix: CallPrefix,
-    ) -> Reply {
+    fn call(&mut self, inputs: DitInputs<'_>, prefix: CallPrefix) -> Reply {
         let call = Call {
-            x: x.to_owned(),
-            mask: mask.to_owned(),
-            mu: mu.to_owned(),
-            t: t.to_owned(),
-            spks: spks.to_owned(),
-            cond: cond.to_owned(),
-            block_frames,
+            x: inputs.x.to_owned(),
+            mask: inputs.mask.to_owned(),
+            mu: inputs.mu.to_owned(),
+            t: inputs.t.to_owned(),
+            spks: inputs.spks.to_owned(),
+            cond: inputs.cond.to_owned(),
+            block_frames: inputs.block_frames,
             prefix,
             profiler: self.profiler.clone(),
             reply: self.reply_tx.clone(),
@@ -185,39 +185,20 @@ impl RemoteEstimator {
 }
 
 impl Estimator for RemoteEstimator {
-    fn run(
-        &mut self,
-        x: ArrayView3<f32>,
-        mask: ArrayView3<f32>,
-        mu: ArrayView3<f32>,
-        t: ArrayView1<f32>,
-        spks: ArrayView2<f32>,
-        cond: ArrayView3<f32>,
-        block_frames: i64,
-    ) -> Result<Array3<f32>> {
-        Ok(self.call(x, mask, mu, t, spks, cond, block_frames, CallPrefix::None)?.0)
+    fn run(&mut self, inputs: DitInputs<'_>) -> Result<Array3<f32>> {
+        Ok(self.call(inputs, CallPrefix::None)?.0)
     }
 
     fn prefix_shape(&self) -> Option<DitCacheShape> {
         self.prefix_shape
     }
 
-    fn run_prefixed(
-        &mut self,
-        x: ArrayView3<f32>,
-        mask: ArrayView3<f32>,
-        mu: ArrayView3<f32>,
-        t: ArrayView1<f32>,
-        spks: ArrayView2<f32>,
-        cond: ArrayView3<f32>,
-        block_frames: i64,
-        prefix: PrefixArg<'_>,
-    ) -> Result<(Array3<f32>, Option<PrefixStep>)> {
+    fn run_prefixed(&mut self, inputs: DitInputs<'_>, prefix: PrefixArg<'_>) -> Result<(Array3<f32>, Option<PrefixStep>)> {
         let prefix = match prefix {
             PrefixArg::Record(n) => CallPrefix::Record(n),
             PrefixArg::Use { cache, step } => CallPrefix::Use(cache.clone(), step),
         };
-        self.call(x, mask, mu, t, spks, cond, block_frames, prefix)
+        self.call(inputs, prefix)
     }
 }
 
@@ -303,7 +284,7 @@ fn run_group(session: &mut StageSession, prefix_shape: Option<DitCacheShape>, gr
     if group.len() == 1 {
         let c = &group[0];
         let mut est = OnnxEstimator { session, profiler: &profiler, prefix_shape };
-        let out = est.run_graph(c.x.view(), c.mask.view(), c.mu.view(), c.t.view(), c.spks.view(), c.cond.view(), c.block_frames, &states, record);
+        let out = est.run_graph(c.inputs(), &states, record);
         let _ = c.reply.send(out);
         return;
     }
@@ -331,7 +312,9 @@ fn run_group(session: &mut StageSession, prefix_shape: Option<DitCacheShape>, gr
         at += n;
     }
     let mut est = OnnxEstimator { session, profiler: &profiler, prefix_shape };
-    let run = est.run_graph(x.view(), mask.view(), mu.view(), t.view(), spks.view(), cond.view(), group[0].block_frames, &states, record);
+    let inputs =
+        DitInputs { x: x.view(), mask: mask.view(), mu: mu.view(), t: t.view(), spks: spks.view(), cond: cond.view(), block_frames: group[0].block_frames };
+    let run = est.run_graph(inputs, &states, record);
     match run {
         Ok((v, state)) if v.dim() == (rows, mel, frames) => {
             let mut at = 0;

@@ -6,12 +6,12 @@
 //! * [`OnnxEstimator`] implements [`Estimator`] for the `dit` graph.
 //! * [`run_flow_front`], [`run_hift_decode`], [`run_campplus`], [`run_speech_tokenizer`]: one call each.
 
-use ndarray::{Array2, Array3, ArrayView1, ArrayView2, ArrayView3};
+use ndarray::{Array2, Array3, ArrayView2};
 use ort::session::SessionInputValue;
 use ort::value::{DynValue, Tensor, TensorElementType, TensorRef};
 
 use crate::error::{Error, Result};
-use crate::flow::{DitCacheShape, Estimator, PrefixArg, PrefixStep};
+use crate::flow::{DitCacheShape, DitInputs, Estimator, PrefixArg, PrefixStep};
 use crate::profile::Profiler;
 use crate::runtime::StageSession;
 
@@ -76,19 +76,8 @@ impl OnnxEstimator<'_> {
     /// One `dit` call. `prefix`: the cached state each request of the batch continues after (in
     /// row order, 2 rows each; empty = no cached frames); `record`: leading frames whose state
     /// comes back (0 = none).
-    #[allow(clippy::too_many_arguments)]
-    pub fn run_graph(
-        &mut self,
-        x: ArrayView3<f32>,
-        mask: ArrayView3<f32>,
-        mu: ArrayView3<f32>,
-        t: ArrayView1<f32>,
-        spks: ArrayView2<f32>,
-        cond: ArrayView3<f32>,
-        block_frames: i64,
-        prefix: &[&PrefixStep],
-        record: usize,
-    ) -> Result<(Array3<f32>, Option<PrefixStep>)> {
+    pub fn run_graph(&mut self, inputs: DitInputs<'_>, prefix: &[&PrefixStep], record: usize) -> Result<(Array3<f32>, Option<PrefixStep>)> {
+        let DitInputs { x, mask, mu, t, spks, cond, block_frames } = inputs;
         let _call = self.profiler.span("flow.dit");
         let copy = self.profiler.span("flow.dit.copy");
         let mut inputs: Vec<(String, SessionInputValue<'_>)> = vec![
@@ -159,39 +148,20 @@ impl OnnxEstimator<'_> {
 }
 
 impl Estimator for OnnxEstimator<'_> {
-    fn run(
-        &mut self,
-        x: ArrayView3<f32>,
-        mask: ArrayView3<f32>,
-        mu: ArrayView3<f32>,
-        t: ArrayView1<f32>,
-        spks: ArrayView2<f32>,
-        cond: ArrayView3<f32>,
-        block_frames: i64,
-    ) -> Result<Array3<f32>> {
-        Ok(self.run_graph(x, mask, mu, t, spks, cond, block_frames, &[], 0)?.0)
+    fn run(&mut self, inputs: DitInputs<'_>) -> Result<Array3<f32>> {
+        Ok(self.run_graph(inputs, &[], 0)?.0)
     }
 
     fn prefix_shape(&self) -> Option<DitCacheShape> {
         self.prefix_shape
     }
 
-    fn run_prefixed(
-        &mut self,
-        x: ArrayView3<f32>,
-        mask: ArrayView3<f32>,
-        mu: ArrayView3<f32>,
-        t: ArrayView1<f32>,
-        spks: ArrayView2<f32>,
-        cond: ArrayView3<f32>,
-        block_frames: i64,
-        prefix: PrefixArg<'_>,
-    ) -> Result<(Array3<f32>, Option<PrefixStep>)> {
+    fn run_prefixed(&mut self, inputs: DitInputs<'_>, prefix: PrefixArg<'_>) -> Result<(Array3<f32>, Option<PrefixStep>)> {
         match prefix {
-            PrefixArg::Record(n) => self.run_graph(x, mask, mu, t, spks, cond, block_frames, &[], n),
+            PrefixArg::Record(n) => self.run_graph(inputs, &[], n),
             PrefixArg::Use { cache, step } => {
                 let state = cache.steps.get(step).ok_or_else(|| Error::Runtime(format!("prompt-prefix cache has no step {step}")))?;
-                self.run_graph(x, mask, mu, t, spks, cond, block_frames, &[state], 0)
+                self.run_graph(inputs, &[state], 0)
             }
         }
     }

@@ -6,10 +6,10 @@ use std::path::Path;
 
 use cosy::flow::{
     build_cond, cosine_t_span, flow_front_tokens, plan_stream, solve_cfm, strip_prompt, CfmParams, CfmRequest,
-    Estimator, StreamParams, MEL_DIM,
+    DitInputs, Estimator, StreamParams, MEL_DIM,
 };
 use cosy::hift::{plan_hift_call, HiftStream};
-use ndarray::{Array1, Array2, Array3, ArrayView1, ArrayView2, ArrayView3, Axis};
+use ndarray::{Array1, Array2, Array3, Axis};
 
 use crate::common::reference_dir;
 
@@ -118,16 +118,8 @@ struct LayoutCheckingEstimator {
 }
 
 impl Estimator for LayoutCheckingEstimator {
-    fn run(
-        &mut self,
-        x: ArrayView3<f32>,
-        mask: ArrayView3<f32>,
-        mu: ArrayView3<f32>,
-        t: ArrayView1<f32>,
-        spks: ArrayView2<f32>,
-        cond: ArrayView3<f32>,
-        block_frames: i64,
-    ) -> cosy::Result<Array3<f32>> {
+    fn run(&mut self, inputs: DitInputs<'_>) -> cosy::Result<Array3<f32>> {
+        let DitInputs { x, mask, mu, t, spks, cond, block_frames } = inputs;
         let n = self.n_requests;
         assert_eq!(x.dim().0, 2 * n);
         assert!(mask.iter().all(|&m| m == 1.0));
@@ -331,9 +323,10 @@ fn prompt_prefix_caches_of_different_voices_batch() {
             let mut sp = Array2::<f32>::zeros((2, MEL_DIM));
             sp.row_mut(0).assign(&spks);
             let state: &PrefixStep = &caches[i].steps[3];
-            est.run_graph(stack2(&x, false).view(), Array3::ones((2, 1, f)).view(), stack2(&mu, true).view(),
-                Array1::from_elem(2, 0.3).view(), sp.view(), stack2(&cond, true).view(), 50, &[state], 0)
-                .expect("solo").0
+            let (xs, mask, mus, t, conds) =
+                (stack2(&x, false), Array3::ones((2, 1, f)), stack2(&mu, true), Array1::from_elem(2, 0.3), stack2(&cond, true));
+            let inputs = DitInputs { x: xs.view(), mask: mask.view(), mu: mus.view(), t: t.view(), spks: sp.view(), cond: conds.view(), block_frames: 50 };
+            est.run_graph(inputs, &[state], 0).expect("solo").0
         })
         .collect();
     // Batch order as the batcher builds it: request 0's two rows, then request 1's.
@@ -353,9 +346,9 @@ fn prompt_prefix_caches_of_different_voices_batch() {
         spks.row_mut(2 * i).assign(&spksi);
     }
     let states: Vec<&PrefixStep> = caches.iter().map(|c| &c.steps[3]).collect();
-    let (batched, _) = est
-        .run_graph(x.view(), mask.view(), mu.view(), Array1::from_elem(4, 0.3).view(), spks.view(), cond.view(), 50, &states, 0)
-        .expect("batched");
+    let t = Array1::from_elem(4, 0.3);
+    let inputs = DitInputs { x: x.view(), mask: mask.view(), mu: mu.view(), t: t.view(), spks: spks.view(), cond: cond.view(), block_frames: 50 };
+    let (batched, _) = est.run_graph(inputs, &states, 0).expect("batched");
     for i in 0..2 {
         let got = batched.slice(ndarray::s![2 * i..2 * i + 2, .., ..lens[i]]);
         let d = got.iter().zip(solo[i].iter()).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max);
