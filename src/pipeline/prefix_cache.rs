@@ -118,10 +118,22 @@ impl PrefixStore {
     /// the LLM's first tokens instead of delaying the first chunk (1.6 GB for a 10 s prompt).
     pub fn prefetch(&self, key: &PrefixKey) {
         let Some(disk) = self.disk.clone() else { return };
+        let mut reads = self.reads.lock().unwrap_or_else(|p| p.into_inner());
+        // Reads that finished without a chunk asking for them (a request too short for a
+        // non-final chunk, or cancelled) go into the bounded memory cache, not kept aside.
+        reads.retain(|(k, rx)| match rx.try_recv() {
+            Ok(Some(cache)) => {
+                if self.keep(*k, Arc::new(cache)) {
+                    self.lock().disk_hits += 1;
+                }
+                false
+            }
+            Ok(None) | Err(crossbeam_channel::TryRecvError::Disconnected) => false,
+            Err(crossbeam_channel::TryRecvError::Empty) => true,
+        });
         if self.lock().entries.iter().any(|e| &e.key == key) {
             return;
         }
-        let mut reads = self.reads.lock().unwrap_or_else(|p| p.into_inner());
         if reads.iter().any(|(k, _)| k == key) {
             return;
         }
@@ -308,5 +320,18 @@ mod tests {
         store.flush();
         assert_eq!(store.stats().disk_writes, 1);
         assert_eq!(disk().load(&[4; 32]).expect("written").frames, 5);
+        // A prefetched read no chunk asked for is not kept aside: the next prefetch moves it
+        // into the bounded memory cache.
+        disk().save(&[5; 32], &cache(7)).unwrap();
+        let store = PrefixStore::new(shape, 1 << 20).with_disk(disk());
+        store.prefetch(&[5; 32]);
+        let started = std::time::Instant::now();
+        while store.stats().entries == 0 {
+            assert!(started.elapsed() < std::time::Duration::from_secs(120), "the read never finished");
+            store.prefetch(&[6; 32]); // another voice's request
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        assert_eq!((store.stats().entries, store.stats().disk_hits), (1, 1));
+        assert_eq!(store.get(&[5; 32]).expect("kept").frames, 7);
     }
 }
