@@ -9,10 +9,20 @@ cd "$root"
 scripts/setup.sh --python --no-build
 export COSY_VENV="${COSY_VENV:-$HOME/.cache/cosy/venv}"
 
-# The library without the command-line front end (no clap, cpal, indicatif, ctrlc) must build:
-# that is what a server or another program embeds.
+# The library without the binary's crates must build: that is what another program embeds. Its
+# dependency tree has no front end's crate (docs/architecture.md, "The library and the binary").
 cargo check --quiet --lib --no-default-features
+if front=$(cargo tree --quiet --no-default-features -e normal --prefix none | grep -E '^(clap|clap_complete|clap_mangen|axum|hyper|hyper-util|tower-http|tokio|cpal|ctrlc|indicatif) ' | sort -u) && [ -n "$front" ]; then
+  echo "test.sh: the library depends on a front end's crate:" >&2; echo "$front" >&2; exit 1
+fi
 cargo test --all-targets "$@"
+
+# The embedding example synthesises through the library alone.
+embed_out="$(mktemp -d)"
+cargo run --quiet --example embed -- tests/fixtures/tiny tests/fixtures/prompt_24k.wav \
+  "This recording is the voice prompt." "The library alone speaks." "$embed_out/embed.wav"
+test -s "$embed_out/embed.wav"
+rm -rf "$embed_out"
 
 # The real clients against `cosy serve` (the openai Python and Node SDKs, ffmpeg, Chromium), in
 # their own small venv.

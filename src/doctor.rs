@@ -7,14 +7,14 @@ use std::sync::Arc;
 
 use ort::session::Session;
 
-use crate::config::Config;
-use crate::error::Error;
-use crate::model::{check_graph_io, ModelDir};
-use crate::runtime::cache_listing::{current_engine_keys, current_graph_keys};
-use crate::runtime::env::{self, OrtRuntime};
-use crate::runtime::keyed_dir::EntryState;
-use crate::runtime::{providers, SessionFactory};
-use crate::vocab::ProviderKind;
+use cosy::config::Config;
+use cosy::error::Error;
+use cosy::model::{check_graph_io, ModelDir};
+use cosy::runtime::cache_listing::{current_engine_keys, current_graph_keys};
+use cosy::runtime::env::{self, OrtRuntime};
+use cosy::runtime::keyed_dir::EntryState;
+use cosy::runtime::{providers, SessionFactory};
+use cosy::vocab::ProviderKind;
 
 /// Options for [`run`].
 #[derive(Debug, Clone, Default)]
@@ -69,7 +69,7 @@ pub fn run(config: &Config, opts: &DoctorOptions) -> DoctorReport {
         None => r.line(format!("config file: {}", config.sources.config_file)),
     }
     r.line(format!("model folder: {} ({})", config.model_dir.display(), config.source_of("model.dir")));
-    if Some(config.model_dir.as_path()) == crate::paths::bundled_model().as_deref() {
+    if Some(config.model_dir.as_path()) == cosy::paths::bundled_model().as_deref() {
         r.line("note: this is the bundled tiny model with random weights: it speaks noise, not speech; add a real export with `cosy model add NAME PATH`");
     }
     r.line(format!("voices folder: {} ({})", config.voices.dir.display(), config.source_of("voices.dir")));
@@ -87,10 +87,10 @@ pub fn run(config: &Config, opts: &DoctorOptions) -> DoctorReport {
 
     r.line(format!(
         "user folders: config {}, data {} (models {}), cache {}",
-        crate::paths::config_home().display(),
-        crate::paths::data_home().display(),
-        crate::paths::models_dir().display(),
-        crate::paths::cache_home().display()
+        cosy::paths::config_home().display(),
+        cosy::paths::data_home().display(),
+        cosy::paths::models_dir().display(),
+        cosy::paths::cache_home().display()
     ));
 
     r.section("ONNX Runtime");
@@ -178,7 +178,7 @@ pub fn run(config: &Config, opts: &DoctorOptions) -> DoctorReport {
     // The model constants (rates, steps, bounds) are checked as synthesis would check them; a
     // frontend-only folder has none to check.
     if missing.is_empty() {
-        match crate::engine::check_model_constants(&model) {
+        match cosy::engine::check_model_constants(&model) {
             Ok(_) => r.line("model constants valid"),
             Err(e) => r.problem(e),
         }
@@ -191,7 +191,7 @@ pub fn run(config: &Config, opts: &DoctorOptions) -> DoctorReport {
     let mut looking = config.clone();
     looking.runtime.graph_cache_enabled = false;
     let factory = SessionFactory::with_runtime(rt, &looking, model.clone());
-    let graph_cache = config.graph_cache_dir().map(crate::runtime::GraphCache::new);
+    let graph_cache = config.graph_cache_dir().map(cosy::runtime::GraphCache::new);
 
     r.section("graphs (I/O against the manifest)");
     if opts.quick {

@@ -4,15 +4,15 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use crate::config::Config;
-use crate::error::{Error, Result};
-use crate::model::ModelDir;
-use crate::runtime::cache_listing::{current_engine_keys, current_graph_keys};
-use crate::runtime::engine_cache::EngineCache;
-use crate::runtime::graph_cache::{GraphCache, GraphKey};
-use crate::runtime::keyed_dir::{self, EntryState};
-use crate::runtime::{env, providers, SessionFactory};
-use crate::vocab::{Precision, ProviderKind, StageGroup};
+use cosy::config::Config;
+use cosy::error::{Error, Result};
+use cosy::model::ModelDir;
+use cosy::runtime::cache_listing::{current_engine_keys, current_graph_keys};
+use cosy::runtime::engine_cache::EngineCache;
+use cosy::runtime::graph_cache::{GraphCache, GraphKey};
+use cosy::runtime::keyed_dir::{self, EntryState};
+use cosy::runtime::{env, providers, SessionFactory};
+use cosy::vocab::{Precision, ProviderKind, StageGroup};
 
 /// One built (or reused) engine.
 #[derive(Debug, Clone)]

@@ -12,7 +12,9 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, OnceLock};
 
-use crate::error::{Error, Result};
+use cosy::error::{Error, Result};
+
+use crate::playback::CancelHandle;
 
 static REQUESTED: AtomicBool = AtomicBool::new(false);
 static INSTALLED: OnceLock<std::result::Result<(), String>> = OnceLock::new();
@@ -64,4 +66,12 @@ pub fn print_final_line(line: &str) {
         eprintln!("{line}");
         *printed = true;
     }
+}
+
+/// Makes Ctrl-C cancel playback; a second Ctrl-C exits at once with status 130 (the process's one
+/// handler, above). May be called for several players.
+pub fn cancel_on_ctrl_c(handle: CancelHandle) -> Result<()> {
+    install()?;
+    on_interrupt(move || handle.cancel());
+    Ok(())
 }

@@ -5,27 +5,24 @@
 //! voices) → runtime (sessions, providers, caches) → frontend, llm, flow, hift (stage maths
 //! behind traits) → request (what a request is, and its rules) → pipeline (one request, generic
 //! over the stage traits) → engine (the one way in: builder, admission, batchers, handles) → app
-//! (voices, request building, draining: what every front end calls) → front ends (cli, say,
-//! doctor, engines; the HTTP server lives in the binary). audio (wav, playback) and the small
-//! helpers sit below whoever uses them.
+//! (voices, request building, draining: what every front end calls). audio (wav files,
+//! resampling) and the small helpers sit below whoever uses them.
+//!
+//! This library is what another program embeds: it has no command-line parsing, no HTTP and no
+//! sound-card playback. The front ends (the CLI commands, `say` and playback, `doctor`, `engines`,
+//! the HTTP/WebSocket/Wyoming server and its page) are modules of the `cosy` binary
+//! (`src/main.rs`), which uses this library as `cosy::…`; Cargo keeps the library from importing
+//! them. `examples/embed.rs` synthesises through the library alone.
 
 pub mod app;
 pub mod audio;
-#[cfg(feature = "cli")]
-pub mod cli;
 pub mod config;
-#[cfg(feature = "cli")]
-pub mod doctor;
 pub mod engine;
-#[cfg(feature = "cli")]
-pub mod engines;
 pub mod error;
 pub mod flow;
 pub mod frontend;
 pub mod hift;
 pub mod interp;
-#[cfg(feature = "cli")]
-pub mod interrupt;
 pub mod llm;
 pub mod model;
 pub mod npy;
@@ -37,8 +34,6 @@ pub mod request;
 pub mod rng;
 pub mod side;
 pub mod runtime;
-#[cfg(feature = "cli")]
-pub mod say;
 pub mod vocab;
 pub mod voice;
 

@@ -1,8 +1,16 @@
-//! `cosy`: the command-line front end. Parsing and error reporting only; the work is in the library.
+//! `cosy`: the binary, every front end over the library. Parsing and error reporting here; the
+//! commands in the modules below (the binary's own: the library cannot import them), the work in
+//! the library (`cosy::…`).
 
+mod cli;
+mod doctor;
+mod engines;
+mod interrupt;
+mod playback;
+mod say;
 mod serve;
 
-use cosy::cli::{exit_code, one_line, run, Cli, Command};
+use cli::{exit_code, one_line, run, Cli};
 use tracing_subscriber::EnvFilter;
 
 fn main() {
@@ -35,13 +43,9 @@ fn main() {
         .without_time()
         .with_target(false)
         .init();
-    let result = match &cli.command {
-        Command::Serve(args) => cli.load_config().map_err(anyhow::Error::from).and_then(|config| serve::run(config, args.bind.clone(), args.wyoming.clone())),
-        _ => run(cli),
-    };
-    if let Err(err) = result {
+    if let Err(err) = run(cli) {
         // Once: a second Ctrl-C that ends the process meanwhile prints the same line itself.
-        cosy::interrupt::print_final_line(&format!("cosy: {}", one_line(&err)));
+        interrupt::print_final_line(&format!("cosy: {}", one_line(&err)));
         std::process::exit(exit_code(&err));
     }
 }

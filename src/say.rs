@@ -24,10 +24,11 @@ use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
-use crate::audio::{cancel_on_ctrl_c, CancelHandle, Flow, PlaybackEvents, Player, MODEL_SAMPLE_RATE};
-use crate::error::{Error, Result};
-use crate::llm::Termination;
-use crate::request::{Request, SynthesisObserver};
+use crate::interrupt::cancel_on_ctrl_c;
+use crate::playback::{CancelHandle, Flow, PlaybackEvents, Player, MODEL_SAMPLE_RATE};
+use cosy::error::{Error, Result};
+use cosy::llm::Termination;
+use cosy::request::{Request, SynthesisObserver};
 
 /// What `cosy say` plays to.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -135,11 +136,11 @@ pub enum SayText {
     /// `req.text`, whole.
     Whole,
     /// Text-in streaming from standard input, read as it arrives (`cosy say -`).
-    Stdin(crate::engine::BistreamOptions),
+    Stdin(cosy::engine::BistreamOptions),
 }
 
 pub fn say(
-    config: &crate::config::Config,
+    config: &cosy::config::Config,
     req: &Request,
     text: SayText,
     output: &Output,
@@ -154,7 +155,7 @@ pub fn say(
 }
 
 fn say_until_stopped(
-    config: &crate::config::Config,
+    config: &cosy::config::Config,
     req: &Request,
     text: SayText,
     output: &Output,
@@ -181,7 +182,7 @@ fn say_until_stopped(
     }
 
     // One request through the engine: its chunks arrive here as they are made.
-    let engine = crate::engine::Engine::load(config)?;
+    let engine = cosy::engine::Engine::load(config)?;
     let rate = engine.sample_rate();
     if rate != MODEL_SAMPLE_RATE {
         if let Some(p) = &player {
@@ -203,7 +204,7 @@ fn say_until_stopped(
                 .name("stdin-text".into())
                 .spawn(move || {
                     let mut pieces = 0usize;
-                    let read = crate::frontend::text::read_pieces(std::io::stdin().lock(), "<stdin>", |piece| {
+                    let read = cosy::frontend::text::read_pieces(std::io::stdin().lock(), "<stdin>", |piece| {
                         pieces += 1;
                         if let Some(log) = &log {
                             log.log(&format!("text_piece {pieces} {}", piece.chars().count()));
@@ -241,7 +242,7 @@ fn say_until_stopped(
         Ok(())
     };
     // A failed push drops the handle, which cancels the request.
-    let result = crate::app::drain::drain(handle, &mut crate::app::drain::FnSink(&mut play));
+    let result = cosy::app::drain::drain(handle, &mut cosy::app::drain::FnSink(&mut play));
     let cancelled = observer.cancelled();
     if cancelled || matches!(result, Err(Error::Cancelled)) {
         if let Some(log) = &log {

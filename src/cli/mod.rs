@@ -7,8 +7,8 @@ use std::path::PathBuf;
 
 use clap::{Args, CommandFactory, Parser, Subcommand};
 
-use crate::config::{Config, LoadOptions};
-use crate::error::Error;
+use cosy::config::{Config, LoadOptions};
+use cosy::error::Error;
 
 /// CosyVoice3 text-to-speech over ONNX Runtime.
 #[derive(Debug, Parser)]
@@ -390,10 +390,17 @@ impl Cli {
     }
 
     /// The configuration from file, environment and these flags.
-    pub fn load_config(&self) -> crate::Result<Config> {
+    pub fn load_config(&self) -> cosy::Result<Config> {
+        Config::load(&self.load_options()?)
+    }
+
+    /// What [`Cli::load_config`] loads: the process's environment, the config file flag and every
+    /// flag that stands for a setting (`--model`, `--provider`, `--precision`, each `--set`), in
+    /// the order the config's precedence needs.
+    fn load_options(&self) -> cosy::Result<LoadOptions> {
         let mut opts = LoadOptions::from_process_env();
         opts.config_file = self.global.config.clone();
-        opts.default_file = Some(PathBuf::from(crate::paths::PROJECT_CONFIG));
+        opts.default_file = Some(PathBuf::from(cosy::paths::PROJECT_CONFIG));
         opts.user_files = true;
         let g = &self.global;
         if let Some(m) = &g.model {
@@ -411,7 +418,7 @@ impl Cli {
                 .ok_or_else(|| Error::Config(format!("--set {kv:?}: expected KEY=VALUE")))?;
             opts.flags.push((k.trim().to_string(), v.to_string()));
         }
-        Config::load(&opts)
+        Ok(opts)
     }
 
     /// The log filter from -v/-q (`COSY_LOG` overrides it). A server logs its requests (info)
@@ -465,8 +472,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Engines { action } => engines(&config, action),
         Command::Model { action } => model_command(&config, action).map_err(name_the_flag),
         Command::Completions { .. } | Command::Manpage => Ok(()),
-        // The server lives in the binary (src/serve): the library knows nothing of HTTP.
-        Command::Serve(_) => Err(anyhow::anyhow!("`cosy serve` is run by the cosy binary, not by cosy::cli::run")),
+        Command::Serve(args) => crate::serve::run(config, args.bind.clone(), args.wyoming.clone()),
     }
 }
 
@@ -477,8 +483,8 @@ fn engines(config: &Config, action: &EnginesAction) -> anyhow::Result<()> {
             let precisions = precisions
                 .iter()
                 .map(|p| {
-                    crate::vocab::Precision::parse(p)
-                        .ok_or_else(|| Error::Config(format!("--precisions {p:?}: allowed: {}", crate::vocab::Precision::ALLOWED)))
+                    cosy::vocab::Precision::parse(p)
+                        .ok_or_else(|| Error::Config(format!("--precisions {p:?}: allowed: {}", cosy::vocab::Precision::ALLOWED)))
                 })
                 .collect::<Result<Vec<_>, _>>()?;
             let bar = indicatif::ProgressBar::new(0);
@@ -511,12 +517,12 @@ fn engines(config: &Config, action: &EnginesAction) -> anyhow::Result<()> {
             for e in entries {
                 let name = e.dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
                 let state = match (&e.state, e.current) {
-                    (crate::runtime::EntryState::Valid, Some(true)) => "valid".to_string(),
-                    (crate::runtime::EntryState::Valid, Some(false)) => "stale".to_string(),
-                    (crate::runtime::EntryState::Valid, None) => "valid (currency unknown)".to_string(),
-                    (crate::runtime::EntryState::Incomplete, _) if e.in_progress => "being written".to_string(),
-                    (crate::runtime::EntryState::Incomplete, _) => "incomplete".to_string(),
-                    (crate::runtime::EntryState::Corrupt(why), _) => format!("corrupt: {why}"),
+                    (cosy::runtime::EntryState::Valid, Some(true)) => "valid".to_string(),
+                    (cosy::runtime::EntryState::Valid, Some(false)) => "stale".to_string(),
+                    (cosy::runtime::EntryState::Valid, None) => "valid (currency unknown)".to_string(),
+                    (cosy::runtime::EntryState::Incomplete, _) if e.in_progress => "being written".to_string(),
+                    (cosy::runtime::EntryState::Incomplete, _) => "incomplete".to_string(),
+                    (cosy::runtime::EntryState::Corrupt(why), _) => format!("corrupt: {why}"),
                 };
                 let key = e.summary.as_ref().map_or_else(String::new, |s| format!("  [{s}]"));
                 println!("{name}  {}  {}  {state}{key}", e.kind.as_str(), human_bytes(e.bytes));
@@ -569,7 +575,7 @@ fn name_the_flag(err: anyhow::Error) -> anyhow::Error {
 /// [`name_the_flag`] with a command's own flag names.
 fn name_the_flag_with(err: anyhow::Error, flag_of: fn(&str) -> Option<&'static str>) -> anyhow::Error {
     match err.downcast::<Error>() {
-        Ok(Error::Input { code: code @ crate::error::InputCode::NoVoice, param, message }) => {
+        Ok(Error::Input { code: code @ cosy::error::InputCode::NoVoice, param, message }) => {
             Error::Input { code, param, message: format!("--voice NAME or --prompt-wav FILE: {message}") }.into()
         }
         Ok(Error::Input { code, param: Some(param), message }) => match flag_of(param) {
@@ -651,11 +657,11 @@ pub fn render_name(template: &str, index: usize) -> Result<String, Error> {
             format!("{index:0width$}")
         })
         .into_owned();
-    if name.len() > crate::output::NAME_MAX {
+    if name.len() > cosy::output::NAME_MAX {
         return Err(bad(format!(
             "the file name it gives (for index {index}) is {} bytes, over the {}-byte limit of file names; use a shorter template",
             name.len(),
-            crate::output::NAME_MAX
+            cosy::output::NAME_MAX
         )));
     }
     Ok(name)
@@ -670,20 +676,20 @@ fn asked_streaming(stream: bool, no_stream: bool) -> Option<bool> {
 fn read_stdin() -> Result<String, Error> {
     let mut s = String::new();
     std::io::Read::read_to_string(&mut std::io::stdin(), &mut s).map_err(|e| Error::io("<stdin>", e))?;
-    Ok(crate::frontend::text::strip_bom(s))
+    Ok(cosy::frontend::text::strip_bom(s))
 }
 
 /// A text file named by `flag` (`--input`), without a byte-order mark at its start.
 fn read_text_file(flag: &str, path: &std::path::Path) -> Result<String, Error> {
     std::fs::read_to_string(path)
-        .map(crate::frontend::text::strip_bom)
+        .map(cosy::frontend::text::strip_bom)
         .map_err(|e| Error::invalid(format!("{flag} {}: {e}", path.display())))
 }
 
 fn file_command(config: &Config, args: &FileArgs) -> anyhow::Result<()> {
-    use crate::audio::{write_audio_atomic, OutputFormat};
+    use cosy::audio::{write_audio_atomic, OutputFormat};
 
-    crate::request::check_speed(args.speed)?;
+    cosy::request::check_speed(args.speed)?;
     let format: OutputFormat = args.format.parse()?;
     if args.bistream {
         return file_bistream(config, args, format);
@@ -701,7 +707,7 @@ fn file_command(config: &Config, args: &FileArgs) -> anyhow::Result<()> {
         if args.format == "pcm" || to_stdout(&args.output) {
             return Err(Error::invalid("--input writes one file per line; use a wav format and -o FOLDER").into());
         }
-        crate::output::check_folder("-o", &folder, false)?;
+        cosy::output::check_folder("-o", &folder, false)?;
         let lines = text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty());
         for (index, (line, text)) in lines.enumerate() {
             let out = folder.join(render_name(&args.name_template, index)?);
@@ -725,7 +731,7 @@ fn file_command(config: &Config, args: &FileArgs) -> anyhow::Result<()> {
     }
     // Everything that can be checked is checked before the model is loaded.
     for (_, text, out, line) in &jobs {
-        crate::app::speech::check_text(config, text).map_err(|e| match (line, &args.input, e) {
+        cosy::app::speech::check_text(config, text).map_err(|e| match (line, &args.input, e) {
             (Some(n), Some(input), Error::Input { code, param, message }) => {
                 Error::Input { code, param, message: format!("--input {} line {n}: {message}", input.display()) }
             }
@@ -733,35 +739,35 @@ fn file_command(config: &Config, args: &FileArgs) -> anyhow::Result<()> {
         })?;
         if let Some(p) = out {
             let label = if args.input.is_some() { "--name-template" } else { "-o" };
-            crate::output::check_not_an_input(label, p, &file_inputs(args))?;
-            crate::output::check_file("-o", p)?;
+            cosy::output::check_not_an_input(label, p, &file_inputs(args))?;
+            cosy::output::check_file("-o", p)?;
         }
     }
     let voice = resolve_voice(config, &args.voice)?;
     if let Some(d) = &args.dump {
-        crate::output::check_folder("--dump", d, true)?;
+        cosy::output::check_folder("--dump", d, true)?;
     }
 
-    let engine = crate::engine::Engine::load(config)?;
+    let engine = cosy::engine::Engine::load(config)?;
     let rate = engine.sample_rate();
     let several = jobs.len() > 1;
     let request = |text: String| {
-        let mut o = crate::app::speech::SpeechOptions::new(text, voice.clone(), config.streaming.enabled);
+        let mut o = cosy::app::speech::SpeechOptions::new(text, voice.clone(), config.streaming.enabled);
         o.text_frontend = !args.no_text_frontend;
         o.speed = args.speed;
         o.seed = args.seed;
         o.stream = asked_streaming(args.stream, args.no_stream);
         o.min_tokens = args.min_tokens;
-        crate::app::speech::build_request(config, o)
+        cosy::app::speech::build_request(config, o)
     };
     if let Some(dump_root) = &args.dump {
         // With --dump, one utterance at a time, each sentence's intermediates written as it ends.
         for (index, text, out, _) in jobs {
             let dump = if several { dump_root.join(format!("{index:03}")) } else { dump_root.clone() };
-            let observer = std::sync::Arc::new(crate::app::dump::DumpObserver::new(dump));
+            let observer = std::sync::Arc::new(cosy::app::dump::DumpObserver::new(dump));
             let handle = engine.submit_observed(request(text)?, Some(observer))?;
             let mut samples: Vec<f32> = Vec::new();
-            crate::app::drain::drain(handle, &mut samples)?;
+            cosy::app::drain::drain(handle, &mut samples)?;
             match out {
                 Some(path) => write_audio_atomic(&path, &samples, rate, format)?,
                 None => write_pcm_stdout(&samples)?,
@@ -784,7 +790,7 @@ fn file_command(config: &Config, args: &FileArgs) -> anyhow::Result<()> {
         bar
     });
     let mut pending = jobs.into_iter();
-    let mut running: std::collections::VecDeque<(Option<PathBuf>, crate::engine::RequestHandle)> = Default::default();
+    let mut running: std::collections::VecDeque<(Option<PathBuf>, cosy::engine::RequestHandle)> = Default::default();
     loop {
         while running.len() < window {
             let Some((_, text, out, _)) = pending.next() else { break };
@@ -820,7 +826,7 @@ fn file_inputs(args: &FileArgs) -> Vec<(&'static str, &std::path::Path)> {
 
 /// `cosy file - --bistream`: text-in streaming from standard input, the audio to a file (or
 /// streamed pcm on stdout), the same audio `cosy say -` plays.
-fn file_bistream(config: &Config, args: &FileArgs, format: crate::audio::OutputFormat) -> anyhow::Result<()> {
+fn file_bistream(config: &Config, args: &FileArgs, format: cosy::audio::OutputFormat) -> anyhow::Result<()> {
     if args.text.as_deref() != Some("-") || args.input.is_some() {
         return Err(Error::invalid("--bistream reads the text from standard input as it arrives: give `-` as the text").into());
     }
@@ -830,22 +836,22 @@ fn file_bistream(config: &Config, args: &FileArgs, format: crate::audio::OutputF
     let to_stdout = args.output.as_deref().is_some_and(|p| p.as_os_str() == "-") || (args.format == "pcm" && args.output.is_none());
     let out = (!to_stdout).then(|| args.output.clone().unwrap_or_else(|| PathBuf::from("out.wav")));
     if let Some(p) = &out {
-        crate::output::check_not_an_input("-o", p, &file_inputs(args))?;
-        crate::output::check_file("-o", p)?;
+        cosy::output::check_not_an_input("-o", p, &file_inputs(args))?;
+        cosy::output::check_file("-o", p)?;
     }
     let voice = resolve_voice(config, &args.voice)?;
-    let mut o = crate::app::speech::SpeechOptions::new(String::new(), voice, config.streaming.enabled);
+    let mut o = cosy::app::speech::SpeechOptions::new(String::new(), voice, config.streaming.enabled);
     o.text_frontend = !args.no_text_frontend;
     o.seed = args.seed;
     o.stream = asked_streaming(args.stream, args.no_stream);
-    let req = crate::app::speech::build_streaming_request(o)?;
-    let engine = crate::engine::Engine::load(config)?;
+    let req = cosy::app::speech::build_streaming_request(o)?;
+    let engine = cosy::engine::Engine::load(config)?;
     let rate = engine.sample_rate();
-    let options = crate::engine::BistreamOptions { normalize_sentences: args.normalize_sentences };
+    let options = cosy::engine::BistreamOptions { normalize_sentences: args.normalize_sentences };
     let (mut feed, handle) = engine.submit_bistream(req, options, None)?;
     let reader = std::thread::Builder::new()
         .name("stdin-text".into())
-        .spawn(move || match crate::frontend::text::read_pieces(std::io::stdin().lock(), "<stdin>", |p| feed.send(p)) {
+        .spawn(move || match cosy::frontend::text::read_pieces(std::io::stdin().lock(), "<stdin>", |p| feed.send(p)) {
             Ok(_) => feed.finish(),
             Err(e) => feed.fail(e),
         })
@@ -853,7 +859,7 @@ fn file_bistream(config: &Config, args: &FileArgs, format: crate::audio::OutputF
     let samples = collect_audio(handle, out.is_none())?;
     let _ = reader.join();
     if let Some(path) = out {
-        crate::audio::write_audio_atomic(&path, &samples, rate, format)?;
+        cosy::audio::write_audio_atomic(&path, &samples, rate, format)?;
         tracing::info!("wrote {} ({:.2} s)", path.display(), samples.len() as f64 / f64::from(rate));
     }
     Ok(())
@@ -861,27 +867,27 @@ fn file_bistream(config: &Config, args: &FileArgs, format: crate::audio::OutputF
 
 /// A request's audio: written to standard output as it comes (`to_stdout`: streamed pcm, nothing
 /// kept), or collected; the request's error if it fails.
-fn collect_audio(handle: crate::engine::RequestHandle, to_stdout: bool) -> Result<Vec<f32>, Error> {
+fn collect_audio(handle: cosy::engine::RequestHandle, to_stdout: bool) -> Result<Vec<f32>, Error> {
     let mut samples: Vec<f32> = Vec::new();
     if to_stdout {
-        crate::app::drain::drain(handle, &mut crate::app::drain::FnSink(|chunk: &[f32]| write_pcm_stdout(chunk)))?;
+        cosy::app::drain::drain(handle, &mut cosy::app::drain::FnSink(|chunk: &[f32]| write_pcm_stdout(chunk)))?;
     } else {
-        crate::app::drain::drain(handle, &mut samples)?;
+        cosy::app::drain::drain(handle, &mut samples)?;
     }
     Ok(samples)
 }
 
 /// Writes samples to standard output as s16le and flushes (streamed pcm).
 fn write_pcm_stdout(samples: &[f32]) -> Result<(), Error> {
-    let bytes = crate::audio::pcm16_bytes(samples);
+    let bytes = cosy::audio::pcm16_bytes(samples);
     let mut stdout = std::io::stdout().lock();
     stdout.write_all(&bytes).and_then(|_| stdout.flush()).map_err(|e| Error::io("<stdout>", e))
 }
 
-/// The voice from the command line, through the application layer ([`crate::app::voices`]): a
+/// The voice from the command line, through the application layer ([`cosy::app::voices`]): a
 /// saved voice is read and checked against the configured model before anything heavy is loaded.
-fn resolve_voice(config: &Config, c: &VoiceArgs) -> Result<crate::request::Voice, Error> {
-    use crate::app::voices::{Recording, VoiceChoice, Voices};
+fn resolve_voice(config: &Config, c: &VoiceArgs) -> Result<cosy::request::Voice, Error> {
+    use cosy::app::voices::{Recording, VoiceChoice, Voices};
     let voices = Voices::new(config);
     let choice = VoiceChoice {
         name: c.name.clone(),
@@ -902,7 +908,7 @@ fn resolve_voice(config: &Config, c: &VoiceArgs) -> Result<crate::request::Voice
 
 fn say_command(config: &Config, args: &SayArgs) -> anyhow::Result<()> {
     if args.list_devices {
-        for d in crate::audio::list_devices()? {
+        for d in crate::playback::list_devices()? {
             let mark = if d.is_default { " (default)" } else { "" };
             let detail = match &d.error {
                 Some(e) => format!("unusable: {e}"),
@@ -918,12 +924,12 @@ fn say_command(config: &Config, args: &SayArgs) -> anyhow::Result<()> {
         }
         return Ok(());
     }
-    crate::request::check_speed(args.speed)?;
+    cosy::request::check_speed(args.speed)?;
     let output = crate::say::Output::from_setting(args.device.as_deref(), &config.output.device)?;
     let voice = resolve_voice(config, &args.voice)?;
     // `say -` speaks standard input while it arrives (text-in streaming), when the voice allows
     // it (a transcript or an instruction) and no speed asks for whole sentences.
-    let streaming_stdin = args.text.as_deref() == Some("-") && crate::app::speech::can_stream_text(&voice, args.speed);
+    let streaming_stdin = args.text.as_deref() == Some("-") && cosy::app::speech::can_stream_text(&voice, args.speed);
     if args.text.as_deref() == Some("-") && !streaming_stdin {
         tracing::info!("reading all of standard input first: text-in streaming needs a voice with a transcript or an instruction, and speed 1");
     }
@@ -934,18 +940,18 @@ fn say_command(config: &Config, args: &SayArgs) -> anyhow::Result<()> {
         Some(t) => t.to_string(),
     };
     // `say` streams unless a speed asks for whole sentences.
-    let mut o = crate::app::speech::SpeechOptions::new(text, voice, true);
+    let mut o = cosy::app::speech::SpeechOptions::new(text, voice, true);
     o.text_frontend = !args.no_text_frontend;
     o.speed = args.speed;
     o.seed = args.seed;
     o.min_tokens = args.min_tokens;
     let req = if streaming_stdin {
-        crate::app::speech::build_streaming_request(o)?
+        cosy::app::speech::build_streaming_request(o)?
     } else {
-        crate::app::speech::build_request(config, o)?
+        cosy::app::speech::build_request(config, o)?
     };
     let source = if streaming_stdin {
-        crate::say::SayText::Stdin(crate::engine::BistreamOptions { normalize_sentences: args.normalize_sentences })
+        crate::say::SayText::Stdin(cosy::engine::BistreamOptions { normalize_sentences: args.normalize_sentences })
     } else {
         crate::say::SayText::Whole
     };
@@ -954,16 +960,16 @@ fn say_command(config: &Config, args: &SayArgs) -> anyhow::Result<()> {
 }
 
 fn voice_command(config: &Config, action: &VoiceAction) -> anyhow::Result<()> {
-    let voices = crate::app::voices::Voices::new(config);
+    let voices = cosy::app::voices::Voices::new(config);
     let store = voices.store();
     match action {
         VoiceAction::Add { name, wav, text, force, default } => {
-            use crate::app::voices::{check_recording, Recording};
+            use cosy::app::voices::{check_recording, Recording};
             // Refused before the model is loaded; `add` checks again.
             voices.check_new(name, text, *force)?;
             let recording = Recording::File(wav.clone());
             check_recording(&recording, voices.prompt_limit())?;
-            let engine = crate::engine::Engine::load(config)?;
+            let engine = cosy::engine::Engine::load(config)?;
             let (voice, path) = voices.add(&engine, name, &recording, text, *force, *default)?;
             println!("saved voice {name} ({} prompt tokens) to {}", voice.speech_token.len(), path.display());
             if *default {
@@ -984,7 +990,7 @@ fn voice_command(config: &Config, action: &VoiceAction) -> anyhow::Result<()> {
                     Ok(v) => {
                         let fit = if e.fits_model == Some(false) { "  [made for another model]" } else { "" };
                         let mark = if e.is_default { "  (default)" } else { "" };
-                        let secs = crate::app::voices::summary_seconds(v);
+                        let secs = cosy::app::voices::summary_seconds(v);
                         println!("{}  {}  {secs:.1} s  {:?}{fit}{mark}", e.name, v.created, v.transcript);
                     }
                     Err(problem) => {
@@ -1023,8 +1029,8 @@ fn voice_command(config: &Config, action: &VoiceAction) -> anyhow::Result<()> {
         }
         VoiceAction::Default { name: None, clear: false } => {
             match voices.default_voice()? {
-                Some((name, crate::voice::DefaultSource::Config)) => println!("{name} (voices.default in the config)"),
-                Some((name, crate::voice::DefaultSource::Folder(p))) => println!("{name} ({})", p.display()),
+                Some((name, cosy::voice::DefaultSource::Config)) => println!("{name} (voices.default in the config)"),
+                Some((name, cosy::voice::DefaultSource::Folder(p))) => println!("{name} ({})", p.display()),
                 None => println!(
                     "no default voice (make one with `cosy voice default NAME` or `cosy voice add NAME --wav FILE --text TEXT --default`)"
                 ),
@@ -1050,21 +1056,21 @@ fn profile_command(config: &Config, args: &ProfileArgs) -> anyhow::Result<()> {
         (None, Some(t)) => t.to_string(),
         (None, None) => PROFILE_TEXT.to_string(),
     };
-    crate::app::speech::check_text(config, &text)?;
+    cosy::app::speech::check_text(config, &text)?;
     if args.runs == 0 {
         return Err(Error::invalid("--runs must be at least 1").into());
     }
     // The outputs are checked before the (long) measurement, and must not be one file.
     let json_file = args.json.as_deref().filter(|p| p.as_os_str() != "-");
     if let Some(p) = json_file {
-        crate::output::check_file("--json", p)?;
+        cosy::output::check_file("--json", p)?;
     }
     if let Some(p) = &args.trace {
         if p.as_os_str() == "-" {
             return Err(Error::invalid("--trace -: the trace is written to a file only; give a file name").into());
         }
-        crate::output::check_file("--trace", p)?;
-        if json_file.is_some_and(|j| crate::output::same_file(j, p)) {
+        cosy::output::check_file("--trace", p)?;
+        if json_file.is_some_and(|j| cosy::output::same_file(j, p)) {
             return Err(Error::invalid(format!(
                 "--json {} and --trace {} are the same file; give them different names",
                 json_file.map(|j| j.display().to_string()).unwrap_or_default(),
@@ -1074,13 +1080,13 @@ fn profile_command(config: &Config, args: &ProfileArgs) -> anyhow::Result<()> {
         }
     }
     let voice = resolve_voice(config, &args.voice)?;
-    let mut o = crate::app::speech::SpeechOptions::new(text, voice, config.streaming.enabled);
+    let mut o = cosy::app::speech::SpeechOptions::new(text, voice, config.streaming.enabled);
     o.text_frontend = !args.no_text_frontend;
     o.seed = args.seed;
     o.stream = asked_streaming(args.stream, args.no_stream);
     o.min_tokens = args.min_tokens;
     let plan = ProfilePlan {
-        request: crate::app::speech::build_request(config, o)?,
+        request: cosy::app::speech::build_request(config, o)?,
         runs: args.runs,
         warmup: args.warmup,
     };
@@ -1106,7 +1112,7 @@ fn profile_command(config: &Config, args: &ProfileArgs) -> anyhow::Result<()> {
     } else {
         let label = format!(
             "{} {}",
-            config.runtime.providers.first().copied().unwrap_or(crate::vocab::ProviderKind::Cpu),
+            config.runtime.providers.first().copied().unwrap_or(cosy::vocab::ProviderKind::Cpu),
             config.runtime.precision
         );
         let report = profile(config, &plan, &label)?;
@@ -1117,7 +1123,7 @@ fn profile_command(config: &Config, args: &ProfileArgs) -> anyhow::Result<()> {
     };
     let write = |path: &std::path::Path, value: &serde_json::Value| -> Result<(), Error> {
         let text = serde_json::to_string_pretty(value).map_err(|e| Error::Runtime(format!("json: {e}")))?;
-        crate::output::write_bytes(path, text.as_bytes())
+        cosy::output::write_bytes(path, text.as_bytes())
     };
     if let Some(p) = &args.json {
         if json_stdout {
@@ -1133,7 +1139,7 @@ fn profile_command(config: &Config, args: &ProfileArgs) -> anyhow::Result<()> {
 }
 
 fn model_command(config: &Config, action: &ModelAction) -> anyhow::Result<()> {
-    use crate::app::models::Models;
+    use cosy::app::models::Models;
     let models = Models::of_user();
     match action {
         ModelAction::List => {
@@ -1182,4 +1188,34 @@ fn model_command(config: &Config, action: &ModelAction) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn flags_of(args: &[&str]) -> cosy::Result<Vec<(String, String)>> {
+        let cli = Cli::parse_keeping_sets(args.iter().copied()).expect("the arguments parse");
+        cli.load_options().map(|o| o.flags)
+    }
+
+    /// The flags that stand for settings reach the config loader as settings (the loader itself,
+    /// with any value, is fuzzed in tests/fuzz.rs), `--set` on both sides of the command counts.
+    #[test]
+    fn setting_flags_become_the_loaders_flags_in_order() {
+        let flags = flags_of(&["cosy", "--set", "a.b=1", "--model", "m", "--provider", "cpu", "--precision", "fp16", "doctor", "--set=c.d= x=y"]);
+        let pairs = |v: &[(&str, &str)]| v.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect::<Vec<_>>();
+        assert_eq!(
+            flags.expect("loads"),
+            pairs(&[("model.dir", "m"), ("runtime.providers", "cpu"), ("runtime.precision", "fp16"), ("a.b", "1"), ("c.d", " x=y")])
+        );
+        let err = flags_of(&["cosy", "--set", "runtime.threads", "doctor"]).expect_err("no '='");
+        assert_eq!(err.to_string(), Error::Config("--set \"runtime.threads\": expected KEY=VALUE".into()).to_string());
+    }
+
+    #[test]
+    fn name_templates_render_the_index() {
+        assert_eq!(render_name("take-{index:09}.wav", 7).unwrap(), "take-000000007.wav");
+        assert_eq!(render_name("{index}.wav", 12).unwrap(), "12.wav");
+    }
 }

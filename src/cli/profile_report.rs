@@ -2,7 +2,7 @@
 //! with the span recorder on, and report per-stage wall time, time to first audio, RTF, speech
 //! tokens/s and memory — as a table, as JSON, and as a Chrome trace.
 //!
-//! Every number comes from spans the pipeline records (`crate::profile::STAGE_KEYS`) or from the
+//! Every number comes from spans the pipeline records (`cosy::profile::STAGE_KEYS`) or from the
 //! caller's own clock around the engine request (total, time to first audio). Offline, the
 //! top-level stages (frontend, llm, flow, hift) run one after another, so they add up to the total;
 //! the remainder is reported as `unaccounted_ms`. The stage breakdown shown is that of the median
@@ -15,14 +15,14 @@ use std::time::Instant;
 
 use serde::Serialize;
 
-use crate::config::Config;
-use crate::error::{Error, Result};
-use crate::request::Request;
-use crate::profile::{
+use cosy::config::Config;
+use cosy::error::{Error, Result};
+use cosy::request::Request;
+use cosy::profile::{
     chrome_trace, median, peak_rss_bytes, summarize, top_level_keys, Profiler, SpanEvent,
     SpanStats, STAGE_KEYS,
 };
-use crate::vocab::{Precision, ProviderKind};
+use cosy::vocab::{Precision, ProviderKind};
 
 /// The run whose total is the median (for an even count the slower middle one, so a report never
 /// flatters).
@@ -227,7 +227,7 @@ pub fn profile(config: &Config, plan: &ProfilePlan, setting_label: &str) -> Resu
     let started = Instant::now();
     let profiler = Profiler::enabled();
     // The runs go through the engine, as every request does (one at a time here).
-    let engine = crate::engine::Engine::builder(config).profiler(profiler.clone()).build()?;
+    let engine = cosy::engine::Engine::builder(config).profiler(profiler.clone()).build()?;
     let load_ms = ms(started.elapsed());
     let load: Vec<LoadRow> = engine
         .load_times()
@@ -254,11 +254,11 @@ pub fn profile(config: &Config, plan: &ProfilePlan, setting_label: &str) -> Resu
         let t0 = Instant::now();
         let mut first_chunk: Option<f64> = None;
         let handle = engine.submit(plan.request.clone())?;
-        let mut first_audio = crate::app::drain::FnSink(|_: &[f32]| {
+        let mut first_audio = cosy::app::drain::FnSink(|_: &[f32]| {
             first_chunk.get_or_insert_with(|| ms(t0.elapsed()));
             Ok(())
         });
-        let summary = crate::app::drain::drain(handle, &mut first_audio)?;
+        let summary = cosy::app::drain::drain(handle, &mut first_audio)?;
         let total_ms = ms(t0.elapsed());
         let run_events = profiler.take_events();
         if i < plan.warmup {

@@ -11,11 +11,29 @@
 //!   few more buffers of silence (so the last real samples have left the device buffer), counted in
 //!   frames, not in wall time.
 //! * Cancel: [`Player::cancel`] / [`CancelHandle::cancel`] (e.g. from Ctrl-C via
-//!   [`cancel_on_ctrl_c`]) empties the queue, silences the output and makes `push` return
+//!   `interrupt::cancel_on_ctrl_c`) empties the queue, silences the output and makes `push` return
 //!   [`Flow::Cancelled`] at once.
 //! * Events: [`PlaybackEvents`] counts callbacks and frames and records, on a sequence counter shared
 //!   with the producer, when the first real samples were pulled, so tests can check the *order* of
 //!   events (first audio before the last chunk) instead of timings.
+//!
+//! Use: `let mut player = Player::open(device, 24_000)?;` then, from the
+//! synthesis thread, `if player.push(&chunk)? == Flow::Cancelled { break }` per chunk (blocks while
+//! the ~2 s queue is full, so synthesis is paced by the device), then `player.finish()?` (plays out
+//! the queue and stops). For Ctrl-C: `cancel_on_ctrl_c(player.cancel_handle())?` (`interrupt::cancel_on_ctrl_c` in the binary);
+//! the handle is also pollable (`is_cancelled`) to stop synthesis early. `player.events()` exposes
+//! counters, including when the first samples reached the device (time to first audio).
+//! With no usable output device, `Player::open(None, …)` fails with one line that says so and points
+//! to `cosy file`. [`list_devices`] lists outputs with their rates/channels (for a `--device` help).
+//!
+//! Headless / CI: ALSA reads its configuration once per process at first use. To run without a sound
+//! card, either pass `--device null` (discards audio) or start the process with `HOME` pointing to a
+//! folder whose `.asoundrc` says `pcm.!default { type null }`. The null device is not paced: it pulls
+//! samples as fast as the CPU allows.
+//!
+//! A module of the binary that imports only the library (`cosy::…`), nothing else of the binary:
+//! the playback tests (tests/audio_*.rs, one process each, since ALSA reads its configuration once
+//! per process) compile this file into themselves with `#[path]`.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -25,8 +43,8 @@ use std::time::{Duration, Instant};
 use cpal::traits::{DeviceTrait, HostTrait, StreamTrait};
 use cpal::{FromSample, SampleFormat, SizedSample, SupportedStreamConfigRange};
 
-use super::resample::Resampler;
-use crate::error::{Error, Result};
+use cosy::audio::Resampler;
+use cosy::error::{Error, Result};
 
 /// The rate the CosyVoice3 vocoder produces.
 pub const MODEL_SAMPLE_RATE: u32 = 24_000;
@@ -59,6 +77,8 @@ pub struct DeviceInfo {
 }
 
 impl DeviceInfo {
+    // Read by the playback tests (tests/audio_*.rs compile this file), not by `cosy say`.
+    #[allow(dead_code)]
     /// Whether the device accepts `rate` directly (no resampling).
     pub fn supports_rate(&self, rate: u32) -> bool {
         self.sample_rates.iter().any(|&(lo, hi)| lo <= rate && rate <= hi)
@@ -142,6 +162,8 @@ impl PlaybackEvents {
             s => Some(s),
         }
     }
+    // Read by the playback tests (tests/audio_*.rs compile this file), not by `cosy say`.
+    #[allow(dead_code)]
     /// When the first real samples were pulled (for time-to-first-audio reports).
     pub fn first_samples_at(&self) -> Option<Instant> {
         self.first_samples_at.get().copied()
@@ -150,14 +172,20 @@ impl PlaybackEvents {
     pub fn callbacks(&self) -> u64 {
         self.callbacks.load(Ordering::SeqCst)
     }
+    // Read by the playback tests (tests/audio_*.rs compile this file), not by `cosy say`.
+    #[allow(dead_code)]
     /// Frames of pushed audio the device has pulled.
     pub fn frames_played(&self) -> u64 {
         self.frames_played.load(Ordering::SeqCst)
     }
+    // Read by the playback tests (tests/audio_*.rs compile this file), not by `cosy say`.
+    #[allow(dead_code)]
     /// Frames of silence the device pulled (queue empty: start-up, underrun, drain tail).
     pub fn silence_frames(&self) -> u64 {
         self.silence_frames.load(Ordering::SeqCst)
     }
+    // Read by the playback tests (tests/audio_*.rs compile this file), not by `cosy say`.
+    #[allow(dead_code)]
     /// Frames queued by `push`/`finish` (after resampling), cancelled ones included.
     pub fn frames_queued(&self) -> u64 {
         self.frames_queued.load(Ordering::SeqCst)
@@ -205,14 +233,6 @@ fn cancel_shared(shared: &Shared) {
     shared.cancelled.store(true, Ordering::SeqCst);
     shared.lock().samples.clear();
     shared.changed.notify_all();
-}
-
-/// Makes Ctrl-C cancel playback; a second Ctrl-C exits at once with status 130 (see
-/// [`crate::interrupt`], the process's one handler). May be called for several players.
-pub fn cancel_on_ctrl_c(handle: CancelHandle) -> Result<()> {
-    crate::interrupt::install()?;
-    crate::interrupt::on_interrupt(move || handle.cancel());
-    Ok(())
 }
 
 /// Live audio output. See the module docs.
@@ -332,6 +352,8 @@ impl Player {
         CancelHandle(self.shared.clone())
     }
 
+    // Read by the playback tests (tests/audio_*.rs compile this file), not by `cosy say`.
+    #[allow(dead_code)]
     /// Cancels playback: drops queued audio, outputs silence, `push` returns `Flow::Cancelled`.
     pub fn cancel(&self) {
         cancel_shared(&self.shared);
