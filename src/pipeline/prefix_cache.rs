@@ -77,6 +77,18 @@ pub struct PrefixStore {
     /// Disk reads started by [`PrefixStore::prefetch`], by voice.
     reads: Mutex<Vec<(PrefixKey, crossbeam_channel::Receiver<Option<PrefixCache>>)>>,
     disk_writes: Arc<std::sync::atomic::AtomicU64>,
+    #[cfg(test)]
+    read_hook: Option<ReadHook>,
+}
+
+/// Test hook: orders the background reads of [`PrefixStore::prefetch`] against `get` and
+/// `prefetch` without timing. Each read waits for a token on `start` before reading, and sends its
+/// key on `done` once its result is in its channel.
+#[cfg(test)]
+#[derive(Clone)]
+struct ReadHook {
+    start: crossbeam_channel::Receiver<()>,
+    done: crossbeam_channel::Sender<PrefixKey>,
 }
 
 impl PrefixStore {
@@ -89,6 +101,8 @@ impl PrefixStore {
             writes: Mutex::new(Vec::new()),
             reads: Mutex::new(Vec::new()),
             disk_writes: Arc::new(std::sync::atomic::AtomicU64::new(0)),
+            #[cfg(test)]
+            read_hook: None,
         }
     }
 
@@ -139,8 +153,18 @@ impl PrefixStore {
         }
         let (tx, rx) = crossbeam_channel::bounded(1);
         let k = *key;
+        #[cfg(test)]
+        let hook = self.read_hook.clone();
         let spawned = std::thread::Builder::new().name("prefix-read".into()).spawn(move || {
+            #[cfg(test)]
+            if let Some(hook) = &hook {
+                let _ = hook.start.recv();
+            }
             let _ = tx.send(disk.load(&k));
+            #[cfg(test)]
+            if let Some(hook) = &hook {
+                let _ = hook.done.send(k);
+            }
         });
         if spawned.is_ok() {
             reads.push((*key, rx));
@@ -298,6 +322,18 @@ mod tests {
         assert_eq!(store.stats().entries, 2);
     }
 
+    /// A store whose background reads wait for a token on the returned sender and report their
+    /// key on the returned receiver when their result is ready.
+    fn held_reads(mut store: PrefixStore) -> (PrefixStore, crossbeam_channel::Sender<()>, crossbeam_channel::Receiver<PrefixKey>) {
+        let (start_tx, start) = crossbeam_channel::unbounded();
+        let (done, done_rx) = crossbeam_channel::unbounded();
+        store.read_hook = Some(ReadHook { start, done });
+        (store, start_tx, done_rx)
+    }
+
+    /// A guard against a hang only (the read is a small file): never reached when the code is right.
+    const HANG: std::time::Duration = std::time::Duration::from_secs(120);
+
     #[test]
     fn a_voice_on_disk_is_read_prefetched_or_not_and_kept() {
         let shape = DitCacheShape { depth: 1, inner: 2, dim: 2, conv_context: 1 };
@@ -305,9 +341,13 @@ mod tests {
         let disk = || PrefixDisk::new(dir.path().to_path_buf(), b"model", shape, 1, 1 << 20);
         disk().save(&[1; 32], &cache(10)).unwrap();
         disk().save(&[2; 32], &cache(20)).unwrap();
-        let store = PrefixStore::new(shape, 1 << 20).with_disk(disk());
+        // The read is held until `get` is under way, so `get` (not a second prefetch) takes its
+        // result: the counters below do not depend on which thread ran first.
+        let (store, start, _done) = held_reads(PrefixStore::new(shape, 1 << 20).with_disk(disk()));
         store.prefetch(&[1; 32]);
         store.prefetch(&[1; 32]); // already being read: not twice
+        assert_eq!(store.reads.lock().unwrap().len(), 1, "one read for the voice");
+        start.send(()).unwrap();
         assert_eq!(store.get(&[1; 32]).expect("prefetched").frames, 10);
         assert_eq!(store.get(&[2; 32]).expect("read when asked").frames, 20);
         assert!(store.get(&[3; 32]).is_none(), "on disk neither");
@@ -323,14 +363,12 @@ mod tests {
         // A prefetched read no chunk asked for is not kept aside: the next prefetch moves it
         // into the bounded memory cache.
         disk().save(&[5; 32], &cache(7)).unwrap();
-        let store = PrefixStore::new(shape, 1 << 20).with_disk(disk());
+        let (store, start, done) = held_reads(PrefixStore::new(shape, 1 << 20).with_disk(disk()));
         store.prefetch(&[5; 32]);
-        let started = std::time::Instant::now();
-        while store.stats().entries == 0 {
-            assert!(started.elapsed() < std::time::Duration::from_secs(120), "the read never finished");
-            store.prefetch(&[6; 32]); // another voice's request
-            std::thread::sleep(std::time::Duration::from_millis(5));
-        }
+        start.send(()).unwrap();
+        assert_eq!(done.recv_timeout(HANG), Ok([5; 32]), "the read finished");
+        assert_eq!(store.stats().entries, 0, "not kept before the next prefetch");
+        store.prefetch(&[6; 32]); // another voice's request
         assert_eq!((store.stats().entries, store.stats().disk_hits), (1, 1));
         assert_eq!(store.get(&[5; 32]).expect("kept").frames, 7);
     }
