@@ -13,7 +13,7 @@ use cosy::model::{check_graph_io, ModelDir};
 use cosy::runtime::cache_listing::{current_engine_keys, current_graph_keys};
 use cosy::runtime::env::{self, OrtRuntime};
 use cosy::runtime::keyed_dir::EntryState;
-use cosy::runtime::{providers, SessionFactory};
+use cosy::runtime::{providers, SessionFactory, StagePlan};
 use cosy::vocab::ProviderKind;
 
 /// Options for [`run`].
@@ -58,11 +58,31 @@ impl DoctorReport {
     }
 }
 
-/// Runs every check.
+/// Runs every check: each section reports what it finds and adds its problems; a later section
+/// that needs what an earlier one could not give (the library, the model folder) is left out.
 pub fn run(config: &Config, opts: &DoctorOptions) -> DoctorReport {
     let mut r = DoctorReport::default();
     r.lines.push("cosy doctor".into());
+    report_configuration(&mut r, config);
+    let runtime = report_runtime(&mut r, config);
+    report_providers(&mut r, runtime);
+    report_gpus(&mut r);
+    let Some(model) = report_model(&mut r, config, opts) else { return r };
+    let Some(rt) = runtime else { return r };
+    // The doctor writes nothing: its sessions open with the optimised-graph cache off (it only
+    // lists that cache's entries below), and it builds no TensorRT engine.
+    let mut looking = config.clone();
+    looking.runtime.graph_cache_enabled = false;
+    let factory = SessionFactory::with_runtime(rt, &looking, model.dir.clone());
+    report_graphs(&mut r, rt, &model, opts);
+    report_stages(&mut r, &factory, &model, opts);
+    report_engine_cache(&mut r, &factory);
+    report_graph_cache(&mut r, config, &factory);
+    r
+}
 
+/// The settings in effect and where each came from.
+fn report_configuration(r: &mut DoctorReport, config: &Config) {
     r.section("configuration");
     match &config.source_file {
         Some(f) => r.line(format!("config file: {} ({})", f.display(), config.sources.config_file)),
@@ -92,10 +112,13 @@ pub fn run(config: &Config, opts: &DoctorOptions) -> DoctorReport {
         cosy::paths::models_dir().display(),
         cosy::paths::cache_home().display()
     ));
+}
 
+/// The ONNX Runtime library: loaded (`Some`), or where it was looked for and why it failed.
+fn report_runtime(r: &mut DoctorReport, config: &Config) -> Option<&'static OrtRuntime> {
     r.section("ONNX Runtime");
     let (lib, how) = env::locate_library(config);
-    let runtime = match env::init(config) {
+    match env::init(config) {
         Ok(rt) => {
             r.line(format!("library: {} (found by {})", rt.library.display(), rt.found_by));
             r.line(format!("version: {}", rt.version));
@@ -110,8 +133,11 @@ pub fn run(config: &Config, opts: &DoctorOptions) -> DoctorReport {
             r.problem(e);
             None
         }
-    };
+    }
+}
 
+/// Each execution provider: compiled in, and whether it registers with the loaded library.
+fn report_providers(r: &mut DoctorReport, runtime: Option<&OrtRuntime>) {
     r.section("execution providers");
     if let Some(rt) = runtime {
         for kind in ProviderKind::ALL {
@@ -130,7 +156,9 @@ pub fn run(config: &Config, opts: &DoctorOptions) -> DoctorReport {
         Some(v) => r.line(format!("TensorRT library: {v}")),
         None => r.line("TensorRT library: not found (libnvinfer.so.10)"),
     }
+}
 
+fn report_gpus(r: &mut DoctorReport) {
     r.section("GPUs");
     let gpus = providers::gpus();
     if gpus.is_empty() {
@@ -139,13 +167,30 @@ pub fn run(config: &Config, opts: &DoctorOptions) -> DoctorReport {
     for g in &gpus {
         r.line(format!("{}: {} ({} MiB, driver {})", g.index, g.name, g.memory_mib, g.driver));
     }
+}
 
+/// A model folder as far as it was checked: the later sections skip what failed here.
+struct CheckedModel {
+    dir: Arc<ModelDir>,
+    /// The labels (`stage NAME (PRECISION)`) of the graph files with a problem.
+    bad_files: BTreeSet<String>,
+}
+
+impl CheckedModel {
+    fn stage_has_bad_file(&self, stage: &str) -> bool {
+        self.bad_files.iter().any(|b| b.starts_with(&format!("stage {stage} ")))
+    }
+}
+
+/// The manifest, the files (sizes, and sha256 unless quick) and the model constants; `None` when
+/// the folder cannot be opened at all.
+fn report_model(r: &mut DoctorReport, config: &Config, opts: &DoctorOptions) -> Option<CheckedModel> {
     r.section("model folder");
     let model = match ModelDir::open(&config.model_dir) {
         Ok(m) => m,
         Err(e) => {
             r.problem(e);
-            return r;
+            return None;
         }
     };
     let m = &model.manifest;
@@ -183,45 +228,52 @@ pub fn run(config: &Config, opts: &DoctorOptions) -> DoctorReport {
             Err(e) => r.problem(e),
         }
     }
+    Some(CheckedModel { dir: Arc::new(model), bad_files })
+}
 
-    let Some(rt) = runtime else { return r };
-    let model = Arc::new(model);
-    // The doctor writes nothing: its sessions open with the optimised-graph cache off (it only
-    // lists that cache's entries below), and it builds no TensorRT engine.
-    let mut looking = config.clone();
-    looking.runtime.graph_cache_enabled = false;
-    let factory = SessionFactory::with_runtime(rt, &looking, model.clone());
-    let graph_cache = config.graph_cache_dir().map(cosy::runtime::GraphCache::new);
-
+/// Every graph variant opened on the CPU, its inputs and outputs compared with the manifest.
+fn report_graphs(r: &mut DoctorReport, rt: &OrtRuntime, model: &CheckedModel, opts: &DoctorOptions) {
     r.section("graphs (I/O against the manifest)");
     if opts.quick {
         r.line("skipped (--quick)");
-    } else {
-        for (stage, spec) in &model.manifest.graphs {
-            for (prec, v) in &spec.variants {
-                let label = format!("stage {stage} ({prec})");
-                if bad_files.contains(&label) {
-                    r.line(format!("{stage} {prec}: not opened (file problem above)"));
-                    continue;
-                }
-                match open_on_cpu(rt, &model.path_of(&v.file)) {
-                    Ok(s) => {
-                        let problems = check_graph_io(stage, spec, s.inputs(), s.outputs());
-                        if problems.is_empty() {
-                            r.line(format!("{stage} {prec}: {} inputs, {} outputs match", spec.inputs.len(), spec.outputs.len()));
-                        }
-                        for p in problems {
-                            r.problem(Error::model(&model.root, format!("{} ({prec}): {}", p, v.file)));
-                        }
+        return;
+    }
+    let dir = &model.dir;
+    for (stage, spec) in &dir.manifest.graphs {
+        for (prec, v) in &spec.variants {
+            let label = format!("stage {stage} ({prec})");
+            if model.bad_files.contains(&label) {
+                r.line(format!("{stage} {prec}: not opened (file problem above)"));
+                continue;
+            }
+            match open_on_cpu(rt, &dir.path_of(&v.file)) {
+                Ok(s) => {
+                    let problems = check_graph_io(stage, spec, s.inputs(), s.outputs());
+                    if problems.is_empty() {
+                        r.line(format!("{stage} {prec}: {} inputs, {} outputs match", spec.inputs.len(), spec.outputs.len()));
                     }
-                    Err(e) => r.problem(Error::model(&model.root, format!("stage {stage} ({prec}): {} does not open: {e}", v.file))),
+                    for p in problems {
+                        r.problem(Error::model(&dir.root, format!("{} ({prec}): {}", p, v.file)));
+                    }
                 }
+                Err(e) => r.problem(Error::model(&dir.root, format!("stage {stage} ({prec}): {} does not open: {e}", v.file))),
             }
         }
     }
+}
 
+/// Whether the doctor opens a stage's session to show what it really gets: not when quick, not
+/// when its file has a problem, and not with a working TensorRT (opening would build engines,
+/// which `cosy engines build` does).
+fn opens_stage(plan: &StagePlan, stage_has_bad_file: bool, opts: &DoctorOptions) -> bool {
+    let would_build = plan.providers.contains(&ProviderKind::TensorRt) && providers::compiled_in(ProviderKind::TensorRt);
+    !(opts.quick || would_build || stage_has_bad_file)
+}
+
+/// The provider and precision each stage would get, and (where [`opens_stage`]) what opening it gives.
+fn report_stages(r: &mut DoctorReport, factory: &SessionFactory, model: &CheckedModel, opts: &DoctorOptions) {
     r.section("stages (provider and precision each would get)");
-    for stage in model.manifest.graphs.keys() {
+    for stage in model.dir.manifest.graphs.keys() {
         let plan = match factory.plan(stage) {
             Ok(p) => p,
             Err(e) => {
@@ -239,10 +291,7 @@ pub fn run(config: &Config, opts: &DoctorOptions) -> DoctorReport {
         if let Some(n) = &plan.note {
             line.push_str(&format!(" ({n})"));
         }
-        // Opening with a working TensorRT would build engines (`cosy engines build` does that);
-        // without it, opening shows what the stage really gets.
-        let would_build = plan.providers.contains(&ProviderKind::TensorRt) && providers::compiled_in(ProviderKind::TensorRt);
-        if opts.quick || would_build || bad_files.iter().any(|b| b.starts_with(&format!("stage {stage} "))) {
+        if !opens_stage(&plan, model.stage_has_bad_file(stage), opts) {
             r.line(line);
             continue;
         }
@@ -260,54 +309,88 @@ pub fn run(config: &Config, opts: &DoctorOptions) -> DoctorReport {
             }
         }
     }
+}
 
+/// What a TensorRT engine cache entry's state means: `current` when it was built for this model,
+/// GPU and library.
+fn engine_entry_state(state: &EntryState, current: bool) -> String {
+    match state {
+        EntryState::Valid if current => "valid, matches this model/GPU/library".to_string(),
+        EntryState::Valid => "valid, stale (for another model, GPU or library; `cosy engines clean`)".to_string(),
+        EntryState::Incomplete => "incomplete (build did not finish; rebuilt on next use)".to_string(),
+        EntryState::Corrupt(why) => format!("corrupt: {why} (rebuilt on next use)"),
+    }
+}
+
+/// What an optimised-graph cache entry's state means: `current` when it was written for this
+/// model, CPU and library; `in_progress` while a running cosy writes it.
+fn graph_entry_state(state: &EntryState, current: bool, in_progress: bool) -> String {
+    match state {
+        EntryState::Valid if current => "valid, matches this model/CPU/library".to_string(),
+        EntryState::Valid => "valid, stale (for another model, CPU or library; `cosy engines clean`)".to_string(),
+        EntryState::Incomplete if in_progress => "being written by a running cosy".to_string(),
+        EntryState::Incomplete => "incomplete (interrupted; `cosy engines clean`)".to_string(),
+        EntryState::Corrupt(why) => format!("corrupt: {why} (rebuilt on next use)"),
+    }
+}
+
+/// One line per cache entry (folder name, size, what its state means), or `empty`.
+fn list_entries(r: &mut DoctorReport, entries: Vec<(String, u64, String)>) {
+    if entries.is_empty() {
+        r.line("empty");
+    }
+    for (name, bytes, state) in entries {
+        r.line(format!("{name}  {}  {state}", human_bytes(bytes)));
+    }
+}
+
+fn folder_name(dir: &std::path::Path) -> String {
+    dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
+}
+
+fn report_engine_cache(r: &mut DoctorReport, factory: &SessionFactory) {
     r.section("TensorRT engine cache");
     r.line(format!("folder: {}", factory.cache.root.display()));
-    let current = current_engine_keys(&factory);
+    let current = current_engine_keys(factory);
     match factory.cache.entries() {
-        Ok(entries) if entries.is_empty() => r.line("empty"),
         Ok(entries) => {
-            for e in entries {
-                let name = e.dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-                let state = match &e.state {
-                    EntryState::Valid if current.contains(&name) => "valid, matches this model/GPU/library".to_string(),
-                    EntryState::Valid => "valid, stale (for another model, GPU or library; `cosy engines clean`)".to_string(),
-                    EntryState::Incomplete => "incomplete (build did not finish; rebuilt on next use)".to_string(),
-                    EntryState::Corrupt(why) => format!("corrupt: {why} (rebuilt on next use)"),
-                };
-                r.line(format!("{name}  {}  {state}", human_bytes(e.bytes)));
-            }
+            let lines = entries
+                .into_iter()
+                .map(|e| {
+                    let name = folder_name(&e.dir);
+                    let state = engine_entry_state(&e.state, current.contains(&name));
+                    (name, e.bytes, state)
+                })
+                .collect();
+            list_entries(r, lines);
         }
         Err(e) => r.problem(e),
     }
+}
 
+fn report_graph_cache(r: &mut DoctorReport, config: &Config, factory: &SessionFactory) {
     r.section("optimised-graph cache (CPU sessions)");
-    match &graph_cache {
-        None => r.line("off (runtime.graph_cache_enabled = false): every CPU session optimises its graph at load"),
-        Some(cache) => {
-            r.line(format!("folder: {}", cache.root.display()));
-            let current = current_graph_keys(&factory);
-            match cache.entries() {
-                Ok(entries) if entries.is_empty() => r.line("empty"),
-                Ok(entries) => {
-                    for e in entries {
-                        let name = e.dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-                        let state = match &e.state {
-                            EntryState::Valid if current.contains(&name) => "valid, matches this model/CPU/library".to_string(),
-                            EntryState::Valid => "valid, stale (for another model, CPU or library; `cosy engines clean`)".to_string(),
-                            EntryState::Incomplete if e.in_progress => "being written by a running cosy".to_string(),
-                            EntryState::Incomplete => "incomplete (interrupted; `cosy engines clean`)".to_string(),
-                            EntryState::Corrupt(why) => format!("corrupt: {why} (rebuilt on next use)"),
-                        };
-                        r.line(format!("{name}  {}  {state}", human_bytes(e.bytes)));
-                    }
-                }
-                // Never a problem: sessions load without the cache.
-                Err(e) => r.line(format!("cannot be read ({e}); sessions load without it")),
-            }
+    let Some(cache) = config.graph_cache_dir().map(cosy::runtime::GraphCache::new) else {
+        r.line("off (runtime.graph_cache_enabled = false): every CPU session optimises its graph at load");
+        return;
+    };
+    r.line(format!("folder: {}", cache.root.display()));
+    let current = current_graph_keys(factory);
+    match cache.entries() {
+        Ok(entries) => {
+            let lines = entries
+                .into_iter()
+                .map(|e| {
+                    let name = folder_name(&e.dir);
+                    let state = graph_entry_state(&e.state, current.contains(&name), e.in_progress);
+                    (name, e.bytes, state)
+                })
+                .collect();
+            list_entries(r, lines);
         }
+        // Never a problem: sessions load without the cache.
+        Err(e) => r.line(format!("cannot be read ({e}); sessions load without it")),
     }
-    r
 }
 
 fn open_on_cpu(rt: &OrtRuntime, path: &std::path::Path) -> Result<Session, ort::Error> {

@@ -12,8 +12,14 @@ pub enum Error {
     /// The exported model folder is missing something or does not match its manifest.
     #[error("model folder {}: {}", one_line(&path.display().to_string()), one_line(msg))]
     Model { path: PathBuf, msg: String },
-    /// ONNX Runtime could not be loaded or a session failed.
-    #[error("onnx runtime: {0}")]
+    /// The ONNX Runtime library could not be loaded: not found, not a library, too old. The
+    /// message names the file and says how to fix it.
+    #[error("{0}")]
+    Library(String),
+    /// Something failed inside cosy while it worked, not because of the input: a stage's graph
+    /// gave an output of the wrong shape, a worker thread stopped or could not start, a session
+    /// could not be created, a cache could not be written. The message names the part that failed.
+    #[error("internal error: {0}")]
     Runtime(String),
     /// A provider that was asked for is not usable.
     #[error("execution provider {provider}: {msg}")]
@@ -32,8 +38,10 @@ pub enum Error {
     /// The engine has no free slot for another request (`engine.max_in_flight`).
     #[error("busy: {}", one_line(.0))]
     Busy(String),
-    /// The user stopped the work (Ctrl-C).
-    #[error("stopped (Ctrl-C)")]
+    /// The work was stopped before it finished: a client that went away, a dropped or cancelled
+    /// request handle, a player that was cancelled, Ctrl-C. A front end that knows which says so
+    /// itself (the command line: "stopped (Ctrl-C)").
+    #[error("cancelled: the request was stopped before it finished")]
     Cancelled,
 }
 

@@ -59,8 +59,9 @@ pub struct DitInputs<'a> {
     pub block_frames: i64,
 }
 
-/// The DiT estimator: one velocity evaluation ([`DitInputs`]). Returns `[B, 80, T]`.
+/// The DiT estimator: one velocity evaluation ([`DitInputs`]).
 pub trait Estimator {
+    /// The velocity, `[B, 80, T]`.
     fn run(&mut self, inputs: DitInputs<'_>) -> Result<Array3<f32>>;
 
     /// The graph's prompt-prefix cache shape; `None` when it has no cache inputs (folders

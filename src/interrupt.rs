@@ -1,6 +1,6 @@
 //! Ctrl-C for the whole process (`cosy say`): the first press asks the work to stop (the
 //! callbacks registered with [`on_interrupt`] run, [`requested`] turns true, and the command ends
-//! with [`Error::Cancelled`]: "stopped (Ctrl-C)", exit status 130); a second press ends the
+//! with [`Error::Cancelled`], said as [`STOPPED`], exit status 130); a second press ends the
 //! process at once with that same line.
 //!
 //! The second press leaves through `_exit`, not `exit`: `exit` runs the C++ static destructors of
@@ -22,6 +22,10 @@ type Callback = Box<dyn Fn() + Send>;
 static CALLBACKS: Mutex<Vec<Callback>> = Mutex::new(Vec::new());
 static FINAL_LINE: Mutex<bool> = Mutex::new(false);
 
+/// How the command line says [`Error::Cancelled`] once Ctrl-C was pressed (the library's own
+/// words do not know what stopped the work).
+pub const STOPPED: &str = "stopped (Ctrl-C)";
+
 /// Installs the process's Ctrl-C handler (once; later calls return the first call's result).
 pub fn install() -> Result<()> {
     INSTALLED
@@ -32,7 +36,7 @@ pub fn install() -> Result<()> {
 
 fn on_ctrl_c() {
     if REQUESTED.swap(true, Ordering::SeqCst) {
-        print_final_line(&format!("cosy: {}", Error::Cancelled));
+        print_final_line(&format!("cosy: {STOPPED}"));
         // SAFETY: `_exit` ends the process without running any Rust or C code; nothing is unsound
         // about calling it from any thread.
         unsafe { libc::_exit(130) }

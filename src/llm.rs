@@ -6,6 +6,8 @@
 //!   `ras_sampling`/`nucleus_sampling`, with our own seeded generator for the draws.
 //! * [`decode`]: the token loop over any [`LlmStep`] (prefill once, then one embedding per step),
 //!   with the official `ignore_eos` quirk, stop rule and `max_len`.
+//! * [`decode_bistream`]: text-in streaming, the text arriving while speech is decoded (its
+//!   schedule decided by `BistreamSchedule`, run by `BistreamRun`).
 //! * [`SilentTokenFilter`]: the post-LLM silent-token pruning of `llm_job`.
 
 use crate::error::{Error, Result};
@@ -455,7 +457,7 @@ pub fn decode_bistream<S, E, T, F>(
     text: T,
     max_len: usize,
     profiler: &Profiler,
-    mut on_token: F,
+    on_token: F,
 ) -> Result<DecodeOutcome>
 where
     S: LlmStep + ?Sized,
@@ -463,159 +465,299 @@ where
     T: IntoIterator<Item = Result<i64>>,
     F: FnMut(i64) -> bool,
 {
-    let hidden = tables.hidden_size();
-    let (mix_text, mix_speech) = MIX_RATIO;
-    let speech_size = constants.speech_token_size();
     let fill = constants.fill_token();
-    let vocab = usize::try_from(constants.stop_token_end).unwrap_or(0);
     let Some(eop) = prompt_text.iter().position(|&t| t == constants.endofprompt_id) else {
         return Err(Error::invalid(format!(
             "<|endofprompt|> (id {}) is not in the prompt text; text-in streaming needs it there (CosyVoice3 asserts it)",
             constants.endofprompt_id
         )));
     };
-    // The pending input rows, fed at the next forward pass.
-    let mut input: Vec<f32> = Vec::new();
-    let push_speech = |input: &mut Vec<f32>, id: i64| -> Result<()> {
-        let at = input.len();
-        input.resize(at + hidden, 0.0);
-        tables.speech_row(id, &mut input[at..])
-    };
-    let push_text = |input: &mut Vec<f32>, id: i64| -> Result<()> {
-        let at = input.len();
-        input.resize(at + hidden, 0.0);
-        tables.text_row(id, &mut input[at..])
-    };
-    push_speech(&mut input, constants.sos)?;
+    let mut schedule = BistreamSchedule::new(&prompt_text[eop + 1..], prompt_speech);
+    let mut run = BistreamRun::new(llm, tables, constants, max_len, profiler, on_token);
+    run.push(Row::Speech(constants.sos))?;
     for &id in &prompt_text[..=eop] {
-        push_text(&mut input, id)?;
+        run.push(Row::Text(id))?;
     }
-    let mut text_queue: std::collections::VecDeque<i64> = prompt_text[eop + 1..].iter().copied().collect();
-    let mut prompt_queue: std::collections::VecDeque<i64> = prompt_speech.iter().copied().collect();
-    let period = (mix_speech + 1) as i64;
-    let mut next_fill: i64 = (prompt_speech.len() / mix_speech + 1) as i64 * mix_speech as i64 - prompt_speech.len() as i64;
-    let mut out: Vec<i64> = Vec::new();
-    let mut emitted = 0usize;
-    // A speech token out: to the caller, then fed back; `Some` when decoding ends here.
-    let mut emit = |top: i64, input: &mut Vec<f32>| -> Result<Option<Termination>> {
-        emitted += 1;
-        if !on_token(top) {
-            return Ok(Some(Termination::Cancelled));
+    // Steps 2 and 3, for every text token that arrives.
+    for next in text {
+        schedule.queue_text(next?);
+        for row in schedule.mix_prompt() {
+            run.push(row)?;
         }
-        if emitted >= max_len {
-            return Ok(Some(Termination::MaxLen));
+        if !schedule.prompt_paired() {
+            continue;
         }
-        push_speech(input, top)?;
-        Ok(None)
-    };
-    let mut started = false;
-    // The rows of the latest forward pass: the official code keeps them as its `lm_input` after a
-    // fill token ends a round, and feeds them once more when the text ends right then.
-    let mut last_fed: Vec<f32> = Vec::new();
-    let forward = |llm: &mut S, input: &mut Vec<f32>, started: &mut bool, last_fed: &mut Vec<f32>| -> Result<Vec<f32>> {
-        let seq = input.len() / hidden;
-        let logits = if !*started {
-            *started = true;
+        let after_fill = run.ended_with(fill);
+        let Some(round_text) = schedule.round_text(after_fill || run.only_sos_pending()) else { continue };
+        if after_fill {
+            run.input.clear();
+        }
+        for id in round_text {
+            run.push(Row::Text(id))?;
+        }
+        if let Some(termination) = run.decode_round(&mut schedule, sampler, constants)? {
+            return Ok(run.outcome(termination));
+        }
+    }
+    // Step 4: the text has ended: the rest of it and the task token, then decode to the end of
+    // speech. After a round that ended with a fill token, the official input still holds that
+    // round's last rows (already in the cache): they go in again, ahead of the text.
+    if run.ended_with(fill) {
+        run.input = run.last_fed.clone();
+    }
+    for id in schedule.rest_of_text() {
+        run.push(Row::Text(id))?;
+    }
+    // Prompt speech that never found 5 text tokens to pair with is not fed (as the official code).
+    run.push(Row::Speech(constants.task_id))?;
+    let termination = run.decode_to_end(sampler, constants)?;
+    Ok(run.outcome(termination))
+}
+
+/// One row of the LLM's input: a text token or a speech-side token (speech, sos, task).
+enum Row {
+    Text(i64),
+    Speech(i64),
+}
+
+/// What text-in streaming feeds the LLM and when, apart from running it ([`decode_bistream`],
+/// steps 2 and 3): the text queued, the prompt speech not yet paired with text, and where the
+/// next fill token is forced.
+struct BistreamSchedule {
+    text: std::collections::VecDeque<i64>,
+    prompt_speech: std::collections::VecDeque<i64>,
+    /// The output index at which the next fill token is taken without sampling.
+    next_fill: usize,
+}
+
+impl BistreamSchedule {
+    /// The fill token's period: `MIX_RATIO.1` speech tokens, then a fill.
+    const FILL_PERIOD: usize = MIX_RATIO.1 + 1;
+
+    /// `text`: the prompt text after `<|endofprompt|>`; the first fill is forced where the
+    /// official code puts it, counted from the prompt speech's length.
+    fn new(text: &[i64], prompt_speech: &[i64]) -> Self {
+        let (_, mix_speech) = MIX_RATIO;
+        let n = prompt_speech.len();
+        BistreamSchedule {
+            text: text.iter().copied().collect(),
+            prompt_speech: prompt_speech.iter().copied().collect(),
+            next_fill: (n / mix_speech + 1) * mix_speech - n,
+        }
+    }
+
+    fn queue_text(&mut self, id: i64) {
+        self.text.push_back(id);
+    }
+
+    /// Step 2: while prompt speech remains and 5 text tokens are queued, 5 text rows and (up to)
+    /// 15 prompt speech rows.
+    fn mix_prompt(&mut self) -> Vec<Row> {
+        let (mix_text, mix_speech) = MIX_RATIO;
+        let mut rows = Vec::new();
+        while !self.prompt_speech.is_empty() && self.text.len() >= mix_text {
+            rows.extend(self.text.drain(..mix_text).map(Row::Text));
+            let n = mix_speech.min(self.prompt_speech.len());
+            rows.extend(self.prompt_speech.drain(..n).map(Row::Speech));
+        }
+        rows
+    }
+
+    /// Whether all the prompt speech went in (decoding starts only then).
+    fn prompt_paired(&self) -> bool {
+        self.prompt_speech.is_empty()
+    }
+
+    /// Step 3, before a round: the text tokens that start it. A round that `needs_text` (after a
+    /// fill token, or with `sos` alone) takes 5 queued ones, or waits for more text (`None`);
+    /// another starts with none.
+    fn round_text(&mut self, needs_text: bool) -> Option<Vec<i64>> {
+        let (mix_text, _) = MIX_RATIO;
+        if !needs_text {
+            return Some(Vec::new());
+        }
+        (self.text.len() >= mix_text).then(|| self.text.drain(..mix_text).collect())
+    }
+
+    /// Whether the output token at index `at` is a fill token taken without sampling.
+    fn fill_forced_at(&self, at: usize) -> bool {
+        at == self.next_fill
+    }
+
+    /// A fill token (forced or sampled) at output index `at`: the next is forced a period later.
+    fn filled_at(&mut self, at: usize) {
+        self.next_fill = at + Self::FILL_PERIOD;
+    }
+
+    /// Step 4: the text still queued when the text ends.
+    fn rest_of_text(&mut self) -> Vec<i64> {
+        self.text.drain(..).collect()
+    }
+}
+
+/// Runs the LLM for [`decode_bistream`]: the input rows pending, the forward passes, the tokens
+/// out and to the caller.
+struct BistreamRun<'a, S: ?Sized, E: ?Sized, F> {
+    llm: &'a mut S,
+    tables: &'a E,
+    profiler: &'a Profiler,
+    hidden: usize,
+    vocab: usize,
+    /// The pending input rows, fed at the next forward pass.
+    input: Vec<f32>,
+    /// The rows of the latest forward pass: the official code keeps them as its `lm_input` after
+    /// a fill token ends a round, and feeds them once more when the text ends right then.
+    last_fed: Vec<f32>,
+    started: bool,
+    /// Every token out, fill tokens included (the official `out_tokens`).
+    out: Vec<i64>,
+    /// Speech tokens given to `on_token`, at most `max_len`.
+    emitted: usize,
+    max_len: usize,
+    on_token: F,
+}
+
+impl<'a, S, E, F> BistreamRun<'a, S, E, F>
+where
+    S: LlmStep + ?Sized,
+    E: EmbeddingLookup + ?Sized,
+    F: FnMut(i64) -> bool,
+{
+    fn new(llm: &'a mut S, tables: &'a E, constants: &LlmConstants, max_len: usize, profiler: &'a Profiler, on_token: F) -> Self {
+        BistreamRun {
+            llm,
+            hidden: tables.hidden_size(),
+            tables,
+            profiler,
+            vocab: usize::try_from(constants.stop_token_end).unwrap_or(0),
+            input: Vec::new(),
+            last_fed: Vec::new(),
+            started: false,
+            out: Vec::new(),
+            emitted: 0,
+            max_len,
+            on_token,
+        }
+    }
+
+    fn push(&mut self, row: Row) -> Result<()> {
+        let at = self.input.len();
+        self.input.resize(at + self.hidden, 0.0);
+        match row {
+            Row::Text(id) => self.tables.text_row(id, &mut self.input[at..]),
+            Row::Speech(id) => self.tables.speech_row(id, &mut self.input[at..]),
+        }
+    }
+
+    /// Whether the last token out was `id`.
+    fn ended_with(&self, id: i64) -> bool {
+        self.out.last() == Some(&id)
+    }
+
+    /// Nothing decoded yet and `sos` the only row pending.
+    fn only_sos_pending(&self) -> bool {
+        self.out.is_empty() && self.input.len() == self.hidden && !self.started
+    }
+
+    /// The pending rows through the LLM (prefill the first time, then one step or an extension).
+    fn forward(&mut self) -> Result<Vec<f32>> {
+        let seq = self.input.len() / self.hidden;
+        let (llm, input, profiler) = (&mut *self.llm, &self.input, self.profiler);
+        let logits = if !self.started {
+            self.started = true;
             profiler.time("llm.prefill", || llm.prefill(input, seq))?
         } else if seq == 1 {
             profiler.time("llm.decode", || llm.step(input))?
         } else {
             profiler.time("llm.decode", || llm.extend(input, seq))?
         };
-        std::mem::swap(input, last_fed);
-        input.clear();
-        if logits.len() != vocab {
-            return Err(Error::Runtime(format!("llm returned {} logits, expected {vocab}", logits.len())));
+        std::mem::swap(&mut self.input, &mut self.last_fed);
+        self.input.clear();
+        if logits.len() != self.vocab {
+            return Err(Error::Runtime(format!("llm returned {} logits, expected {}", logits.len(), self.vocab)));
         }
         Ok(logits)
-    };
-    // Another id of the stop range ends the speech: the official code raises there (its LLM
-    // thread dies and the audio of the tokens so far is what comes out), so the tokens are the
-    // same; here it is an ordinary end.
-    let unexpected = |id: i64, out: Vec<i64>| {
-        tracing::debug!("text-in streaming: the LLM produced stop-range id {id}; the speech ends there (the official code raises)");
-        Ok(DecodeOutcome { tokens: out, termination: Termination::StopToken(id) })
-    };
-    for next in text {
-        text_queue.push_back(next?);
-        while !prompt_queue.is_empty() && text_queue.len() >= mix_text {
-            for id in text_queue.drain(..mix_text) {
-                push_text(&mut input, id)?;
-            }
-            let n = mix_speech.min(prompt_queue.len());
-            for id in prompt_queue.drain(..n) {
-                push_speech(&mut input, id)?;
-            }
+    }
+
+    /// A speech token out: to the caller, then fed back; `Some` when decoding ends here.
+    fn emit(&mut self, top: i64) -> Result<Option<Termination>> {
+        self.emitted += 1;
+        if !(self.on_token)(top) {
+            return Ok(Some(Termination::Cancelled));
         }
-        if !prompt_queue.is_empty() {
-            continue;
+        if self.emitted >= self.max_len {
+            return Ok(Some(Termination::MaxLen));
         }
-        let after_fill = out.last() == Some(&fill);
-        if after_fill || (out.is_empty() && input.len() == hidden && !started) {
-            if text_queue.len() < mix_text {
-                continue;
-            }
-            if after_fill {
-                input.clear();
-            }
-            for id in text_queue.drain(..mix_text) {
-                push_text(&mut input, id)?;
-            }
-        }
+        self.push(Row::Speech(top))?;
+        Ok(None)
+    }
+
+    fn outcome(self, termination: Termination) -> DecodeOutcome {
+        DecodeOutcome { tokens: self.out, termination }
+    }
+
+    /// Step 3's decoding, one round: the fill token at its forced index, otherwise RAS with
+    /// `speech_token_size` masked, until a fill token asks for more text (`None`) or the speech
+    /// ends (`Some`).
+    fn decode_round(&mut self, schedule: &mut BistreamSchedule, sampler: &mut Sampler, constants: &LlmConstants) -> Result<Option<Termination>> {
+        let speech_size = constants.speech_token_size();
+        let fill = constants.fill_token();
+        let profiler = self.profiler;
         loop {
-            let logits = forward(llm, &mut input, &mut started, &mut last_fed)?;
+            let logits = self.forward()?;
             let _sampling = profiler.span("llm.sampling");
             let mut logp = log_softmax(&logits);
-            let top = if next_fill != -1 && out.len() as i64 == next_fill {
-                next_fill += period;
+            let top = if schedule.fill_forced_at(self.out.len()) {
                 fill
             } else {
                 if let Some(v) = usize::try_from(speech_size).ok().and_then(|i| logp.get_mut(i)) {
                     *v = f32::NEG_INFINITY;
                 }
-                sampler.sample(&mut logp, &out)?
+                sampler.sample(&mut logp, &self.out)?
             };
             if top == fill {
-                next_fill = out.len() as i64 + period;
+                schedule.filled_at(self.out.len());
             }
-            out.push(top);
+            self.out.push(top);
+            if top == fill {
+                return Ok(None);
+            }
             if top >= speech_size {
-                if top == fill {
-                    break;
-                }
-                return unexpected(top, out);
+                return Ok(Some(Self::unexpected(top)));
             }
-            if let Some(termination) = emit(top, &mut input)? {
-                return Ok(DecodeOutcome { tokens: out, termination });
+            if let Some(termination) = self.emit(top)? {
+                return Ok(Some(termination));
             }
         }
     }
-    // The text has ended: the rest of it and the task token, then decode to the end of speech.
-    // After a round that ended with a fill token, the official input still holds that round's
-    // last rows (already in the cache): they go in again, ahead of the text.
-    if out.last() == Some(&fill) {
-        input = last_fed.clone();
-    }
-    for id in text_queue.drain(..) {
-        push_text(&mut input, id)?;
-    }
-    // Prompt speech that never found 5 text tokens to pair with is not fed (as the official code).
-    push_speech(&mut input, constants.task_id)?;
-    loop {
-        let logits = forward(llm, &mut input, &mut started, &mut last_fed)?;
-        let _sampling = profiler.span("llm.sampling");
-        let mut logp = log_softmax(&logits);
-        let top = sampler.sample(&mut logp, &out)?;
-        out.push(top);
-        if top >= speech_size {
+
+    /// Step 4's decoding (nothing masked) until the end-of-speech token.
+    fn decode_to_end(&mut self, sampler: &mut Sampler, constants: &LlmConstants) -> Result<Termination> {
+        let profiler = self.profiler;
+        loop {
+            let logits = self.forward()?;
+            let _sampling = profiler.span("llm.sampling");
+            let mut logp = log_softmax(&logits);
+            let top = sampler.sample(&mut logp, &self.out)?;
+            self.out.push(top);
             if top == constants.eos_token() {
-                return Ok(DecodeOutcome { tokens: out, termination: Termination::StopToken(top) });
+                return Ok(Termination::StopToken(top));
             }
-            return unexpected(top, out);
+            if top >= constants.speech_token_size() {
+                return Ok(Self::unexpected(top));
+            }
+            if let Some(termination) = self.emit(top)? {
+                return Ok(termination);
+            }
         }
-        if let Some(termination) = emit(top, &mut input)? {
-            return Ok(DecodeOutcome { tokens: out, termination });
-        }
+    }
+
+    /// Another id of the stop range ends the speech: the official code raises there (its LLM
+    /// thread dies and the audio of the tokens so far is what comes out), so the tokens are the
+    /// same; here it is an ordinary end.
+    fn unexpected(id: i64) -> Termination {
+        tracing::debug!("text-in streaming: the LLM produced stop-range id {id}; the speech ends there (the official code raises)");
+        Termination::StopToken(id)
     }
 }
 

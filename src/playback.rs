@@ -55,7 +55,7 @@ pub const MODEL_SAMPLE_RATE: u32 = 24_000;
 pub enum Flow {
     /// The chunk was queued; keep going.
     Continue,
-    /// Playback was cancelled (Ctrl-C): stop synthesising.
+    /// Playback was cancelled ([`Player::cancel`], e.g. on Ctrl-C): stop synthesising.
     Cancelled,
 }
 

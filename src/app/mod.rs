@@ -1,5 +1,6 @@
 //! The application layer: the use cases every front end (the CLI, `say`, the HTTP routes, the
-//! WebSocket, and next the Wyoming server and the web page) calls, so that each rule lives once.
+//! WebSocket, the Wyoming server; the web page through the HTTP API) calls, so that each rule
+//! lives once.
 //!
 //! * [`voices`]: resolve the voice of a request (a saved name, the default, a recording on disk
 //!   or in memory), add, list and remove saved voices (and what removing the default means).

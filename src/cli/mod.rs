@@ -540,7 +540,6 @@ fn engines(config: &Config, action: &EnginesAction) -> anyhow::Result<()> {
     }
 }
 
-/// The exit code for an error: 2 for usage, configuration, model and input problems, 1 otherwise.
 /// The command line's name for a request parameter of an input error ([`Error::Input`]'s `param`,
 /// as the HTTP API names it).
 fn flag_of(param: &str) -> Option<&'static str> {
@@ -587,6 +586,8 @@ fn name_the_flag_with(err: anyhow::Error, flag_of: fn(&str) -> Option<&'static s
     }
 }
 
+/// The exit code for an error: 2 for usage, configuration, model and input problems, 130 for
+/// work that was stopped (as a shell reports SIGINT), 1 otherwise.
 pub fn exit_code(err: &anyhow::Error) -> i32 {
     for cause in err.chain() {
         if let Some(e) = cause.downcast_ref::<Error>() {
@@ -605,7 +606,11 @@ pub fn exit_code(err: &anyhow::Error) -> i32 {
 pub fn one_line(err: &anyhow::Error) -> String {
     let mut parts: Vec<String> = Vec::new();
     for c in err.chain() {
-        let t = c.to_string();
+        // What stopped the work, when the command line knows: Ctrl-C.
+        let t = match c.downcast_ref::<Error>() {
+            Some(Error::Cancelled) if crate::interrupt::requested() => crate::interrupt::STOPPED.to_string(),
+            _ => c.to_string(),
+        };
         // thiserror messages often already include their source; do not say it twice.
         if !parts.last().is_some_and(|prev| prev.contains(&t)) {
             parts.push(t);
@@ -686,71 +691,37 @@ fn read_text_file(flag: &str, path: &std::path::Path) -> Result<String, Error> {
         .map_err(|e| Error::invalid(format!("{flag} {}: {e}", path.display())))
 }
 
+/// One utterance of `cosy file`: its text, where its audio goes, and which line it was.
+struct FileJob {
+    /// 0-based among the non-empty lines (the `{index}` of `--name-template`, the `--dump` subfolder).
+    index: usize,
+    text: String,
+    /// The file to write; `None`: standard output.
+    out: Option<PathBuf>,
+    /// Its line of `--input` (1-based), for messages.
+    line: Option<usize>,
+}
+
+/// A request of `cosy file` for one utterance's text.
+type FileRequest<'a> = dyn Fn(String) -> Result<cosy::request::Request, Error> + 'a;
+
 fn file_command(config: &Config, args: &FileArgs) -> anyhow::Result<()> {
-    use cosy::audio::{write_audio_atomic, OutputFormat};
+    use cosy::audio::OutputFormat;
 
     cosy::request::check_speed(args.speed)?;
     let format: OutputFormat = args.format.parse()?;
     if args.bistream {
         return file_bistream(config, args, format);
     }
-    // Utterances: (index, text, output path or None for stdout, --input line number).
-    let to_stdout = |p: &Option<PathBuf>| p.as_deref().is_some_and(|p| p.as_os_str() == "-");
-    let mut jobs: Vec<(usize, String, Option<PathBuf>, Option<usize>)> = Vec::new();
-    if let Some(input) = &args.input {
-        let text = if input.as_os_str() == "-" {
-            read_stdin()?
-        } else {
-            read_text_file("--input", input)?
-        };
-        let folder = args.output.clone().unwrap_or_else(|| PathBuf::from("."));
-        if args.format == "pcm" || to_stdout(&args.output) {
-            return Err(Error::invalid("--input writes one file per line; use a wav format and -o FOLDER").into());
-        }
-        cosy::output::check_folder("-o", &folder, false)?;
-        let lines = text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty());
-        for (index, (line, text)) in lines.enumerate() {
-            let out = folder.join(render_name(&args.name_template, index)?);
-            jobs.push((index, text.to_string(), Some(out), Some(line + 1)));
-        }
-        if jobs.is_empty() {
-            return Err(Error::invalid(format!("--input {}: no non-empty lines", input.display())).into());
-        }
-    } else {
-        let text = match args.text.as_deref() {
-            None => return Err(Error::invalid("give the text to say (or `-` for stdin, or --input FILE)").into()),
-            Some("-") => read_stdin()?,
-            Some(t) => t.to_string(),
-        };
-        let out = if args.format == "pcm" && args.output.is_none() || to_stdout(&args.output) {
-            None
-        } else {
-            Some(args.output.clone().unwrap_or_else(|| PathBuf::from("out.wav")))
-        };
-        jobs.push((0, text, out, None));
-    }
+    let jobs = plan_file_jobs(args)?;
     // Everything that can be checked is checked before the model is loaded.
-    for (_, text, out, line) in &jobs {
-        cosy::app::speech::check_text(config, text).map_err(|e| match (line, &args.input, e) {
-            (Some(n), Some(input), Error::Input { code, param, message }) => {
-                Error::Input { code, param, message: format!("--input {} line {n}: {message}", input.display()) }
-            }
-            (_, _, e) => e,
-        })?;
-        if let Some(p) = out {
-            let label = if args.input.is_some() { "--name-template" } else { "-o" };
-            cosy::output::check_not_an_input(label, p, &file_inputs(args))?;
-            cosy::output::check_file("-o", p)?;
-        }
-    }
+    check_file_jobs(config, args, &jobs)?;
     let voice = resolve_voice(config, &args.voice)?;
     if let Some(d) = &args.dump {
         cosy::output::check_folder("--dump", d, true)?;
     }
 
     let engine = cosy::engine::Engine::load(config)?;
-    let rate = engine.sample_rate();
-    let several = jobs.len() > 1;
     let request = |text: String| {
         let mut o = cosy::app::speech::SpeechOptions::new(text, voice.clone(), config.streaming.enabled);
         o.text_frontend = !args.no_text_frontend;
@@ -760,23 +731,106 @@ fn file_command(config: &Config, args: &FileArgs) -> anyhow::Result<()> {
         o.min_tokens = args.min_tokens;
         cosy::app::speech::build_request(config, o)
     };
-    if let Some(dump_root) = &args.dump {
-        // With --dump, one utterance at a time, each sentence's intermediates written as it ends.
-        for (index, text, out, _) in jobs {
-            let dump = if several { dump_root.join(format!("{index:03}")) } else { dump_root.clone() };
-            let observer = std::sync::Arc::new(cosy::app::dump::DumpObserver::new(dump));
-            let handle = engine.submit_observed(request(text)?, Some(observer))?;
-            let mut samples: Vec<f32> = Vec::new();
-            cosy::app::drain::drain(handle, &mut samples)?;
-            match out {
-                Some(path) => write_audio_atomic(&path, &samples, rate, format)?,
-                None => write_pcm_stdout(&samples)?,
-            }
-        }
-        return Ok(());
+    match &args.dump {
+        Some(dump_root) => write_file_jobs_dumped(&engine, jobs, dump_root, format, &request),
+        None => write_file_jobs(config, &engine, jobs, format, &request),
     }
-    // Lines run through the engine `engine.file_concurrency` at a time (their LLM steps and DiT
-    // calls batched); files are written in line order, each the same as when run alone.
+}
+
+/// The utterances of `cosy file` and where each goes: one per non-empty line of `--input` (into
+/// the `-o` folder, named by `--name-template`), or the one text (to `-o`, stdout for `-` or a
+/// pcm without `-o`, else `out.wav`).
+fn plan_file_jobs(args: &FileArgs) -> Result<Vec<FileJob>, Error> {
+    let to_stdout = |p: &Option<PathBuf>| p.as_deref().is_some_and(|p| p.as_os_str() == "-");
+    let Some(input) = &args.input else {
+        let text = match args.text.as_deref() {
+            None => return Err(Error::invalid("give the text to say (or `-` for stdin, or --input FILE)")),
+            Some("-") => read_stdin()?,
+            Some(t) => t.to_string(),
+        };
+        let out = if args.format == "pcm" && args.output.is_none() || to_stdout(&args.output) {
+            None
+        } else {
+            Some(args.output.clone().unwrap_or_else(|| PathBuf::from("out.wav")))
+        };
+        return Ok(vec![FileJob { index: 0, text, out, line: None }]);
+    };
+    let text = if input.as_os_str() == "-" {
+        read_stdin()?
+    } else {
+        read_text_file("--input", input)?
+    };
+    let folder = args.output.clone().unwrap_or_else(|| PathBuf::from("."));
+    if args.format == "pcm" || to_stdout(&args.output) {
+        return Err(Error::invalid("--input writes one file per line; use a wav format and -o FOLDER"));
+    }
+    cosy::output::check_folder("-o", &folder, false)?;
+    let mut jobs = Vec::new();
+    let lines = text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty());
+    for (index, (line, text)) in lines.enumerate() {
+        let out = folder.join(render_name(&args.name_template, index)?);
+        jobs.push(FileJob { index, text: text.to_string(), out: Some(out), line: Some(line + 1) });
+    }
+    if jobs.is_empty() {
+        return Err(Error::invalid(format!("--input {}: no non-empty lines", input.display())));
+    }
+    Ok(jobs)
+}
+
+/// Each utterance's text (a bad `--input` line named by its number) and output file (never an
+/// input, writable).
+fn check_file_jobs(config: &Config, args: &FileArgs, jobs: &[FileJob]) -> Result<(), Error> {
+    for job in jobs {
+        cosy::app::speech::check_text(config, &job.text).map_err(|e| match (job.line, &args.input, e) {
+            (Some(n), Some(input), Error::Input { code, param, message }) => {
+                Error::Input { code, param, message: format!("--input {} line {n}: {message}", input.display()) }
+            }
+            (_, _, e) => e,
+        })?;
+        if let Some(p) = &job.out {
+            let label = if args.input.is_some() { "--name-template" } else { "-o" };
+            cosy::output::check_not_an_input(label, p, &file_inputs(args))?;
+            cosy::output::check_file("-o", p)?;
+        }
+    }
+    Ok(())
+}
+
+/// With --dump: one utterance at a time, each sentence's intermediates written as it ends (in a
+/// subfolder per utterance when there are several).
+fn write_file_jobs_dumped(
+    engine: &cosy::engine::Engine,
+    jobs: Vec<FileJob>,
+    dump_root: &std::path::Path,
+    format: cosy::audio::OutputFormat,
+    request: &FileRequest<'_>,
+) -> anyhow::Result<()> {
+    let several = jobs.len() > 1;
+    for job in jobs {
+        let dump = if several { dump_root.join(format!("{:03}", job.index)) } else { dump_root.to_path_buf() };
+        let observer = std::sync::Arc::new(cosy::app::dump::DumpObserver::new(dump));
+        let handle = engine.submit_observed(request(job.text)?, Some(observer))?;
+        let mut samples: Vec<f32> = Vec::new();
+        cosy::app::drain::drain(handle, &mut samples)?;
+        match job.out {
+            Some(path) => cosy::audio::write_audio_atomic(&path, &samples, engine.sample_rate(), format)?,
+            None => write_pcm_stdout(&samples)?,
+        }
+    }
+    Ok(())
+}
+
+/// The utterances through the engine `engine.file_concurrency` at a time (their LLM steps and DiT
+/// calls batched); files are written in line order, each the same as when run alone.
+fn write_file_jobs(
+    config: &Config,
+    engine: &cosy::engine::Engine,
+    jobs: Vec<FileJob>,
+    format: cosy::audio::OutputFormat,
+    request: &FileRequest<'_>,
+) -> anyhow::Result<()> {
+    let rate = engine.sample_rate();
+    let several = jobs.len() > 1;
     // Never more than the engine admits at once (running + queued), so no line is refused as busy.
     let admitted = config.engine.max_in_flight + config.engine.max_queue;
     let window = if several { config.engine.file_concurrency.clamp(1, admitted.max(1)) } else { 1 };
@@ -793,13 +847,13 @@ fn file_command(config: &Config, args: &FileArgs) -> anyhow::Result<()> {
     let mut running: std::collections::VecDeque<(Option<PathBuf>, cosy::engine::RequestHandle)> = Default::default();
     loop {
         while running.len() < window {
-            let Some((_, text, out, _)) = pending.next() else { break };
-            running.push_back((out, engine.submit(request(text)?)?));
+            let Some(job) = pending.next() else { break };
+            running.push_back((job.out, engine.submit(request(job.text)?)?));
         }
         let Some((out, handle)) = running.pop_front() else { break };
         let samples = collect_audio(handle, out.is_none())?;
         if let Some(path) = out {
-            write_audio_atomic(&path, &samples, rate, format)?;
+            cosy::audio::write_audio_atomic(&path, &samples, rate, format)?;
             tracing::info!("wrote {} ({:.2} s)", path.display(), samples.len() as f64 / f64::from(rate));
         }
         if let Some(bar) = &progress {

@@ -229,69 +229,12 @@ pub fn profile(config: &Config, plan: &ProfilePlan, setting_label: &str) -> Resu
     // The runs go through the engine, as every request does (one at a time here).
     let engine = cosy::engine::Engine::builder(config).profiler(profiler.clone()).build()?;
     let load_ms = ms(started.elapsed());
-    let load: Vec<LoadRow> = engine
-        .load_times()
-        .iter()
-        .map(|l| LoadRow {
-            stage: l.stage.clone(),
-            ms: l.seconds * 1e3,
-            provider: l.provider.to_string(),
-            precision: l.precision.to_string(),
-            kind: l.kind.to_string(),
-            fallbacks: l.fallbacks.clone(),
-        })
-        .collect();
+    let load = load_rows(&engine);
     let on_gpu = engine
         .load_times()
         .iter()
         .any(|l| l.provider != ProviderKind::Cpu);
-    let rate = f64::from(engine.sample_rate());
-
-    let mut runs = Vec::with_capacity(plan.runs);
-    let mut events = Vec::new();
-    for i in 0..plan.warmup + plan.runs {
-        profiler.take_events();
-        let t0 = Instant::now();
-        let mut first_chunk: Option<f64> = None;
-        let handle = engine.submit(plan.request.clone())?;
-        let mut first_audio = cosy::app::drain::FnSink(|_: &[f32]| {
-            first_chunk.get_or_insert_with(|| ms(t0.elapsed()));
-            Ok(())
-        });
-        let summary = cosy::app::drain::drain(handle, &mut first_audio)?;
-        let total_ms = ms(t0.elapsed());
-        let run_events = profiler.take_events();
-        if i < plan.warmup {
-            continue;
-        }
-        let stages = summarize(&run_events);
-        let accounted_ms: f64 = top_level_keys()
-            .map(|k| stages.get(k).map_or(0.0, |s| s.total_ms))
-            .sum();
-        let audio_s = summary.samples as f64 / rate;
-        let llm_ms = stages.get("llm").map_or(0.0, |s| s.total_ms);
-        runs.push(RunReport {
-            total_ms,
-            ttfb_ms: first_chunk.unwrap_or(total_ms),
-            audio_s,
-            rtf: if audio_s > 0.0 {
-                total_ms / 1e3 / audio_s
-            } else {
-                f64::INFINITY
-            },
-            speech_tokens: summary.speech_tokens,
-            tokens_per_s: if llm_ms > 0.0 {
-                summary.speech_tokens as f64 / (llm_ms / 1e3)
-            } else {
-                0.0
-            },
-            chunks: summary.chunks,
-            accounted_ms,
-            unaccounted_ms: total_ms - accounted_ms,
-            stages,
-        });
-        events.extend(run_events);
-    }
+    let (runs, events) = measure_runs(&engine, &profiler, plan)?;
 
     let med = |f: &dyn Fn(&RunReport) -> f64| median(&runs.iter().map(f).collect::<Vec<_>>());
     // The breakdown is the median run's (by total time), not a median per stage: medians of
@@ -300,22 +243,7 @@ pub fn profile(config: &Config, plan: &ProfilePlan, setting_label: &str) -> Resu
     let typical =
         median_run(&runs).ok_or_else(|| Error::invalid("--runs must be at least 1"))?;
     let total_ms = typical.total_ms;
-    let pooled = summarize(&events);
-    let stages = STAGE_KEYS
-        .iter()
-        .map(|&k| {
-            let ms = typical.stages.get(k).map_or(0.0, |s| s.total_ms);
-            let p = pooled.get(k).cloned().unwrap_or_default();
-            let row = StageRow {
-                ms,
-                share: if total_ms > 0.0 { ms / total_ms } else { 0.0 },
-                calls: typical.stages.get(k).map_or(0.0, |s| s.calls as f64),
-                p50_ms: p.p50_ms,
-                p95_ms: p.p95_ms,
-            };
-            (k.to_string(), row)
-        })
-        .collect();
+    let stages = stage_rows(typical, &summarize(&events));
     Ok(ProfileReport {
         setting: setting_label.to_string(),
         stream: plan.request.stream,
@@ -353,6 +281,108 @@ pub fn profile(config: &Config, plan: &ProfilePlan, setting_label: &str) -> Resu
         threads: profiler.thread_names(),
         events,
     })
+}
+
+/// Each stage's load time, provider and precision.
+fn load_rows(engine: &cosy::engine::Engine) -> Vec<LoadRow> {
+    engine
+        .load_times()
+        .iter()
+        .map(|l| LoadRow {
+            stage: l.stage.clone(),
+            ms: l.seconds * 1e3,
+            provider: l.provider.to_string(),
+            precision: l.precision.to_string(),
+            kind: l.kind.to_string(),
+            fallbacks: l.fallbacks.clone(),
+        })
+        .collect()
+}
+
+/// The warm-up runs, then the measured ones, one at a time: each measured run's report and the
+/// span events of all of them.
+fn measure_runs(engine: &cosy::engine::Engine, profiler: &Profiler, plan: &ProfilePlan) -> Result<(Vec<RunReport>, Vec<SpanEvent>)> {
+    let rate = f64::from(engine.sample_rate());
+    let mut runs = Vec::with_capacity(plan.runs);
+    let mut events = Vec::new();
+    for i in 0..plan.warmup + plan.runs {
+        profiler.take_events();
+        let t0 = Instant::now();
+        let mut first_chunk: Option<f64> = None;
+        let handle = engine.submit(plan.request.clone())?;
+        let mut first_audio = cosy::app::drain::FnSink(|_: &[f32]| {
+            first_chunk.get_or_insert_with(|| ms(t0.elapsed()));
+            Ok(())
+        });
+        let summary = cosy::app::drain::drain(handle, &mut first_audio)?;
+        let total_ms = ms(t0.elapsed());
+        let run_events = profiler.take_events();
+        if i < plan.warmup {
+            continue;
+        }
+        let timing = RunTiming { total_ms, ttfb_ms: first_chunk.unwrap_or(total_ms), rate };
+        runs.push(run_report(&summary, summarize(&run_events), timing));
+        events.extend(run_events);
+    }
+    Ok((runs, events))
+}
+
+/// What was measured around one run: its wall time, its first audio, the output sample rate.
+struct RunTiming {
+    total_ms: f64,
+    ttfb_ms: f64,
+    rate: f64,
+}
+
+/// One measured run's figures from its summary and its stages.
+fn run_report(summary: &cosy::request::Summary, stages: BTreeMap<String, SpanStats>, timing: RunTiming) -> RunReport {
+    let RunTiming { total_ms, ttfb_ms, rate } = timing;
+    let accounted_ms: f64 = top_level_keys()
+        .map(|k| stages.get(k).map_or(0.0, |s| s.total_ms))
+        .sum();
+    let audio_s = summary.samples as f64 / rate;
+    let llm_ms = stages.get("llm").map_or(0.0, |s| s.total_ms);
+    RunReport {
+        total_ms,
+        ttfb_ms,
+        audio_s,
+        rtf: if audio_s > 0.0 {
+            total_ms / 1e3 / audio_s
+        } else {
+            f64::INFINITY
+        },
+        speech_tokens: summary.speech_tokens,
+        tokens_per_s: if llm_ms > 0.0 {
+            summary.speech_tokens as f64 / (llm_ms / 1e3)
+        } else {
+            0.0
+        },
+        chunks: summary.chunks,
+        accounted_ms,
+        unaccounted_ms: total_ms - accounted_ms,
+        stages,
+    }
+}
+
+/// The stage table: the typical run's time, share and calls of each stage, and the percentiles
+/// of its calls over every measured run (`pooled`).
+fn stage_rows(typical: &RunReport, pooled: &BTreeMap<String, SpanStats>) -> BTreeMap<String, StageRow> {
+    let total_ms = typical.total_ms;
+    STAGE_KEYS
+        .iter()
+        .map(|&k| {
+            let ms = typical.stages.get(k).map_or(0.0, |s| s.total_ms);
+            let p = pooled.get(k).cloned().unwrap_or_default();
+            let row = StageRow {
+                ms,
+                share: if total_ms > 0.0 { ms / total_ms } else { 0.0 },
+                calls: typical.stages.get(k).map_or(0.0, |s| s.calls as f64),
+                p50_ms: p.p50_ms,
+                p95_ms: p.p95_ms,
+            };
+            (k.to_string(), row)
+        })
+        .collect()
 }
 
 fn ms(d: std::time::Duration) -> f64 {

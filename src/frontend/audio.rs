@@ -281,12 +281,33 @@ fn decode(path: &Path, source: Box<dyn MediaSource>) -> Result<Audio> {
 }
 
 fn decode_unguarded(path: &Path, source: Box<dyn MediaSource>) -> Result<Audio> {
+    let mut track = open_track(path, source)?;
+    let decoded = decode_mono(path, &mut track)?;
+    check_decoded(path, decoded, track.expected_frames)
+}
+
+/// A prompt's container, open at its audio track, with a decoder for it.
+struct OpenTrack {
+    format: Box<dyn symphonia::core::formats::FormatReader>,
+    decoder: Box<dyn symphonia::core::codecs::audio::AudioDecoder>,
+    track_id: u32,
+    /// The frames the header promises, when it says.
+    expected_frames: Option<u64>,
+    /// The header's sample rate, when it says.
+    header_rate: Option<u32>,
+    /// The end of the file is the end of the audio, not a cut (see [`open_track`]).
+    unknown_length: bool,
+}
+
+/// Probes the container (the extension as a hint), finds its audio track and makes its decoder;
+/// a header's sample rate out of range is refused here, before anything is decoded.
+fn open_track(path: &Path, source: Box<dyn MediaSource>) -> Result<OpenTrack> {
     let mss = MediaSourceStream::new(source, Default::default());
     let mut hint = Hint::new();
     if let Some(ext) = path.extension().and_then(|e| e.to_str()) {
         hint.with_extension(ext);
     }
-    let mut format = symphonia::default::get_probe()
+    let format = symphonia::default::get_probe()
         .probe(&hint, mss, FormatOptions::default(), MetadataOptions::default())
         .map_err(|e| match e {
             // A known container that ends early (an ogg reader looks for the last page at once).
@@ -309,34 +330,48 @@ fn decode_unguarded(path: &Path, source: Box<dyn MediaSource>) -> Result<Audio> 
     if let Some(rate) = params.sample_rate {
         check_rate(path, rate)?;
     }
-    let mut decoder = symphonia::default::get_codecs()
+    let decoder = symphonia::default::get_codecs()
         .make_audio_decoder(&params, &AudioDecoderOptions::default())
         .map_err(|e| input_err(path, format!("unsupported codec ({e}); re-encode it as 16-bit wav")))?;
-
-    let mut mono: Vec<f32> = Vec::new();
-    let mut rate: Option<u32> = params.sample_rate;
-    let mut planes: Vec<Vec<f32>> = Vec::new();
     // A WAV written as a stream (data size 0xFFFFFFFF, "until the end", as `cosy serve` streams
     // it) has no length: the decoder reports none, and its end of file is its end, not a cut.
     let unknown_length = expected_frames.is_none() && {
         use symphonia::core::codecs::audio::well_known::{CODEC_ID_PCM_MULAW, CODEC_ID_PCM_S32LE};
         (CODEC_ID_PCM_S32LE..=CODEC_ID_PCM_MULAW).contains(&params.codec)
     };
+    Ok(OpenTrack { format, decoder, track_id, expected_frames, header_rate: params.sample_rate, unknown_length })
+}
+
+/// What decoding gave: the channels' mean, the rate of the last packet (else the header's), and
+/// whether the file ended before its audio did.
+struct DecodedMono {
+    samples: Vec<f32>,
+    rate: Option<u32>,
+    truncated: bool,
+}
+
+/// Decodes every packet of the track into one channel (torch's mean over channels), at most
+/// [`MAX_DECODE_SECONDS`] of it.
+fn decode_mono(path: &Path, track: &mut OpenTrack) -> Result<DecodedMono> {
+    let mut mono: Vec<f32> = Vec::new();
+    let mut rate: Option<u32> = track.header_rate;
+    let mut planes: Vec<Vec<f32>> = Vec::new();
     let mut truncated = false;
     loop {
-        let packet = match format.next_packet() {
+        let packet = match track.format.next_packet() {
             Ok(Some(p)) => p,
             Ok(None) => break,
             Err(SymError::IoError(e)) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
-                truncated = !unknown_length;
+                truncated = !track.unknown_length;
                 break;
             }
             Err(e) => return Err(input_err(path, format!("cannot be read ({e}); the file looks damaged"))),
         };
-        if packet.track_id != track_id {
+        if packet.track_id != track.track_id {
             continue;
         }
-        let buf = decoder
+        let buf = track
+            .decoder
             .decode(&packet)
             .map_err(|e| input_err(path, format!("cannot be decoded ({e}); the file looks damaged")))?;
         let buf_rate = buf.spec().rate();
@@ -360,6 +395,13 @@ fn decode_unguarded(path: &Path, source: Box<dyn MediaSource>) -> Result<Audio> 
             ));
         }
     }
+    Ok(DecodedMono { samples: mono, rate, truncated })
+}
+
+/// Whether the decoded audio is a usable prompt: all the frames the header promised, a known
+/// rate of at least 16 kHz, some samples, all finite, not silent.
+fn check_decoded(path: &Path, decoded: DecodedMono, expected_frames: Option<u64>) -> Result<Audio> {
+    let DecodedMono { samples: mono, rate, mut truncated } = decoded;
     if let Some(n) = expected_frames {
         if (mono.len() as u64) < n {
             truncated = true;

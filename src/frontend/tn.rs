@@ -248,7 +248,7 @@ impl Lattice {
     }
 }
 
-/// OpenFST's `Compose(text, rule)` for a byte string without NUL, followed by `Connect`.
+/// OpenFST's `Compose(text, rule)` for a byte string without NUL, followed by `Connect` ([`connect`]).
 ///
 /// The text acceptor has no epsilons, so the sequence filter never blocks anything and a composed
 /// state is just (position in the text, grammar state). Its arcs, in the order OpenFST's
@@ -319,8 +319,12 @@ fn compose_byte_string(
         });
         k += 1;
     }
+    Ok(connect(arcs, finals))
+}
 
-    // Connect: keep states from which a final state is reachable.
+/// OpenFST's `Connect` on a composed lattice whose every state is accessible: keeps the states
+/// from which a final state is reachable.
+fn connect(mut arcs: Vec<Vec<(Label, f32, u32)>>, finals: Vec<f32>) -> Lattice {
     let n = arcs.len();
     let mut preds: Vec<Vec<u32>> = vec![Vec::new(); n];
     for (s, out) in arcs.iter().enumerate() {
@@ -344,11 +348,11 @@ fn compose_byte_string(
         }
     }
     if !alive[0] {
-        return Ok(Lattice {
+        return Lattice {
             start: None,
             arcs: Vec::new(),
             finals: Vec::new(),
-        });
+        };
     }
     for out in arcs.iter_mut() {
         out.retain(|&(_, _, t)| alive[t as usize]);
@@ -359,11 +363,11 @@ fn compose_byte_string(
             arcs[s].clear();
         }
     }
-    Ok(Lattice {
+    Lattice {
         start: Some(0),
         arcs,
         finals,
-    })
+    }
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -287,13 +287,7 @@ impl Synthesizer {
         frontend_span.end();
         // A forced token count must fit the flow noise beside the prompt (see limits.rs).
         self.check_forced_tokens(&prompt, req.ignore_stop_until)?;
-        // Each request starts at the configured hop; its sentences hand it on (see StreamPlanner).
-        let mut state = RequestState {
-            sampler: Sampler::new(self.sampling, req.seed.unwrap_or(self.seed)),
-            stream_hop: self.stream_params.token_hop_len,
-            profiler: profiler.clone(),
-            first_audio_made: false,
-        };
+        let mut run = RequestRun::new(self, req, observer, &profiler);
         let mut summary = Summary { sentences: segments.len(), ..Summary::default() };
         for (i, segment) in segments.iter().enumerate() {
             if observer.cancelled() {
@@ -318,13 +312,13 @@ impl Synthesizer {
             let seg = Segment {
                 index: i,
                 count: segments.len(),
-                text: segment,
+                label: segment,
                 prompt: &prompt,
                 prompt_text_token: &prompt_text_token,
-                text_token: &text_token,
+                text: SegmentText::Tokens(&text_token),
                 llm_prompt_speech: llm_speech,
             };
-            let emitted = self.run_segment(&seg, None, req, &mut state, observer, trace.as_mut(), &mut on)?;
+            let emitted = self.run_segment(seg, &mut run, trace.as_mut(), &mut on)?;
             summary.speech_tokens += emitted;
             if let Some(trace) = trace {
                 observer.sentence_done(&SentenceRecord {
@@ -364,12 +358,7 @@ impl Synthesizer {
         let prompt_text_token = self.encode(&self.prompt_text_of(&p.prompt_text, req.text_frontend))?;
         let prompt = self.prompt_for_request(req)?;
         frontend_span.end();
-        let mut state = RequestState {
-            sampler: Sampler::new(self.sampling, req.seed.unwrap_or(self.seed)),
-            stream_hop: self.stream_params.token_hop_len,
-            profiler: profiler.clone(),
-            first_audio_made: false,
-        };
+        let mut run = RequestRun::new(self, req, observer, &profiler);
         let limit = self.max_text_chars;
         let mut chars = 0usize;
         let mut pending: std::collections::VecDeque<i64> = std::collections::VecDeque::new();
@@ -411,13 +400,13 @@ impl Synthesizer {
         let seg = Segment {
             index: 0,
             count: 1,
-            text: "(streamed text)",
+            label: "(streamed text)",
             prompt: &prompt,
             prompt_text_token: &prompt_text_token,
-            text_token: &[],
+            text: SegmentText::Streamed(&mut tokens),
             llm_prompt_speech: llm_speech,
         };
-        let emitted = self.run_segment(&seg, Some(&mut tokens), req, &mut state, observer, None, &mut on)?;
+        let emitted = self.run_segment(seg, &mut run, None, &mut on)?;
         summary.speech_tokens = emitted;
         summary.stages = StageTimes::of(&profiler);
         Ok(summary)
@@ -469,51 +458,54 @@ impl Synthesizer {
         Ok(self.data.tokenizer.encode(text)?.into_iter().map(i64::from).collect())
     }
 
-    /// One sentence: the LLM decodes on this thread (its steps batched by the engine's scheduler)
-    /// and hands each token to the sentence's token-to-wav thread, which calls `on_chunk` with
-    /// each chunk's audio as soon as it is made: one extra thread per sentence.
-    /// With `text_source` (text-in streaming) the text tokens come from it as they arrive and
-    /// `seg.text_token` is unused.
-    #[allow(clippy::too_many_arguments)]
-    fn run_segment(
-        &self,
-        seg: &Segment<'_>,
-        text_source: Option<&mut dyn Iterator<Item = Result<i64>>>,
-        req: &Request,
-        state: &mut RequestState,
-        observer: &dyn SynthesisObserver,
-        trace: Option<&mut SegmentTrace>,
-        on_chunk: &mut (dyn FnMut(&[f32]) -> Result<()> + Send),
-    ) -> Result<usize> {
+    /// How far one sentence's LLM may go, decided before it runs: its prefill input (none in
+    /// text-in streaming, which builds it as the text arrives and has no length bound of its
+    /// own), and the most speech tokens it may make.
+    fn plan_segment(&self, seg: &Segment<'_>, req: &Request) -> Result<SegmentPlan> {
         let c = &self.data.constants;
-        let prompt = seg.prompt;
-        // Text-in streaming builds its input as the text arrives (and has no length bound of its own).
-        let mut input = match text_source {
-            Some(_) => None,
-            None => Some(build_llm_input(&self.data.embeddings, seg.prompt_text_token, seg.text_token, seg.llm_prompt_speech, &c.llm)?),
+        let mut input = match &seg.text {
+            SegmentText::Streamed(_) => None,
+            SegmentText::Tokens(text_token) => {
+                Some(build_llm_input(&self.data.embeddings, seg.prompt_text_token, text_token, seg.llm_prompt_speech, &c.llm)?)
+            }
         };
         // The speech must fit the flow noise beside the prompt: decoding stops there, and a
-        // sentence that gets there is an error below (limits.rs).
-        let room = self.noise_room_tokens(prompt);
+        // sentence that gets there is an error (limits.rs; `SegmentPlan::outgrown`).
+        let room = self.noise_room_tokens(seg.prompt);
         // The test hook `max_tokens` ends the speech there as the model's stop token would (not
         // an error: what is said is complete; text-in streaming ends before its text).
         let max_len = input.as_ref().map_or(usize::MAX, |i| i.max_len).min(req.test_hooks.max_tokens.unwrap_or(usize::MAX));
-        let outgrown = (room < max_len).then(|| self.outgrown_noise(prompt, &sentence_label(seg.index, seg.count, seg.text)));
+        let outgrown = (room < max_len).then(|| self.outgrown_noise(seg.prompt, &seg.sentence_label()));
         let max_len = max_len.min(room);
         if let Some(input) = input.as_mut() {
             input.max_len = max_len;
         }
         let options = DecodeOptions { ignore_stop_until: req.ignore_stop_until.unwrap_or(0) };
-        let sentence = seg.index;
+        Ok(SegmentPlan { input, max_len, outgrown, options })
+    }
+
+    /// One sentence: the LLM decodes on this thread (its steps batched by the engine's scheduler)
+    /// and hands each token to the sentence's token-to-wav thread, which calls `on_chunk` with
+    /// each chunk's audio as soon as it is made: one extra thread per sentence. Returns the
+    /// number of speech tokens; `trace` gets the sentence's intermediates when given.
+    fn run_segment(
+        &self,
+        seg: Segment<'_>,
+        run: &mut RequestRun<'_>,
+        trace: Option<&mut SegmentTrace>,
+        on_chunk: &mut (dyn FnMut(&[f32]) -> Result<()> + Send),
+    ) -> Result<usize> {
+        let c = &self.data.constants;
+        let (req, observer) = (run.req, run.observer);
+        let plan = self.plan_segment(&seg, req)?;
+        let state = &mut run.state;
         let profiler = &state.profiler;
-        let embeddings = &self.data.embeddings;
-        let llm_constants = &c.llm;
         let llm_failed = std::sync::atomic::AtomicBool::new(false);
         let t2w = TokenToWav {
             flow_front: &self.sessions.flow_front,
             dit: self.sessions.dit.as_ref(),
             hift: &self.sessions.hift,
-            prompt,
+            prompt: seg.prompt,
             noise: self.data.noise.view(),
             f0: &self.data.f0,
             source: self.data.source_proto.clone(),
@@ -524,14 +516,13 @@ impl Synthesizer {
             llm: self.sessions.llm.as_ref(),
             stream: req.stream,
             speed: req.speed,
-            sentence: sentence_label(seg.index, seg.count, seg.text),
+            sentence: seg.sentence_label(),
             filter: SilentTokenFilter::new(&c.silent_tokens, c.max_silent_run),
             observer,
             profiler,
             record: trace.is_some(),
             llm_failed: &llm_failed,
         };
-        let llm = self.sessions.llm.as_ref();
         let sampler = &mut state.sampler;
         let (tok_tx, tok_rx) = crossbeam_channel::unbounded::<i64>();
         std::thread::scope(|scope| -> Result<usize> {
@@ -539,59 +530,16 @@ impl Synthesizer {
                 .name("token2wav".into())
                 .spawn_scoped(scope, move || t2w.run(tok_rx, on_chunk))
                 .map_err(|e| Error::Runtime(format!("cannot start the token-to-wav thread: {e}")))?;
-            let outcome = (|| -> Result<crate::llm::DecodeOutcome> {
-                let _span = profiler.span("llm");
-                let mut step = llm.step(profiler)?;
-                let mut emitted = 0usize;
-                let on_token = |t: i64| {
-                    observer.llm_token(sentence, emitted, t);
-                    emitted += 1;
-                    tok_tx.send(t).is_ok() && !observer.cancelled()
-                };
-                let outcome = match (&input, text_source) {
-                    (Some(input), _) => decode_with(step.as_mut(), input, embeddings, sampler, llm_constants, &options, profiler, on_token)?,
-                    (None, Some(text)) => crate::llm::decode_bistream(
-                        step.as_mut(),
-                        embeddings,
-                        sampler,
-                        llm_constants,
-                        seg.prompt_text_token,
-                        seg.llm_prompt_speech,
-                        text,
-                        max_len,
-                        profiler,
-                        on_token,
-                    )?,
-                    (None, None) => return Err(Error::Runtime("llm: no input and no text source".into())),
-                };
-                observer.llm_done(sentence, outcome.tokens.len(), outcome.termination);
-                Ok(outcome)
-            })();
+            let outcome = self.decode_segment(seg, &plan, sampler, profiler, observer, &tok_tx);
             // The worker finishes the sentence once the token channel closes, unless the LLM failed.
             if outcome.is_err() {
                 llm_failed.store(true, std::sync::atomic::Ordering::SeqCst);
             }
             drop(tok_tx);
             let t2w_result = worker.join().map_err(|_| Error::Runtime("the token-to-wav thread panicked".into()))?;
-            // A worker that stopped early (its consumer went away, a stage failed) made the LLM
-            // stop too: the worker's error is the cause.
-            let (mut done, outcome) = match (t2w_result, outcome) {
-                (_, Err(e)) => return Err(e),
-                (Err(e), Ok(_)) => return Err(e),
-                (Ok(done), Ok(outcome)) => (done, outcome),
-            };
-            if outcome.termination == Termination::Cancelled {
-                return Err(if observer.cancelled() {
-                    Error::Cancelled
-                } else {
-                    Error::Runtime("the token-to-wav worker stopped taking tokens".into())
-                });
-            }
-            if let Some(e) = outgrown.filter(|_| outcome.termination == Termination::MaxLen && options.ignore_stop_until == 0) {
-                return Err(e);
-            }
+            let (mut done, outcome) = segment_end(t2w_result, outcome, observer, plan)?;
             // Speech tokens only (text-in streaming also returns its fill tokens).
-            let emitted = outcome.tokens.iter().filter(|&&t| !llm_constants.is_stop(t)).count();
+            let emitted = outcome.tokens.iter().filter(|&&t| !c.llm.is_stop(t)).count();
             if let Some(trace) = trace {
                 done.llm_token_raw = outcome.tokens;
                 done.termination = Some(outcome.termination);
@@ -599,6 +547,109 @@ impl Synthesizer {
             }
             Ok(emitted)
         })
+    }
+
+    /// The LLM of one sentence, on the calling thread: each token to the observer and to
+    /// `tokens` (the token-to-wav thread); it stops when that thread or the request stops.
+    fn decode_segment(
+        &self,
+        seg: Segment<'_>,
+        plan: &SegmentPlan,
+        sampler: &mut Sampler,
+        profiler: &Profiler,
+        observer: &dyn SynthesisObserver,
+        tokens: &crossbeam_channel::Sender<i64>,
+    ) -> Result<crate::llm::DecodeOutcome> {
+        let _span = profiler.span("llm");
+        let embeddings = &self.data.embeddings;
+        let llm_constants = &self.data.constants.llm;
+        let mut step = self.sessions.llm.step(profiler)?;
+        let mut emitted = 0usize;
+        let on_token = |t: i64| {
+            observer.llm_token(seg.index, emitted, t);
+            emitted += 1;
+            tokens.send(t).is_ok() && !observer.cancelled()
+        };
+        let outcome = match (&plan.input, seg.text) {
+            (Some(input), _) => decode_with(step.as_mut(), input, embeddings, sampler, llm_constants, &plan.options, profiler, on_token)?,
+            (None, SegmentText::Streamed(text)) => crate::llm::decode_bistream(
+                step.as_mut(),
+                embeddings,
+                sampler,
+                llm_constants,
+                seg.prompt_text_token,
+                seg.llm_prompt_speech,
+                text,
+                plan.max_len,
+                profiler,
+                on_token,
+            )?,
+            (None, SegmentText::Tokens(_)) => return Err(Error::Runtime("llm: a sentence with its text tokens but no input".into())),
+        };
+        observer.llm_done(seg.index, outcome.tokens.len(), outcome.termination);
+        Ok(outcome)
+    }
+}
+
+/// How a sentence ended, from what its two threads returned: an LLM error first, then the
+/// worker's (a worker that stopped early, because its consumer went away or a stage failed, made
+/// the LLM stop too: its error is the cause); a decode the token callback stopped is the
+/// request's cancel or the worker's stop; a decode cut at the flow noise's room is
+/// [`SegmentPlan::outgrown`] (not with a forced token count).
+fn segment_end(
+    worker: Result<SegmentTrace>,
+    llm: Result<crate::llm::DecodeOutcome>,
+    observer: &dyn SynthesisObserver,
+    plan: SegmentPlan,
+) -> Result<(SegmentTrace, crate::llm::DecodeOutcome)> {
+    let (done, outcome) = match (worker, llm) {
+        (_, Err(e)) => return Err(e),
+        (Err(e), Ok(_)) => return Err(e),
+        (Ok(done), Ok(outcome)) => (done, outcome),
+    };
+    if outcome.termination == Termination::Cancelled {
+        return Err(if observer.cancelled() {
+            Error::Cancelled
+        } else {
+            Error::Runtime("the token-to-wav worker stopped taking tokens".into())
+        });
+    }
+    if let Some(e) = plan.outgrown.filter(|_| outcome.termination == Termination::MaxLen && plan.options.ignore_stop_until == 0) {
+        return Err(e);
+    }
+    Ok((done, outcome))
+}
+
+/// One sentence's LLM bounds ([`Synthesizer::plan_segment`]).
+struct SegmentPlan {
+    /// The prefill input; `None` in text-in streaming.
+    input: Option<crate::llm::LlmInput>,
+    /// The most speech tokens: the input's own bound, the test hook's, the room in the flow noise.
+    max_len: usize,
+    /// The error when the room in the flow noise is what stops the decoding.
+    outgrown: Option<Error>,
+    options: DecodeOptions,
+}
+
+/// One request on its way through its sentences: the request, who watches it, and what its
+/// sentences hand on to each other.
+struct RequestRun<'a> {
+    req: &'a Request,
+    observer: &'a dyn SynthesisObserver,
+    state: RequestState,
+}
+
+impl<'a> RequestRun<'a> {
+    /// The request's own sampler (its seed, else the configured one), and the configured hop to
+    /// start at: its sentences hand it on (see StreamPlanner).
+    fn new(synth: &Synthesizer, req: &'a Request, observer: &'a dyn SynthesisObserver, profiler: &Profiler) -> Self {
+        let state = RequestState {
+            sampler: Sampler::new(synth.sampling, req.seed.unwrap_or(synth.seed)),
+            stream_hop: synth.stream_params.token_hop_len,
+            profiler: profiler.clone(),
+            first_audio_made: false,
+        };
+        RequestRun { req, observer, state }
     }
 }
 
@@ -631,12 +682,27 @@ struct Segment<'a> {
     index: usize,
     /// How many sentences the request has, and this one's text (for messages).
     count: usize,
-    text: &'a str,
+    label: &'a str,
     prompt: &'a PromptFeatures,
     prompt_text_token: &'a [i64],
-    text_token: &'a [i64],
+    text: SegmentText<'a>,
     /// Prompt speech tokens for the LLM (empty in cross-lingual and instruct modes).
     llm_prompt_speech: &'a [i64],
+}
+
+impl Segment<'_> {
+    /// `sentence N of M ("text…")`, for messages.
+    fn sentence_label(&self) -> String {
+        sentence_label(self.index, self.count, self.label)
+    }
+}
+
+/// Where a sentence's text tokens come from.
+enum SegmentText<'a> {
+    /// All of them, known before it starts.
+    Tokens(&'a [i64]),
+    /// Text-in streaming: as they arrive (an `Err` ends the request with it).
+    Streamed(&'a mut dyn Iterator<Item = Result<i64>>),
 }
 
 /// The text normaliser `text.normalizer` asks for: wetext from the model folder's grammars (its

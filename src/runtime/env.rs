@@ -121,7 +121,7 @@ fn system_library() -> Option<PathBuf> {
 /// Reads the version of an ONNX Runtime library without keeping it loaded and checks it.
 pub fn probe_library(path: &Path, found_by: &str) -> Result<String> {
     if !path.exists() {
-        return Err(Error::Runtime(format!(
+        return Err(Error::Library(format!(
             "ONNX Runtime library not found at {} (from {found_by}); {ORT_FIX}",
             path.display()
         )));
@@ -129,28 +129,28 @@ pub fn probe_library(path: &Path, found_by: &str) -> Result<String> {
     // SAFETY: loading a shared library runs its initialisers; libonnxruntime's are benign, and
     // this is the same library ort loads right after.
     let lib = unsafe { libloading::Library::new(path) }.map_err(|e| {
-        Error::Runtime(format!("cannot load ONNX Runtime library {}: {e}; {ORT_FIX}", path.display()))
+        Error::Library(format!("cannot load ONNX Runtime library {}: {e}; {ORT_FIX}", path.display()))
     })?;
     // SAFETY: OrtGetApiBase has this signature in every ONNX Runtime release; the returned
     // struct and string are static inside the library, which stays loaded while we read them.
     let version = unsafe {
         let get_base: libloading::Symbol<unsafe extern "C" fn() -> *const ort::sys::OrtApiBase> =
             lib.get(b"OrtGetApiBase").map_err(|_| {
-                Error::Runtime(format!("{} is not an ONNX Runtime library (no OrtGetApiBase); {ORT_FIX}", path.display()))
+                Error::Library(format!("{} is not an ONNX Runtime library (no OrtGetApiBase); {ORT_FIX}", path.display()))
             })?;
         let base = get_base();
         if base.is_null() {
-            return Err(Error::Runtime(format!("{}: OrtGetApiBase returned null; {ORT_FIX}", path.display())));
+            return Err(Error::Library(format!("{}: OrtGetApiBase returned null; {ORT_FIX}", path.display())));
         }
         let v = ((*base).GetVersionString)();
         if v.is_null() {
-            return Err(Error::Runtime(format!("{}: no version string; {ORT_FIX}", path.display())));
+            return Err(Error::Library(format!("{}: no version string; {ORT_FIX}", path.display())));
         }
         CStr::from_ptr(v).to_string_lossy().into_owned()
     };
     let minor = version.split('.').nth(1).and_then(|m| m.parse::<u32>().ok()).unwrap_or(0);
     if !version.starts_with("1.") || minor < MIN_ORT_MINOR {
-        return Err(Error::Runtime(format!(
+        return Err(Error::Library(format!(
             "ONNX Runtime at {} is version {version}; cosy needs 1.{MIN_ORT_MINOR} or newer; {ORT_FIX}",
             path.display()
         )));
@@ -182,12 +182,12 @@ pub fn init_from(path: &Path, found_by: &'static str) -> Result<&'static OrtRunt
     let version = probe_library(path, found_by)?;
     let library = std::fs::canonicalize(path).map_err(|e| Error::io(path, e))?;
     let builder = ort::init_from(&library)
-        .map_err(|e| Error::Runtime(format!("cannot load {}: {e}; {ORT_FIX}", library.display())))?;
+        .map_err(|e| Error::Library(format!("cannot load {}: {e}; {ORT_FIX}", library.display())))?;
     let env = builder
         .with_name("cosy")
         .with_telemetry(false)
         .build()
-        .map_err(|e| Error::Runtime(format!("cannot create the ONNX Runtime environment: {e}")))?;
+        .map_err(|e| Error::Library(format!("cannot create the ONNX Runtime environment: {e}")))?;
     tracing::debug!("ONNX Runtime {version} loaded from {}", library.display());
     Ok(RUNTIME.get_or_init(|| OrtRuntime { env, library, version, found_by }))
 }

@@ -256,12 +256,14 @@ impl SessionFactory {
         self.open_named(stage.name())
     }
 
-    /// [`Self::open`] by manifest name (what `cosy doctor` and `cosy engines` iterate).
+    /// [`Self::open`] by manifest name (what `cosy doctor` and `cosy engines` iterate). Each
+    /// attempt chooses the graph variant for the first provider, registers the providers and
+    /// creates the session; a provider that cannot be used is an error, or with
+    /// `runtime.allow_fallback` a warning and another attempt without it.
     pub fn open_named(&self, stage: &str) -> Result<StageSession> {
         let group = self.group_of(stage)?;
         let spec = self.model.graph(stage)?;
         let requested = self.config.precision_for(group);
-        let allow_fallback = self.config.runtime.allow_fallback;
         let mut candidates = self.config.providers_for(group);
         let mut fallbacks: Vec<String> = Vec::new();
 
@@ -274,57 +276,21 @@ impl SessionFactory {
             let graph_file = self.model.path_of(&variant.file);
 
             let mut builder = self.new_builder(stage)?;
-            let mut registered = Vec::new();
-            let mut engine: Option<CacheKey> = None;
-            let mut engine_dir = None;
-            let mut engine_cached = None;
-            for &p in &candidates {
-                let result =
-                    self.register(&mut builder, stage, spec, p, precision, &mut engine, &mut engine_dir, &mut engine_cached);
-                match result {
-                    Ok(()) => registered.push(p),
-                    Err(reason) => {
-                        let msg = format!("stage {stage}: provider {p} cannot be used: {reason}");
-                        if !allow_fallback {
-                            return Err(Error::Provider {
-                                provider: p.to_string(),
-                                msg: format!("stage {stage}: cannot be used: {reason}; {}", hint(p)),
-                            });
-                        }
-                        tracing::warn!("{msg}; falling back (runtime.allow_fallback = true)");
-                        fallbacks.push(msg);
-                    }
-                }
-            }
+            let mut engine = EngineUse::default();
+            let (registered, refused) = self.register_candidates(&mut builder, stage, spec, &candidates, precision, &mut engine)?;
+            fallbacks.extend(refused);
             // If this attempt's first registered provider is not the one the variant was chosen
             // for (it failed to register), choose again for the provider actually first.
             let first = registered.first().copied().unwrap_or(ProviderKind::Cpu);
             if first != primary {
-                candidates.retain(|p| registered.contains(p));
-                if candidates.is_empty() {
-                    candidates.push(ProviderKind::Cpu);
-                }
+                keep_candidates(&mut candidates, |p| registered.contains(p));
                 continue;
             }
 
             let (committed, graph_cache) = self.commit(builder, stage, variant, precision, &registered, &graph_file);
             match committed {
                 Ok(session) => {
-                    if let Some(key) = &engine {
-                        match self.cache.finish(key) {
-                            Ok(true) => {}
-                            Ok(false) => tracing::info!(
-                                "stage {stage}: TensorRT wrote no engine yet (it builds on the first run)"
-                            ),
-                            Err(e) => tracing::warn!("stage {stage}: cannot record the engine cache: {e}"),
-                        }
-                    }
-                    if first != ProviderKind::Cpu || !fallbacks.is_empty() {
-                        tracing::info!("stage {stage}: running on {first} ({precision})");
-                    }
-                    if !fallbacks.is_empty() {
-                        tracing::warn!("stage {stage}: running on {first} instead of the configured provider");
-                    }
+                    self.note_opened(stage, &engine, first, precision, &fallbacks);
                     return Ok(StageSession {
                         stage: stage.to_string(),
                         session,
@@ -333,35 +299,85 @@ impl SessionFactory {
                         precision,
                         graph_file,
                         fallbacks,
-                        engine_dir,
-                        engine_cached,
+                        engine_dir: engine.dir,
+                        engine_cached: engine.cached,
                         graph_cache,
                         device_id: self.config.runtime.device_id,
                     });
                 }
                 Err(e) => {
-                    if first != ProviderKind::Cpu && allow_fallback {
-                        let msg = format!("stage {stage}: provider {first} cannot create the session: {e}");
-                        tracing::warn!("{msg}; falling back (runtime.allow_fallback = true)");
-                        fallbacks.push(msg);
-                        candidates.retain(|p| *p != first);
-                        if candidates.is_empty() {
-                            candidates.push(ProviderKind::Cpu);
-                        }
-                        continue;
-                    }
-                    if first != ProviderKind::Cpu {
-                        return Err(Error::Provider {
-                            provider: first.to_string(),
-                            msg: format!("stage {stage}: cannot create the session: {e}; {}", hint(first)),
-                        });
-                    }
-                    return Err(Error::Runtime(format!(
-                        "stage {stage}: cannot open {}: {e}",
-                        graph_file.display()
-                    )));
+                    let msg = self.commit_failed(stage, first, &graph_file, e)?;
+                    tracing::warn!("{msg}; falling back (runtime.allow_fallback = true)");
+                    fallbacks.push(msg);
+                    keep_candidates(&mut candidates, |p| *p != first);
                 }
             }
+        }
+    }
+
+    /// Registers each candidate provider with `builder`: the ones registered, and the messages of
+    /// those that cannot be used (with `runtime.allow_fallback`; without it the first is the error).
+    fn register_candidates(
+        &self,
+        builder: &mut SessionBuilder,
+        stage: &str,
+        spec: &GraphSpec,
+        candidates: &[ProviderKind],
+        precision: Precision,
+        engine: &mut EngineUse,
+    ) -> Result<(Vec<ProviderKind>, Vec<String>)> {
+        let mut registered = Vec::new();
+        let mut refused = Vec::new();
+        for &p in candidates {
+            match self.register(builder, stage, spec, p, precision, &mut engine.key, &mut engine.dir, &mut engine.cached) {
+                Ok(()) => registered.push(p),
+                Err(reason) => {
+                    if !self.config.runtime.allow_fallback {
+                        return Err(Error::Provider {
+                            provider: p.to_string(),
+                            msg: format!("stage {stage}: cannot be used: {reason}; {}", hint(p)),
+                        });
+                    }
+                    let msg = format!("stage {stage}: provider {p} cannot be used: {reason}");
+                    tracing::warn!("{msg}; falling back (runtime.allow_fallback = true)");
+                    refused.push(msg);
+                }
+            }
+        }
+        Ok((registered, refused))
+    }
+
+    /// After the session could not be created on `first`: with `runtime.allow_fallback` and a
+    /// provider other than the CPU, the message of falling back to the next one; otherwise the
+    /// error (the provider's, or on the CPU the graph's own).
+    fn commit_failed(&self, stage: &str, first: ProviderKind, graph_file: &Path, e: ort::Error) -> Result<String> {
+        if first != ProviderKind::Cpu && self.config.runtime.allow_fallback {
+            return Ok(format!("stage {stage}: provider {first} cannot create the session: {e}"));
+        }
+        if first != ProviderKind::Cpu {
+            return Err(Error::Provider {
+                provider: first.to_string(),
+                msg: format!("stage {stage}: cannot create the session: {e}; {}", hint(first)),
+            });
+        }
+        Err(Error::Runtime(format!("stage {stage}: cannot open {}: {e}", graph_file.display())))
+    }
+
+    /// Records the TensorRT engine a new session wrote, and says where a stage runs when it is
+    /// not simply the CPU.
+    fn note_opened(&self, stage: &str, engine: &EngineUse, first: ProviderKind, precision: Precision, fallbacks: &[String]) {
+        if let Some(key) = &engine.key {
+            match self.cache.finish(key) {
+                Ok(true) => {}
+                Ok(false) => tracing::info!("stage {stage}: TensorRT wrote no engine yet (it builds on the first run)"),
+                Err(e) => tracing::warn!("stage {stage}: cannot record the engine cache: {e}"),
+            }
+        }
+        if first != ProviderKind::Cpu || !fallbacks.is_empty() {
+            tracing::info!("stage {stage}: running on {first} ({precision})");
+        }
+        if !fallbacks.is_empty() {
+            tracing::warn!("stage {stage}: running on {first} instead of the configured provider");
         }
     }
 
@@ -634,6 +650,23 @@ pub fn build_graph_key(
 }
 
 /// How to make a provider usable, or how to run without it.
+/// The TensorRT engine a session uses, when TensorRT registered: its cache key, its folder, and
+/// whether it was in the cache already.
+#[derive(Default)]
+struct EngineUse {
+    key: Option<CacheKey>,
+    dir: Option<PathBuf>,
+    cached: Option<bool>,
+}
+
+/// The providers left for the next attempt: those that `keep`, or the CPU when none is.
+fn keep_candidates(candidates: &mut Vec<ProviderKind>, keep: impl FnMut(&ProviderKind) -> bool) {
+    candidates.retain(keep);
+    if candidates.is_empty() {
+        candidates.push(ProviderKind::Cpu);
+    }
+}
+
 fn hint(p: ProviderKind) -> String {
     match p {
         ProviderKind::Cpu => "the CPU provider is part of every ONNX Runtime build; the library may be damaged".into(),

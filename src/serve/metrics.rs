@@ -61,7 +61,7 @@ pub struct Metrics {
     pub ttfb: Histogram,
     /// Synthesis wall time over audio duration, per finished request.
     pub rtf: Histogram,
-    /// Audio produced, in microseconds of 24 kHz audio.
+    /// Audio produced, in microseconds.
     audio_micros: AtomicU64,
     /// Syntheses stopped because the client went away.
     pub cancelled: AtomicU64,
@@ -82,7 +82,8 @@ pub struct Gauges {
     pub draining: bool,
     pub in_flight: usize,
     pub queued: usize,
-    pub max_concurrent: usize,
+    /// `engine.max_in_flight` and `engine.max_queue`.
+    pub max_in_flight: usize,
     pub max_queue: usize,
     /// Connections open now (WebSocket sessions included).
     pub connections: usize,
@@ -131,8 +132,9 @@ impl Metrics {
         gauge(&mut out, "cosy_requests_in_flight", "Syntheses running now", g.in_flight as f64);
         gauge(&mut out, "cosy_queue_depth", "Requests waiting for a synthesis slot", g.queued as f64);
         gauge(&mut out, "cosy_open_connections", "Connections open now (WebSocket sessions included)", g.connections as f64);
-        gauge(&mut out, "cosy_max_concurrent", "server.max_concurrent in effect", g.max_concurrent as f64);
-        gauge(&mut out, "cosy_max_queue", "server.max_queue", g.max_queue as f64);
+        // The metric keeps its first name (dashboards read it); the setting is engine.max_in_flight.
+        gauge(&mut out, "cosy_max_concurrent", "engine.max_in_flight in effect (syntheses run at once)", g.max_in_flight as f64);
+        gauge(&mut out, "cosy_max_queue", "engine.max_queue in effect (requests that may wait)", g.max_queue as f64);
 
         let _ = writeln!(out, "# HELP cosy_http_requests_total HTTP requests by route and status\n# TYPE cosy_http_requests_total counter");
         for ((route, status), n) in self.requests.lock().unwrap_or_else(|p| p.into_inner()).iter() {

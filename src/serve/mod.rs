@@ -29,7 +29,7 @@ use axum::extract::{DefaultBodyLimit, Request, State};
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::middleware::{from_fn_with_state, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{delete, get, post};
+use axum::routing::{delete, get, post, MethodRouter};
 use axum::Router;
 use tokio::sync::Semaphore;
 use tracing::Instrument;
@@ -166,7 +166,7 @@ impl AppState {
             draining: self.draining.load(Ordering::Relaxed),
             in_flight: self.engine.get().map_or(0, |e| e.in_flight()),
             queued: self.engine.get().map_or(0, |e| e.queued()),
-            max_concurrent: self.config.engine.max_in_flight,
+            max_in_flight: self.config.engine.max_in_flight,
             max_queue: self.config.engine.max_queue,
             connections: self.config.server.max_connections - self.connection_slots.available_permits(),
             stages: self.profiler.totals(),
@@ -305,24 +305,105 @@ async fn shutdown_signal() {
     }
 }
 
+/// Who may call a route.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Access {
+    /// Anyone: the probes and the metrics.
+    Public,
+    /// The web page and its assets: anyone (they hold no data; the page asks for the key), when
+    /// `server.web_ui` is on (the handlers answer 404 otherwise).
+    Page,
+    /// The API: the key, when `server.api_key` is set.
+    Key,
+    /// A listing: as the API, except that `GET` answers without the key when
+    /// `server.public_listings` is set.
+    Listing,
+}
+
+/// One route of the server.
+struct Route {
+    /// The path as the router matches it (`{name}`: one segment), also its metrics label.
+    path: &'static str,
+    /// How the 404 names it; `None`: not named there.
+    described: Option<&'static str>,
+    access: Access,
+    /// Whether each exchange is logged (not the probes, which come every few seconds).
+    logged: bool,
+    handler: fn() -> MethodRouter<Arc<AppState>>,
+}
+
+/// Every route of the server, in the order the 404 names them: the router, the metrics labels,
+/// the key rules and the 404 text all come from this table.
+const ROUTES: &[Route] = &[
+    Route { path: "/v1/audio/speech", described: Some("POST /v1/audio/speech"), access: Access::Key, logged: true, handler: || post(speech::handle) },
+    Route {
+        path: WS_ROUTE,
+        described: Some("GET /v1/audio/speech/stream (WebSocket)"),
+        access: Access::Key,
+        logged: true,
+        handler: || get(ws::handle),
+    },
+    Route {
+        path: "/v1/audio/voices",
+        described: Some("GET|POST /v1/audio/voices"),
+        access: Access::Listing,
+        logged: true,
+        handler: || get(voices::list).post(voices::create),
+    },
+    Route {
+        path: "/v1/audio/voices/{name}",
+        described: Some("DELETE /v1/audio/voices/NAME"),
+        access: Access::Key,
+        logged: true,
+        handler: || delete(voices::remove),
+    },
+    Route {
+        path: "/v1/audio/voices/{name}/default",
+        described: Some("POST /v1/audio/voices/NAME/default"),
+        access: Access::Key,
+        logged: true,
+        handler: || post(voices::make_default),
+    },
+    Route { path: "/v1/models", described: Some("GET /v1/models"), access: Access::Listing, logged: true, handler: || get(models) },
+    Route { path: "/v1/audio/models", described: Some("GET /v1/audio/models"), access: Access::Listing, logged: true, handler: || get(models) },
+    Route { path: INFO_ROUTE, described: Some("GET /v1/audio/info"), access: Access::Key, logged: true, handler: || get(info) },
+    Route { path: "/health", described: Some("/health"), access: Access::Public, logged: false, handler: || get(health) },
+    Route { path: "/ready", described: Some("/ready"), access: Access::Public, logged: false, handler: || get(ready) },
+    Route { path: "/metrics", described: Some("/metrics"), access: Access::Public, logged: false, handler: || get(metrics_page) },
+    Route { path: "/", described: Some("the web page at GET /"), access: Access::Page, logged: true, handler: || get(web::index) },
+    Route { path: "/web/{file}", described: None, access: Access::Page, logged: true, handler: || get(web::file) },
+];
+
+/// The route a path belongs to (`{name}` matches one segment), as the router matches it.
+fn route_of(path: &str) -> Option<&'static Route> {
+    ROUTES.iter().find(|route| {
+        let mut given = path.split('/');
+        let mut pattern = route.path.split('/');
+        loop {
+            match (given.next(), pattern.next()) {
+                (None, None) => return true,
+                (Some(g), Some(p)) if p.starts_with('{') => {
+                    if g.is_empty() {
+                        return false;
+                    }
+                }
+                (Some(g), Some(p)) if g == p => {}
+                _ => return false,
+            }
+        }
+    })
+}
+
 fn router(state: Arc<AppState>) -> Router {
-    let api = Router::new()
-        .route("/v1/audio/speech", post(speech::handle))
-        .route("/v1/audio/speech/stream", get(ws::handle))
-        .route("/v1/audio/voices", get(voices::list).post(voices::create))
-        .route("/v1/audio/voices/{name}", delete(voices::remove))
-        .route("/v1/audio/voices/{name}/default", post(voices::make_default))
-        .route("/v1/models", get(models))
-        .route("/v1/audio/models", get(models))
-        .route_layer(from_fn_with_state(state.clone(), authorize));
-    Router::new()
-        .route("/health", get(health))
-        .route("/ready", get(ready))
-        .route("/metrics", get(metrics_page))
-        // The web page and its assets: public (they hold no data; the page asks for the key).
-        .route("/", get(web::index))
-        .route("/web/{file}", get(web::file))
-        .merge(api)
+    let (mut api, mut open) = (Router::new(), Router::new());
+    for route in ROUTES {
+        match route.access {
+            Access::Key | Access::Listing => api = api.route(route.path, (route.handler)()),
+            Access::Public | Access::Page => open = open.route(route.path, (route.handler)()),
+        }
+    }
+    let api = api.route_layer(from_fn_with_state(state.clone(), authorize));
+    open.merge(api)
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         // Bodies are read with server.max_body_bytes by the handlers themselves (a clear 413).
@@ -335,25 +416,6 @@ fn router(state: Arc<AppState>) -> Router {
         .with_state(state)
 }
 
-/// The route a path belongs to, for metrics (bounded label values).
-fn route_label(path: &str) -> &'static str {
-    match path {
-        "/health" => "/health",
-        "/ready" => "/ready",
-        "/metrics" => "/metrics",
-        "/v1/audio/speech" => "/v1/audio/speech",
-        "/v1/audio/speech/stream" => "/v1/audio/speech/stream",
-        "/v1/audio/voices" => "/v1/audio/voices",
-        "/v1/models" => "/v1/models",
-        "/v1/audio/models" => "/v1/audio/models",
-        "/" => "/",
-        p if p.starts_with("/web/") => "/web/{file}",
-        p if p.starts_with("/v1/audio/voices/") && p.ends_with("/default") => "/v1/audio/voices/{name}/default",
-        p if p.starts_with("/v1/audio/voices/") => "/v1/audio/voices/{name}",
-        _ => "other",
-    }
-}
-
 /// Request id, access log and the per-route counters, around every exchange.
 async fn request_context(State(state): State<Arc<AppState>>, mut req: Request, next: Next) -> Response {
     let id = req
@@ -364,30 +426,32 @@ async fn request_context(State(state): State<Arc<AppState>>, mut req: Request, n
         .map(str::to_string)
         .unwrap_or_else(|| state.new_request_id());
     req.extensions_mut().insert(RequestId(id.clone()));
-    let route = route_label(req.uri().path());
+    let route = route_of(req.uri().path());
+    // Bounded label values for the metrics: a route's path, or `other`.
+    let label = route.map_or("other", |r| r.path);
     let method = req.method().clone();
     let started = Instant::now();
     let span = tracing::info_span!("request", id = %id);
     let mut response = next.run(req).instrument(span.clone()).await;
     let status = response.status().as_u16();
-    state.metrics.count_request(route, status);
+    state.metrics.count_request(label, status);
     if let Ok(v) = HeaderValue::from_str(&id) {
         response.headers_mut().insert("x-request-id", v);
     }
-    if route != "/health" && route != "/ready" && route != "/metrics" {
+    if route.is_none_or(|r| r.logged) {
         span.in_scope(|| {
-            tracing::info!("{method} {route} {status} in {:.1} ms (headers)", started.elapsed().as_secs_f64() * 1e3)
+            tracing::info!("{method} {label} {status} in {:.1} ms (headers)", started.elapsed().as_secs_f64() * 1e3)
         });
     }
     response
 }
 
-/// The listings: `GET` on these answer without the key when `server.public_listings` is set.
-const LISTINGS: [&str; 3] = ["/v1/models", "/v1/audio/models", "/v1/audio/voices"];
-
 /// The WebSocket route, where the key may also come as a subprotocol or a query parameter (a
 /// browser's WebSocket cannot send `Authorization`).
 pub const WS_ROUTE: &str = "/v1/audio/speech/stream";
+
+/// What the server tells its clients of itself ([`info`]); the web page reads it.
+pub const INFO_ROUTE: &str = "/v1/audio/info";
 
 /// The subprotocol a WebSocket client offers (`Sec-WebSocket-Protocol: cosy, cosy-key.KEY`); the
 /// server answers `cosy`, never the key.
@@ -447,7 +511,8 @@ async fn authorize(State(state): State<Arc<AppState>>, req: Request, next: Next)
     let Some(key) = &state.config.server.api_key else {
         return next.run(req).await;
     };
-    if state.config.server.public_listings && req.method() == axum::http::Method::GET && LISTINGS.contains(&req.uri().path()) {
+    let listing = route_of(req.uri().path()).is_some_and(|r| r.access == Access::Listing);
+    if state.config.server.public_listings && req.method() == axum::http::Method::GET && listing {
         return next.run(req).await;
     }
     let token = given_key(&req);
@@ -505,6 +570,26 @@ async fn models() -> Response {
     .into_response()
 }
 
+/// `GET /v1/audio/info`: what a client needs of this server before it speaks, so that it assumes
+/// nothing: the output sample rate (of pcm, wav, flac and the WebSocket's audio), the longest
+/// prompt recording the model takes, the longest text, and the API's speed range. 503 while the
+/// model loads (the rate and the prompt limit are the loaded model's).
+async fn info(State(state): State<Arc<AppState>>) -> Response {
+    let engine = match state.engine() {
+        Ok(engine) => engine,
+        Err(e) => return e.into_response(),
+    };
+    let speed = &cosy::app::speech::API_SPEED_RANGE;
+    axum::Json(serde_json::json!({
+        "model": MODEL_ID,
+        "sample_rate": engine.sample_rate(),
+        "max_prompt_seconds": engine.max_prompt_seconds(),
+        "max_text_chars": state.config.limits.max_text_chars,
+        "speed": { "min": speed.start(), "max": speed.end() },
+    }))
+    .into_response()
+}
+
 /// Says at start which names mean which voice, and warns of an alias to a voice that is not
 /// there (it may be saved later: a request for it fails until then, naming the alias).
 fn log_aliases(state: &AppState) {
@@ -524,19 +609,20 @@ fn log_aliases(state: &AppState) {
 
 /// 404 naming the routes; the web page's only when `server.web_ui` is on.
 async fn not_found(State(state): State<Arc<AppState>>, req: Request) -> Response {
-    let web_ui = state.config.server.web_ui;
-    ApiError::not_found(
-        "unknown_route",
-        format!(
-            "no such endpoint: {} {}; the API is POST /v1/audio/speech, GET /v1/audio/speech/stream (WebSocket), \
-             GET|POST /v1/audio/voices, DELETE /v1/audio/voices/NAME, POST /v1/audio/voices/NAME/default, GET /v1/models, \
-             GET /v1/audio/models, /health, /ready, /metrics{}",
-            req.method(),
-            req.uri().path(),
-            if web_ui { ", and the web page at GET /" } else { "" }
-        ),
-    )
-    .into_response()
+    ApiError::not_found("unknown_route", format!("no such endpoint: {} {}; {}", req.method(), req.uri().path(), routes_named(state.config.server.web_ui)))
+        .into_response()
+}
+
+/// What the 404 says of the routes: the API's, then (with `server.web_ui`) the page's.
+fn routes_named(web_ui: bool) -> String {
+    let named = |page: bool| -> Vec<&str> {
+        ROUTES.iter().filter(|r| (r.access == Access::Page) == page).filter_map(|r| r.described).collect()
+    };
+    let mut text = format!("the API is {}", named(false).join(", "));
+    if web_ui {
+        text.push_str(&format!(", and {}", named(true).join(", ")));
+    }
+    text
 }
 
 async fn method_not_allowed(req: Request) -> Response {
@@ -568,8 +654,26 @@ mod tests {
     }
 
     #[test]
+    fn the_404_names_every_route_of_the_api() {
+        let api = routes_named(false);
+        assert_eq!(
+            api,
+            "the API is POST /v1/audio/speech, GET /v1/audio/speech/stream (WebSocket), GET|POST /v1/audio/voices, \
+             DELETE /v1/audio/voices/NAME, POST /v1/audio/voices/NAME/default, GET /v1/models, GET /v1/audio/models, \
+             GET /v1/audio/info, /health, /ready, /metrics"
+        );
+        assert_eq!(routes_named(true), format!("{api}, and the web page at GET /"));
+    }
+
+    #[test]
     fn routes_are_bounded_labels() {
+        let route_label = |path: &str| route_of(path).map_or("other", |r| r.path);
         assert_eq!(route_label("/v1/audio/voices/x"), "/v1/audio/voices/{name}");
+        assert_eq!(route_label("/v1/audio/voices/x/default"), "/v1/audio/voices/{name}/default");
+        assert_eq!(route_label("/v1/audio/voices"), "/v1/audio/voices");
+        assert_eq!(route_label("/web/app.js"), "/web/{file}");
+        assert_eq!(route_label("/"), "/");
+        assert_eq!(route_label("/v1/audio/voices/"), "other");
         assert_eq!(route_label("/etc/passwd"), "other");
     }
 }

@@ -222,10 +222,10 @@ fn speed_headers(speed: ApiSpeed) -> HeaderMap {
     headers
 }
 
-/// Reads the body (JSON or multipart) within `server.max_body_bytes`.
 /// The parameters, the uploaded recording (multipart) and the names of the fields ignored.
 type Params = (SpeechParams, Option<Vec<u8>>, Vec<String>);
 
+/// Reads the body (JSON or multipart) within `server.max_body_bytes`.
 async fn read_params(state: &Arc<AppState>, req: Request) -> Result<Params, ApiError> {
     let limit = state.config.server.max_body_bytes;
     let content_type = req.headers().get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("").to_ascii_lowercase();

@@ -2,7 +2,8 @@
 //! `src/serve/web/`, embedded in the binary at build time: no build step, no CDN, no request
 //! outside the server's origin (the Content-Security-Policy says so to the browser too). The page
 //! calls the public API only, as any client does (`/v1/audio/speech` with server-sent events,
-//! the WebSocket, `/v1/audio/voices`); it decides nothing itself. `server.web_ui = false` turns
+//! the WebSocket, `/v1/audio/voices`, and `/v1/audio/info` for the sample rate and the limits
+//! instead of assuming them); it decides nothing itself. `server.web_ui = false` turns
 //! it off (its paths then answer 404 like any unknown one).
 
 use std::sync::Arc;

@@ -1,6 +1,7 @@
 //! The web page (issue 21): `GET /` and its assets from the binary, with a strict policy; the
 //! per-request `timing` the page shows (SSE `speech.audio.done`, the WebSocket's `audio.done`);
-//! making a voice the default over HTTP; the page's own WebSocket let in as same-origin;
+//! making a voice the default over HTTP; the page's own WebSocket let in as same-origin; the
+//! sample rate and limits the page takes from `GET /v1/audio/info`;
 //! `server.web_ui = false`. The page itself is driven in Chromium by
 //! tests/clients/python/test_web_page.py.
 
@@ -108,6 +109,36 @@ fn the_page_is_served_from_the_binary_with_a_strict_policy() {
     }
     assert!(!timings.is_empty());
     timings.iter().for_each(check_timing);
+}
+
+#[test]
+fn the_page_takes_the_sample_rate_and_the_limits_from_the_server() {
+    let server = start_server(&["server.api_key=s3cret-key", "server.public_listings=true", "limits.max_text_chars=1234"]);
+    let key = ("Authorization", "Bearer s3cret-key");
+    // Behind the key, as the rest of the API (it is not one of the public listings).
+    let r = server.request("GET", "/v1/audio/info", &[], b"");
+    assert_eq!(r.status, 401, "{}", r.text());
+    let r = server.request("GET", "/v1/audio/info", &[key], b"");
+    assert_eq!(r.status, 200, "{}", r.text());
+    let info = r.json();
+    // The rate the server's audio carries (a wav's header), the model's prompt limit, the
+    // configured text limit, the API's speed range.
+    let body = json!({"input": TEXT, "voice": "me", "response_format": "wav", "stream": false}).to_string();
+    let wav = server.request("POST", "/v1/audio/speech", &[key, ("Content-Type", "application/json")], body.as_bytes());
+    assert_eq!(wav.status, 200, "{}", wav.text());
+    let rate = u32::from_le_bytes(wav.body[24..28].try_into().expect("a wav header"));
+    assert_eq!(info["sample_rate"].as_u64(), Some(u64::from(rate)), "{info}");
+    assert!(info["max_prompt_seconds"].as_f64().is_some_and(|s| s > 0.0 && s <= 30.0), "{info}");
+    assert_eq!(info["max_text_chars"], 1234, "{info}");
+    assert_eq!(info["speed"], json!({"min": 0.25, "max": 4.0}), "{info}");
+    // The page reads it and assumes none of it.
+    let js = server.request("GET", "/web/app.js", &[], b"").text();
+    assert!(js.contains("/v1/audio/info"), "the page asks the server");
+    for assumed in ["24000", "24_000", "24 kHz", "MAX_RECORD_S"] {
+        assert!(!js.contains(assumed), "app.js assumes {assumed}");
+    }
+    let html = server.request("GET", "/", &[], b"").text();
+    assert!(html.contains(r#"id="prompt-limit""#) && !html.contains("at most 30"), "{html}");
 }
 
 #[test]

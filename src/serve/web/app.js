@@ -1,11 +1,10 @@
 // cosy's web page: the public API only (/v1/audio/speech with server-sent events, the WebSocket
 // /v1/audio/speech/stream, /v1/audio/voices), as any client calls it. No framework, no build step,
-// nothing fetched from elsewhere. `window.cosyState` is the page's own state, which tests read.
+// nothing fetched from elsewhere. The sample rate and the limits are the server's, from
+// /v1/audio/info: the page assumes none. `window.cosyState` is the page's own state, which tests read.
 "use strict";
 
-const SAMPLE_RATE = 24000; // the server's pcm: s16le mono 24 kHz
 const KEY_STORAGE = "cosy.apiKey";
-const MAX_RECORD_S = 30;
 // The server's content types of the formats (an event stream carries them as base64 deltas).
 const CONTENT_TYPES = { mp3: "audio/mpeg", opus: "audio/opus", wav: "audio/wav", flac: "audio/flac", pcm: "audio/pcm" };
 const $ = (id) => document.getElementById(id);
@@ -31,6 +30,7 @@ const state = {
   stopped: 0,
   download: null, // { bytes, type } of what Download gives
   recording: null, // { source, seconds, bytes } of the recording to clone from (a WAV)
+  info: null, // GET /v1/audio/info: { sample_rate, max_prompt_seconds, max_text_chars, speed: { min, max } }
 };
 window.cosyState = state;
 // Test hooks (`cosy_test`), sent with each request when a test sets them (page.evaluate); the
@@ -63,6 +63,28 @@ function authHeaders(extra = {}) {
   return key ? { ...extra, Authorization: `Bearer ${key}` } : extra;
 }
 
+// --- the server's sample rate and limits (GET /v1/audio/info) ----------------------------------
+
+/** The server's info, asked for once (it needs the model loaded, and the key when there is one). */
+async function serverInfo() {
+  if (state.info) return state.info;
+  const response = await fetch("/v1/audio/info", { headers: authHeaders() });
+  if (!response.ok) throw new Error(await errorOf(response));
+  state.info = await response.json();
+  showLimits();
+  return state.info;
+}
+
+/** The rate of the server's pcm (s16le mono), known once speaking has begun. */
+function sampleRate() { return state.info.sample_rate; }
+
+function showLimits() {
+  const info = state.info;
+  $("prompt-limit").textContent = ` (at most ${info.max_prompt_seconds} s)`;
+  $("speed").min = String(info.speed.min);
+  $("speed").max = String(info.speed.max);
+}
+
 // --- playback: pcm chunks scheduled on one AudioContext as they arrive ----------------------------
 
 class Player {
@@ -80,7 +102,7 @@ class Player {
   reset() {
     this.sources = new Set();
     this.nextTime = 0;
-    this.kept = []; // Float32Array pieces at 24 kHz: the download
+    this.kept = []; // Float32Array pieces at the server's rate: the download
     this.odd = null; // a byte left over between pcm pieces
     this.encoded = null; // { bytes: [Uint8Array], type } for formats played once complete
   }
@@ -111,7 +133,7 @@ class Player {
     const samples = new Float32Array(data.length / 2);
     for (let i = 0; i < samples.length; i++) samples[i] = view.getInt16(2 * i, true) / 32768;
     this.kept.push(samples);
-    this.schedule(samples, SAMPLE_RATE);
+    this.schedule(samples, sampleRate());
   }
 
   schedule(samples, rate) {
@@ -127,10 +149,12 @@ class Player {
     this.nextTime = when + buffer.duration;
     this.sources.add(source);
     state.chunks += 1;
-    state.scheduledSamples += Math.round(buffer.duration * SAMPLE_RATE);
+    // Counted at the server's rate (a decoded file plays at the AudioContext's).
+    const counted = Math.round(buffer.duration * sampleRate());
+    state.scheduledSamples += counted;
     source.onended = () => {
       if (!this.sources.delete(source)) return;
-      state.playedSamples += Math.round(buffer.duration * SAMPLE_RATE);
+      state.playedSamples += counted;
     };
   }
 
@@ -158,7 +182,7 @@ class Player {
   download() {
     if (this.encoded) return new Blob(this.encoded.bytes, { type: this.encoded.type });
     if (this.kept.length === 0) return null;
-    return wavBlob(this.kept, SAMPLE_RATE);
+    return wavBlob(this.kept, sampleRate());
   }
 }
 
@@ -260,6 +284,12 @@ async function speak(extra = {}) {
   if (state.speaking) return;
   showError(null);
   const text = $("text").value;
+  try {
+    await serverInfo();
+  } catch (e) {
+    showError(e.message || String(e));
+    return;
+  }
   await player.begin();
   const format = $("format").value;
   const body = requestBody(text, extra);
@@ -355,6 +385,15 @@ const live = {
   async open() {
     const generation = this.generation;
     showError(null);
+    try {
+      await serverInfo();
+    } catch (e) {
+      // Nothing was sent: the text typed so far is said by the next session.
+      showError(e.message || String(e));
+      this.queue = [];
+      this.sent = "";
+      return;
+    }
     await player.begin();
     if (generation !== this.generation) return;
     Object.assign(state, { ttfaMs: null, rtf: null, audioSeconds: 0, timing: null, chunks: 0, scheduledSamples: 0, playedSamples: 0 });
@@ -458,7 +497,7 @@ const live = {
         state.live.firstAudioMs = performance.now() - this.started;
         state.ttfaMs = state.live.firstAudioMs;
       }
-      state.audioSeconds = this.samples / SAMPLE_RATE;
+      state.audioSeconds = this.samples / sampleRate();
       showFigures();
       return;
     }
@@ -470,7 +509,7 @@ const live = {
     } else if (event.type === "session.done") {
       state.live.done = true;
       const wall = (performance.now() - this.started) / 1000;
-      state.audioSeconds = event.audio_seconds || this.samples / SAMPLE_RATE;
+      state.audioSeconds = event.audio_seconds || this.samples / sampleRate();
       state.rtf = state.audioSeconds > 0 ? wall / state.audioSeconds : null;
       showFigures();
     } else if (event.type === "error") {
@@ -583,6 +622,13 @@ let recorder = null;
 async function toggleRecord() {
   showError(null, "clone-error");
   if (recorder) { recorder.stop(); return; }
+  let limitSeconds;
+  try {
+    limitSeconds = (await serverInfo()).max_prompt_seconds;
+  } catch (e) {
+    showError(e.message || String(e), "clone-error");
+    return;
+  }
   let stream;
   try {
     stream = await navigator.mediaDevices.getUserMedia({ audio: true });
@@ -593,7 +639,8 @@ async function toggleRecord() {
   const parts = [];
   recorder = new MediaRecorder(stream);
   const started = performance.now();
-  const limit = setTimeout(() => recorder && recorder.stop(), MAX_RECORD_S * 1000);
+  // The recording stops at the longest prompt the model takes.
+  const limit = setTimeout(() => recorder && recorder.stop(), limitSeconds * 1000);
   const tick = setInterval(() => { $("record-state").textContent = `recording… ${((performance.now() - started) / 1000).toFixed(0)} s`; }, 250);
   recorder.ondataavailable = (e) => { if (e.data.size) parts.push(e.data); };
   recorder.onstop = async () => {
@@ -660,6 +707,8 @@ async function checkServer() {
     state.ready = response.ok;
     $("server-state").textContent = response.ok ? "ready" : await errorOf(response);
     if (!response.ok) setTimeout(checkServer, 2000);
+    // Shown before the first request (a wrong key is said by the voices' list already).
+    else serverInfo().catch(() => {});
   } catch (e) {
     $("server-state").textContent = "the server does not answer";
     setTimeout(checkServer, 5000);

@@ -74,6 +74,13 @@ try {
     options: await page.$$eval("#voice option", (os) => os.map((o) => o.textContent)),
     key_field: await page.inputValue("#api-key"),
   };
+  // The sample rate and the limits, as the server tells them (GET /v1/audio/info) once it is ready.
+  await waitState(() => window.cosyState.info !== null);
+  result.steps.info = {
+    state: (await state()).info,
+    hint: await page.textContent("#prompt-limit"),
+    speed: { min: await page.getAttribute("#speed", "min"), max: await page.getAttribute("#speed", "max") },
+  };
 
   // Speak with the default voice, keyboard only: Ctrl+Enter in the text box.
   phase = "speak";

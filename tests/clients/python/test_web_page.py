@@ -1,8 +1,8 @@
 """cosy's own web page (`GET /`) in Debian's headless Chromium, driven through playwright-core
 (tests/clients/node/web_page.mjs) against the real server with the bundled tiny model and an API
-key: it loads with no console error and no request outside the server's origin, an AudioContext
-runs, Speak with the default voice plays audio and shows the time to first audio and where the time
-went, a clone from an uploaded wav is saved and listed (made default, deleted), so is one recorded
+key: it loads with no console error and no request outside the server's origin, takes the sample
+rate and the limits from the server (/v1/audio/info), an AudioContext runs, Speak with the default
+voice plays audio and shows the time to first audio and where the time went, a clone from an uploaded wav is saved and listed (made default, deleted), so is one recorded
 from Chromium's fake microphone, Stop cancels on the
 server (in-flight back to 0, with the test hook that holds a request after its first audio), the
 live mode speaks before the text box is left, and errors are the server's one-line messages.
@@ -69,6 +69,15 @@ def test_page_loads_clean_and_self_contained(page_run: dict[str, Any]) -> None:
     assert page_run["steps"]["audio_context"] == {"state": "running", "advanced": True}
     assert page_run["steps"]["voices"]["key_field"] == API_KEY
     assert "me (default)" in page_run["steps"]["voices"]["options"]
+
+
+def test_the_sample_rate_and_limits_are_the_servers(page_run: dict[str, Any]) -> None:
+    info = page_run["steps"]["info"]
+    told = info["state"]
+    assert told["sample_rate"] == SAMPLE_RATE, info
+    limit = told["max_prompt_seconds"]
+    assert 0 < limit <= 30 and info["hint"] == f" (at most {limit:g} s)", info
+    assert info["speed"] == {"min": "0.25", "max": "4"}, info
 
 
 def test_speak_plays_the_default_voice_as_it_streams(page_run: dict[str, Any]) -> None:
