@@ -35,9 +35,15 @@ fn main() {
         .without_time()
         .with_target(false)
         .init();
+    // The server's keys (`[server]`, `[wyoming]`) are read with the library's whatever the command:
+    // one config file serves every command.
+    let mut server = serve::settings::Settings::default();
     let result = match &cli.command {
-        Command::Serve(args) => cli.load_config().map_err(anyhow::Error::from).and_then(|config| serve::run(config, args.bind.clone(), args.wyoming.clone())),
-        _ => run(cli),
+        Command::Serve(args) => {
+            let loaded = cli.load_config(&mut [&mut server.keys()]);
+            loaded.map_err(anyhow::Error::from).and_then(|config| serve::run(config, server, args.bind.clone(), args.wyoming.clone()))
+        }
+        _ => run(cli, &mut [&mut server.keys()]),
     };
     if let Err(err) = result {
         // Once: a second Ctrl-C that ends the process meanwhile prints the same line itself.

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 
 use clap::{Args, CommandFactory, Parser, Subcommand};
 
-use crate::config::{Config, LoadOptions};
+use crate::config::{Config, KeyTable, LoadOptions};
 use crate::error::Error;
 
 /// CosyVoice3 text-to-speech over ONNX Runtime.
@@ -389,8 +389,10 @@ impl Cli {
         Ok(cli)
     }
 
-    /// The configuration from file, environment and these flags.
-    pub fn load_config(&self) -> crate::Result<Config> {
+    /// The configuration from file, environment and these flags, with the keys of the binary's
+    /// front ends (`front_ends`: the server's `[server]` and `[wyoming]`, which a shared config
+    /// file may hold whatever the command).
+    pub fn load_config(&self, front_ends: &mut [&mut dyn KeyTable]) -> crate::Result<Config> {
         let mut opts = LoadOptions::from_process_env();
         opts.config_file = self.global.config.clone();
         opts.default_file = Some(PathBuf::from(crate::paths::PROJECT_CONFIG));
@@ -411,7 +413,7 @@ impl Cli {
                 .ok_or_else(|| Error::Config(format!("--set {kv:?}: expected KEY=VALUE")))?;
             opts.flags.push((k.trim().to_string(), v.to_string()));
         }
-        Config::load(&opts)
+        Config::load_with(&opts, front_ends)
     }
 
     /// The log filter from -v/-q (`COSY_LOG` overrides it). A server logs its requests (info)
@@ -429,8 +431,8 @@ impl Cli {
     }
 }
 
-/// Runs a parsed command line.
-pub fn run(cli: Cli) -> anyhow::Result<()> {
+/// Runs a parsed command line; `front_ends`: the binary's key tables ([`Cli::load_config`]).
+pub fn run(cli: Cli, front_ends: &mut [&mut dyn KeyTable]) -> anyhow::Result<()> {
     if let Command::Completions { shell } = &cli.command {
         let mut cmd = Cli::command();
         clap_complete::generate(*shell, &mut cmd, "cosy", &mut std::io::stdout());
@@ -442,7 +444,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         std::io::stdout().write_all(&out)?;
         return Ok(());
     }
-    let config = cli.load_config()?;
+    let config = cli.load_config(front_ends)?;
     match &cli.command {
         Command::File(args) => file_command(&config, args).map_err(name_the_flag),
         Command::Say(args) => say_command(&config, args).map_err(name_the_flag),
