@@ -442,7 +442,7 @@ mod tests {
             assert!(m.contains(&file.display().to_string()), "names the file: {m}");
         }
         let e = flag("server.api_key", "two words").expect_err("a space").to_string();
-        assert_eq!(e, "flag server.api_key: server.api_key: the key has spaces or control characters; use printable characters only");
+        assert!(e.ends_with("flag server.api_key: server.api_key: the key has spaces or control characters; use printable characters only"), "{e}");
         let m = load(&LoadOptions { env: vec![("COSY_BINDS".into(), "x".into())], ..Default::default() }).expect_err("unknown").to_string();
         assert!(m.contains("known: COSY_MODEL") && m.contains("COSY_BIND, COSY_API_KEY, COSY_WYOMING, COSY_CONFIG, COSY_LOG"), "{m}");
     }
@@ -474,6 +474,6 @@ mod tests {
         assert_eq!(config.source_of("server.bind"), "set by flag --bind");
         let value = cosy::config::RawValue::Text("nonsense".into());
         let e = config.set_with(&mut [&mut settings.keys()], "server.bind", &value, &origin, None).unwrap_err().to_string();
-        assert!(e.starts_with("flag --bind: server.bind = \"nonsense\": invalid value; allowed: HOST:PORT"), "{e}");
+        assert!(e.contains("flag --bind: server.bind = \"nonsense\": invalid value; allowed: HOST:PORT"), "{e}");
     }
 }
