@@ -12,7 +12,6 @@ const INT_OR_MODEL: &str = "an integer >= 1, or \"\" for the model's value";
 const PROVIDERS_ALLOWED: &str =
     "a list of tensorrt, cuda, cpu in priority order (array, or comma-separated text), without repeats";
 
-
 /// The entries of [`KEYS`].
 type K = Key<Config>;
 

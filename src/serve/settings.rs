@@ -137,12 +137,10 @@ pub struct WyomingSettings {
     pub normalize: bool,
 }
 
-
-/// The server's keys, one [`Key`] each (what adding one takes: docs/architecture.md, "Adding a
-
 /// The entries of [`KEYS`].
 type K = Key<Settings>;
 
+/// The server's keys, one [`Key`] each (what adding one takes: docs/architecture.md, "Adding a
 /// config key").
 pub static KEYS: &[Key<Settings>] = &[
     K::new("server.bind", "\"127.0.0.1:8080\"", "HOST:PORT, e.g. \"127.0.0.1:8080\" or \"0.0.0.0:8080\"", |s, v| {
