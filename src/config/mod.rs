@@ -23,7 +23,8 @@ use std::path::{Path, PathBuf};
 use crate::error::{Error, Result};
 use crate::paths;
 
-pub use key::{matches, text_of, About, Key, KeyTable, Origin, RawValue, Renamed, Section, Setter, Setting, TRUE_FALSE};
+use key::{matches, text_of};
+pub use key::{About, Key, KeyTable, Origin, RawValue, Renamed, Section, Setter, Setting, TRUE_FALSE};
 pub use keys::{KEYS, RENAMED};
 pub use settings::{
     default_engine_cache, Config, CpuSwitch, CudaConvSearch, DebugSettings, EngineSettings, LimitSettings, NormalizerChoice,
