@@ -108,13 +108,7 @@ impl Config {
         let named = opts.config_file.clone().map(|p| (p, "--config")).or(env_file);
         let choice = paths::choose_config(named, opts.default_file.as_deref(), opts.user_files)?;
         let mut sources = BTreeMap::new();
-        {
-            let mut own = Section::new(KEYS, RENAMED, &mut cfg);
-            let mut tables: Vec<&mut dyn KeyTable> = vec![&mut own];
-            for t in front_ends.iter_mut() {
-                tables.push(&mut **t);
-            }
-            let mut loading = Loading { tables, sources: &mut sources };
+        cfg.loading(front_ends, &mut sources, |loading| {
             if let Some(path) = &choice.file {
                 for (key, value, origin) in toml_file::read_leaves(path)? {
                     loading.set(&key, &RawValue::Toml(value), &origin, path.parent())?;
@@ -124,7 +118,8 @@ impl Config {
             for (key, value) in &opts.flags {
                 loading.set(key, &RawValue::Text(value.clone()), &Origin::Flag(key.clone()), None)?;
             }
-        }
+            Ok(())
+        })?;
         cfg.source_file = choice.file;
         cfg.sources.config_file = choice.why;
         cfg.sources.keys = sources;
@@ -169,16 +164,25 @@ impl Config {
         base: Option<&Path>,
     ) -> Result<()> {
         let mut sources = std::mem::take(&mut self.sources.keys);
-        let result = {
-            let mut own = Section::new(KEYS, RENAMED, self);
-            let mut tables: Vec<&mut dyn KeyTable> = vec![&mut own];
-            for t in front_ends.iter_mut() {
-                tables.push(&mut **t);
-            }
-            Loading { tables, sources: &mut sources }.set(key, value, origin, base)
-        };
+        let result = self.loading(front_ends, &mut sources, |loading| loading.set(key, value, origin, base));
         self.sources.keys = sources;
         result
+    }
+
+    /// Runs `f` over the tables of one load: this configuration's (the library's keys) first, then
+    /// the front ends'; the origins go to `sources`.
+    fn loading(
+        &mut self,
+        front_ends: &mut [&mut dyn KeyTable],
+        sources: &mut BTreeMap<String, String>,
+        f: impl FnOnce(&mut Loading<'_, '_>) -> Result<()>,
+    ) -> Result<()> {
+        let mut own = Section::new(KEYS, RENAMED, self);
+        let mut tables: Vec<&mut dyn KeyTable> = vec![&mut own];
+        for t in front_ends.iter_mut() {
+            tables.push(&mut **t);
+        }
+        f(&mut Loading { tables, sources })
     }
 }
 
