@@ -12,7 +12,7 @@
 //! | ONNX Runtime | `<prefix>/lib/cosy/` beside the executable, then `$XDG_DATA_HOME/cosy/lib/` (see `runtime::env`) |
 //! | caches | `$XDG_CACHE_HOME/cosy/engines` (TensorRT engines, `graphs/` for optimised graphs) |
 //!
-//! A config file's relative paths stay relative to that file (`config::Config::apply_file`); so a
+//! A config file's relative paths stay relative to that file (`config::toml_file::read_leaves`, `Setting::path`); so a
 //! checkout's `config.toml` keeps `models/`, `voices/` beside it. Nothing here is ever relative to
 //! the current folder, so a run from anywhere writes nothing there unless asked to.
 

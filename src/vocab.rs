@@ -1,6 +1,7 @@
 //! The shared vocabulary: the names every layer speaks of — the pipeline's stages ([`Stage`],
 //! [`STAGES`]), their config groups ([`StageGroup`]), precisions ([`Precision`]), execution
-//! providers ([`ProviderKind`]) and what a saved voice may be called ([`check_voice_name`]).
+//! providers ([`ProviderKind`]), what a saved voice may be called ([`check_voice_name`]) and
+//! OpenAI's voice names ([`OPENAI_VOICES`]).
 //!
 //! They live here, below everything else, because the configuration (which parses them from
 //! `config.toml`), the model folder (whose manifest names stages and precisions), the runtime and
@@ -187,6 +188,12 @@ pub fn read_name_marker(path: &std::path::Path, bad: impl FnOnce(&std::path::Pat
     check_voice_name(name).map_err(|_| bad(path, name))?;
     Ok(Some(name.to_string()))
 }
+
+/// OpenAI's voice names (its speech API, 2025): clients send these and some accept no other.
+/// Here, below the configuration, because `voices.aliases` names them when it refuses an alias;
+/// what they resolve to is `app::voices`'s.
+pub const OPENAI_VOICES: [&str; 13] =
+    ["alloy", "ash", "ballad", "coral", "echo", "fable", "onyx", "nova", "sage", "shimmer", "verse", "marin", "cedar"];
 
 /// Refuses saved-voice names that are not a plain file stem: letters, digits, `.`, `_`, `-`; 1–64
 /// chars; not starting with `.` or `-`. (Here rather than in [`crate::voice`] because the

@@ -18,6 +18,7 @@ use crate::engine::Engine;
 use crate::error::{Error, InputCode, Result};
 use crate::frontend::audio::{check_length, load_audio, Audio, MAX_TOKENIZER_SECONDS};
 use crate::request::Voice;
+pub use crate::vocab::OPENAI_VOICES;
 use crate::vocab::check_voice_name as check_name;
 use crate::voice::{model_key, DefaultSource, SavedVoice, VoiceStore, VoiceSummary};
 
@@ -51,10 +52,6 @@ impl Recording {
         Ok(Recording::Memory { audio: Arc::new(audio), label })
     }
 }
-
-/// OpenAI's voice names (its speech API, 2025): clients send these and some accept no other.
-pub const OPENAI_VOICES: [&str; 13] =
-    ["alloy", "ash", "ballad", "coral", "echo", "fable", "onyx", "nova", "sage", "shimmer", "verse", "marin", "cedar"];
 
 /// Whether `name` is one of OpenAI's voice names ([`OPENAI_VOICES`]).
 pub fn is_openai_voice(name: &str) -> bool {

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 
 use clap::{Args, CommandFactory, Parser, Subcommand};
 
-use cosy::config::{Config, LoadOptions};
+use cosy::config::{Config, KeyTable, LoadOptions};
 use cosy::error::Error;
 
 /// CosyVoice3 text-to-speech over ONNX Runtime.
@@ -389,9 +389,11 @@ impl Cli {
         Ok(cli)
     }
 
-    /// The configuration from file, environment and these flags.
-    pub fn load_config(&self) -> cosy::Result<Config> {
-        Config::load(&self.load_options()?)
+    /// The configuration from file, environment and these flags, with the keys of the binary's
+    /// front ends (`front_ends`: the server's `[server]` and `[wyoming]`, which a shared config
+    /// file may hold whatever the command).
+    pub fn load_config(&self, front_ends: &mut [&mut dyn KeyTable]) -> cosy::Result<Config> {
+        Config::load_with(&self.load_options()?, front_ends)
     }
 
     /// What [`Cli::load_config`] loads: the process's environment, the config file flag and every
@@ -449,7 +451,10 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         std::io::stdout().write_all(&out)?;
         return Ok(());
     }
-    let config = cli.load_config()?;
+    // The server's keys (`[server]`, `[wyoming]`) are read with the library's whatever the command:
+    // one config file serves every command.
+    let mut server = crate::serve::settings::Settings::default();
+    let config = cli.load_config(&mut [&mut server.keys()])?;
     match &cli.command {
         Command::File(args) => file_command(&config, args).map_err(name_the_flag),
         Command::Say(args) => say_command(&config, args).map_err(name_the_flag),
@@ -472,7 +477,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Engines { action } => engines(&config, action),
         Command::Model { action } => model_command(&config, action).map_err(name_the_flag),
         Command::Completions { .. } | Command::Manpage => Ok(()),
-        Command::Serve(args) => crate::serve::run(config, args.bind.clone(), args.wyoming.clone()),
+        Command::Serve(args) => crate::serve::run(config, server, args.bind.clone(), args.wyoming.clone()),
     }
 }
 

@@ -17,9 +17,54 @@ use axum::middleware::Next;
 use axum::response::Response;
 use tower_http::cors::{AllowHeaders, AllowMethods, AllowOrigin, CorsLayer, ExposeHeaders};
 
+use cosy::config::RawValue;
+
 /// The response headers a page may read: every `x-cosy-*` header (through `*`, which browsers
 /// honour for requests without cookies, as these are) and, for older browsers, the ones by name.
 const EXPOSED: &[&str] = &["*", "x-cosy-voice", "x-cosy-ignored-fields", "x-request-id", "retry-after", "content-type"];
+
+/// What `server.cors_origins` allows, as its refusals say it.
+pub const ALLOWED: &str = "a list of origins such as [\"https://app.example.com\", \"http://localhost:3000\"] \
+     (array, or comma-separated text; [] or \"none\" = none; [\"*\"] = any; \"\" = not set: loopback pages on a loopback bind)";
+
+/// `server.cors_origins`: `scheme://host[:port]` each (what a browser sends as `Origin`), or `*`
+/// alone; lower-cased, without a trailing slash.
+pub fn origins_of(v: &RawValue) -> std::result::Result<Vec<String>, String> {
+    let items: Vec<String> = match v {
+        RawValue::Toml(toml::Value::Array(items)) => {
+            items.iter().map(|i| i.as_str().map(str::to_string)).collect::<Option<_>>().ok_or("every item must be a string")?
+        }
+        RawValue::Toml(toml::Value::String(s)) | RawValue::Text(s) => s.split(',').map(str::to_string).collect(),
+        _ => return Err("not a list".into()),
+    };
+    let mut out: Vec<String> = Vec::new();
+    for item in items {
+        let o = item.trim().trim_end_matches('/').to_ascii_lowercase();
+        if o.is_empty() {
+            continue;
+        }
+        if o == "*" {
+            out.push(o);
+            continue;
+        }
+        let Some((scheme, rest)) = o.split_once("://") else {
+            return Err(format!("{item:?} has no scheme; write it as a browser sends it, e.g. https://app.example.com"));
+        };
+        let host_ok = !rest.is_empty()
+            && !rest.contains('/')
+            && rest.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | ':' | '[' | ']' | '_'));
+        if !matches!(scheme, "http" | "https") || !host_ok {
+            return Err(format!("{item:?} is not an origin (scheme://host[:port], no path)"));
+        }
+        if !out.contains(&o) {
+            out.push(o);
+        }
+    }
+    if out.len() > 1 && out.iter().any(|o| o == "*") {
+        return Err("\"*\" (any origin) goes alone".into());
+    }
+    Ok(out)
+}
 
 /// The origins allowed (`server.cors_origins`, or the loopback default).
 #[derive(Debug, Clone)]

@@ -15,6 +15,7 @@ mod encode;
 mod error;
 mod listen;
 mod metrics;
+pub mod settings;
 mod speech;
 mod voices;
 mod web;
@@ -41,6 +42,7 @@ use cosy::profile::Profiler;
 
 use error::ApiError;
 use metrics::Metrics;
+use settings::{ServerSettings, Settings, WyomingSettings};
 
 /// The id `GET /v1/models` lists. Requests may name any model: one server serves one model.
 pub const MODEL_ID: &str = "cosyvoice3";
@@ -48,6 +50,10 @@ pub const MODEL_ID: &str = "cosyvoice3";
 /// Shared by every handler.
 pub struct AppState {
     pub config: Config,
+    /// `[server]`: the HTTP API's settings.
+    pub server: ServerSettings,
+    /// `[wyoming]`: the Wyoming server's settings.
+    pub wyoming: WyomingSettings,
     engine: OnceLock<Arc<Engine>>,
     profiler: Profiler,
     ready: AtomicBool,
@@ -69,12 +75,15 @@ pub struct AppState {
 pub struct RequestId(pub String);
 
 impl AppState {
-    fn new(config: Config, loopback_bind: bool) -> AppState {
+    fn new(config: Config, settings: Settings, loopback_bind: bool) -> AppState {
+        let Settings { server, wyoming } = settings;
         AppState {
-            origins: cors::Origins::new(config.server.cors_origins.as_deref(), loopback_bind),
+            origins: cors::Origins::new(server.cors_origins.as_deref(), loopback_bind),
             voices: Voices::new(&config),
-            connection_slots: Arc::new(Semaphore::new(config.server.max_connections)),
+            connection_slots: Arc::new(Semaphore::new(server.max_connections)),
             config,
+            server,
+            wyoming,
             engine: OnceLock::new(),
             profiler: Profiler::totals_only(),
             ready: AtomicBool::new(false),
@@ -89,12 +98,12 @@ impl AppState {
     pub fn engine(&self) -> Result<Arc<Engine>, ApiError> {
         if self.draining.load(Ordering::Relaxed) {
             return Err(ApiError::unavailable("shutting_down", "the server is shutting down; retry on another replica")
-                .retry_after(self.config.server.retry_after_s));
+                .retry_after(self.server.retry_after_s));
         }
         match (self.engine.get(), self.ready.load(Ordering::Relaxed)) {
             (Some(engine), true) => Ok(engine.clone()),
             _ => Err(ApiError::unavailable("loading", "the model is still loading; retry when /ready answers 200")
-                .retry_after(self.config.server.retry_after_s.max(1))),
+                .retry_after(self.server.retry_after_s.max(1))),
         }
     }
 
@@ -105,7 +114,7 @@ impl AppState {
     }
 
     pub fn request_deadline(&self, started: Instant) -> tokio::time::Instant {
-        tokio::time::Instant::from_std(started + Duration::from_secs(self.config.server.request_timeout_s))
+        tokio::time::Instant::from_std(started + Duration::from_secs(self.server.request_timeout_s))
     }
 
     fn new_request_id(&self) -> String {
@@ -118,7 +127,7 @@ impl AppState {
     fn load(&self) -> cosy::Result<()> {
         let started = Instant::now();
         let mut builder = Engine::builder(&self.config).profiler(self.profiler.clone());
-        if self.config.server.warmup {
+        if self.server.warmup {
             match self.voices.resolve(cosy::app::voices::VoiceChoice::default(), None) {
                 Ok(resolved) => {
                     let mut warm_up = cosy::request::Request::new("Hello.", resolved.voice);
@@ -148,7 +157,7 @@ impl AppState {
         let err = ApiError::from_engine(e);
         if busy {
             self.metrics.rejected.fetch_add(1, Ordering::Relaxed);
-            return err.retry_after(self.config.server.retry_after_s);
+            return err.retry_after(self.server.retry_after_s);
         }
         err
     }
@@ -168,7 +177,7 @@ impl AppState {
             queued: self.engine.get().map_or(0, |e| e.queued()),
             max_in_flight: self.config.engine.max_in_flight,
             max_queue: self.config.engine.max_queue,
-            connections: self.config.server.max_connections - self.connection_slots.available_permits(),
+            connections: self.server.max_connections - self.connection_slots.available_permits(),
             stages: self.profiler.totals(),
             llm,
             dit,
@@ -186,15 +195,15 @@ impl Drop for ActiveGuard {
 }
 
 /// `cosy serve`: runs until SIGTERM or Ctrl-C and the drain that follows.
-pub fn run(mut config: Config, bind: Option<String>, wyoming: Option<String>) -> anyhow::Result<()> {
-    if let Some(b) = bind {
-        config.set("server.bind", &cosy::config::RawValue::Text(b), &cosy::config::Origin::Flag("--bind".into()), None)?;
-    }
-    if let Some(w) = wyoming {
-        config.set("wyoming.bind", &cosy::config::RawValue::Text(w), &cosy::config::Origin::Flag("--wyoming".into()), None)?;
+pub fn run(mut config: Config, mut settings: Settings, bind: Option<String>, wyoming: Option<String>) -> anyhow::Result<()> {
+    for (key, flag, value) in [("server.bind", "--bind", bind), ("wyoming.bind", "--wyoming", wyoming)] {
+        if let Some(value) = value {
+            let origin = cosy::config::Origin::Flag(flag.into());
+            config.set_with(&mut [&mut settings.keys()], key, &cosy::config::RawValue::Text(value), &origin, None)?;
+        }
     }
     // What can be checked at once is, before the port opens (loading the graphs comes after).
-    encode::AudioFormat::parse_setting(&config.server.default_format).map_err(cosy::Error::Config)?;
+    encode::AudioFormat::parse_setting(&settings.server.default_format).map_err(cosy::Error::Config)?;
     Voices::new(&config).store().check_dir()?;
     cosy::model::ModelDir::open(&config.model_dir)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -202,27 +211,27 @@ pub fn run(mut config: Config, bind: Option<String>, wyoming: Option<String>) ->
         .thread_name("serve")
         .build()
         .map_err(|e| anyhow::anyhow!("cannot start the server's runtime: {e}"))?;
-    let result = runtime.block_on(serve(config));
+    let result = runtime.block_on(serve(config, settings));
     // Requests still running after the grace period are abandoned with the process.
     runtime.shutdown_timeout(Duration::from_millis(200));
     result
 }
 
-async fn serve(config: Config) -> anyhow::Result<()> {
-    let bind = config.server.bind.clone();
+async fn serve(config: Config, settings: Settings) -> anyhow::Result<()> {
+    let bind = settings.server.bind.clone();
     let listener = tokio::net::TcpListener::bind(&bind).await.map_err(|e| {
         cosy::Error::Config(format!("server.bind {bind}: cannot listen there ({e}); pick a free port or another address"))
     })?;
     let addr = listener.local_addr()?;
     // The Wyoming port too before anything is said: a port taken is a config error, not a log line.
-    let wyoming_listener = match config.wyoming.bind.clone() {
+    let wyoming_listener = match settings.wyoming.bind.clone() {
         Some(bind) => Some(tokio::net::TcpListener::bind(&bind).await.map_err(|e| {
             cosy::Error::Config(format!("wyoming.bind {bind}: cannot listen there ({e}); pick a free port or another address"))
         })?),
         None => None,
     };
-    let state = Arc::new(AppState::new(config, addr.ip().is_loopback()));
-    if state.config.server.api_key.is_none() && !addr.ip().is_loopback() {
+    let state = Arc::new(AppState::new(config, settings, addr.ip().is_loopback()));
+    if state.server.api_key.is_none() && !addr.ip().is_loopback() {
         tracing::warn!("listening on {addr} without server.api_key: anyone who reaches this port can use the API");
     }
     tracing::info!("web pages allowed (CORS, WebSocket): {}", state.origins.describe());
@@ -248,8 +257,8 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     let app = router(state.clone());
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let limits = listen::Limits {
-        header_timeout: Duration::from_secs(state.config.server.header_timeout_s),
-        send_timeout: Duration::from_secs(state.config.server.send_timeout_s),
+        header_timeout: Duration::from_secs(state.server.header_timeout_s),
+        send_timeout: Duration::from_secs(state.server.send_timeout_s),
     };
     let wyoming_server = wyoming_server.map(|(_, listener)| tokio::spawn(wyoming::serve(listener, state.clone(), stop_rx.clone())));
     let server = tokio::spawn(listen::serve(listener, app, limits, state.connection_slots.clone(), stop_rx));
@@ -265,10 +274,10 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     if let Some(e) = load_failed {
         return Err(e.into());
     }
-    tracing::info!("shutting down: no new connections; waiting for the work in flight (at most {} s)", state.config.server.shutdown_grace_s);
+    tracing::info!("shutting down: no new connections; waiting for the work in flight (at most {} s)", state.server.shutdown_grace_s);
     state.draining.store(true, Ordering::SeqCst);
     let _ = stop_tx.send(true);
-    let deadline = Instant::now() + Duration::from_secs(state.config.server.shutdown_grace_s);
+    let deadline = Instant::now() + Duration::from_secs(state.server.shutdown_grace_s);
     // HTTP connections end first (axum waits for them), then WebSocket sessions and the engine
     // work they started.
     let _ = tokio::time::timeout_at(tokio::time::Instant::from_std(deadline), server).await;
@@ -282,7 +291,7 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     if left > 0 {
         anyhow::bail!(
             "shutdown: {left} request(s) still running after server.shutdown_grace_s = {} s; stopped them",
-            state.config.server.shutdown_grace_s
+            state.server.shutdown_grace_s
         );
     }
     tracing::info!("stopped");
@@ -407,7 +416,7 @@ fn router(state: Arc<AppState>) -> Router {
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         // Bodies are read with server.max_body_bytes by the handlers themselves (a clear 413).
-        .layer(DefaultBodyLimit::max(state.config.server.max_body_bytes))
+        .layer(DefaultBodyLimit::max(state.server.max_body_bytes))
         // Browsers: preflights answered (204) and the CORS headers on every answer, before any
         // route (a preflight carries no API key).
         .layer(state.origins.layer())
@@ -508,11 +517,11 @@ fn percent_decode(s: &str) -> String {
 /// The API key when `server.api_key` is set (compared in constant time), except for the listings
 /// when `server.public_listings` is set.
 async fn authorize(State(state): State<Arc<AppState>>, req: Request, next: Next) -> Response {
-    let Some(key) = &state.config.server.api_key else {
+    let Some(key) = &state.server.api_key else {
         return next.run(req).await;
     };
     let listing = route_of(req.uri().path()).is_some_and(|r| r.access == Access::Listing);
-    if state.config.server.public_listings && req.method() == axum::http::Method::GET && listing {
+    if state.server.public_listings && req.method() == axum::http::Method::GET && listing {
         return next.run(req).await;
     }
     let token = given_key(&req);
@@ -609,7 +618,7 @@ fn log_aliases(state: &AppState) {
 
 /// 404 naming the routes; the web page's only when `server.web_ui` is on.
 async fn not_found(State(state): State<Arc<AppState>>, req: Request) -> Response {
-    ApiError::not_found("unknown_route", format!("no such endpoint: {} {}; {}", req.method(), req.uri().path(), routes_named(state.config.server.web_ui)))
+    ApiError::not_found("unknown_route", format!("no such endpoint: {} {}; {}", req.method(), req.uri().path(), routes_named(state.server.web_ui)))
         .into_response()
 }
 

@@ -161,7 +161,7 @@ async fn speech(state: &Arc<AppState>, id: &RequestId, req: Request, started: In
     // A client that sends its body slowly is bounded by the same deadline.
     let (params, upload, ignored) = tokio::time::timeout_at(deadline, read_params(state, req))
         .await
-        .map_err(|_| ApiError::timeout(state.config.server.request_timeout_s))??;
+        .map_err(|_| ApiError::timeout(state.server.request_timeout_s))??;
     notes.ignored(ignored);
     let plan = check(state, params, upload)?;
     let resolved = resolve_voice(state, plan.voice).await?;
@@ -227,7 +227,7 @@ type Params = (SpeechParams, Option<Vec<u8>>, Vec<String>);
 
 /// Reads the body (JSON or multipart) within `server.max_body_bytes`.
 async fn read_params(state: &Arc<AppState>, req: Request) -> Result<Params, ApiError> {
-    let limit = state.config.server.max_body_bytes;
+    let limit = state.server.max_body_bytes;
     let content_type = req.headers().get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("").to_ascii_lowercase();
     check_declared_length(req.headers(), limit)?;
     if content_type.starts_with("multipart/form-data") {
@@ -383,7 +383,7 @@ fn check(state: &AppState, p: SpeechParams, upload: Option<Vec<u8>>) -> Result<P
     };
     // The text rules before any audio is decoded (a bad text costs nothing).
     cosy::app::speech::check_text(&state.config, &text).map_err(ApiError::from_engine)?;
-    let format = AudioFormat::parse(p.response_format.as_deref().unwrap_or(&state.config.server.default_format))?;
+    let format = AudioFormat::parse(p.response_format.as_deref().unwrap_or(&state.server.default_format))?;
     let sse = match p.stream_format.as_deref().map(str::trim) {
         None | Some("audio") => false,
         Some("sse") => true,
@@ -526,7 +526,7 @@ impl Running {
                 self.handle.cancel();
                 self.finished = true;
                 self.state.metrics.timeouts.fetch_add(1, Ordering::Relaxed);
-                Err(ApiError::timeout(self.state.config.server.request_timeout_s))
+                Err(ApiError::timeout(self.state.server.request_timeout_s))
             }
             Ok(Some(Event::Audio(chunk))) => Ok(Some(chunk)),
             Ok(Some(Event::Done(summary))) => {

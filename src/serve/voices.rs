@@ -102,7 +102,7 @@ pub async fn create(State(state): State<Arc<AppState>>, req: Request) -> Respons
 
 async fn create_voice(state: &Arc<AppState>, req: Request, notes: &mut Notes) -> Result<Response, ApiError> {
     let engine = state.engine()?;
-    let limit = state.config.server.max_body_bytes;
+    let limit = state.server.max_body_bytes;
     check_declared_length(req.headers(), limit)?;
     let content_type = req.headers().get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("").to_ascii_lowercase();
     let (form, upload) = if content_type.starts_with("multipart/form-data") {

@@ -31,7 +31,7 @@ const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-
 
 /// `GET /`
 pub async fn index(State(state): State<Arc<AppState>>, req: Request) -> Response {
-    if !state.config.server.web_ui {
+    if !state.server.web_ui {
         return super::not_found(State(state), req).await;
     }
     asset("text/html; charset=utf-8", INDEX)
@@ -40,7 +40,7 @@ pub async fn index(State(state): State<Arc<AppState>>, req: Request) -> Response
 /// `GET /web/{file}`
 pub async fn file(State(state): State<Arc<AppState>>, Path(name): Path<String>, req: Request) -> Response {
     match ASSETS.iter().find(|(n, ..)| *n == name) {
-        Some(&(_, content_type, bytes)) if state.config.server.web_ui => asset(content_type, bytes),
+        Some(&(_, content_type, bytes)) if state.server.web_ui => asset(content_type, bytes),
         _ => super::not_found(State(state), req).await,
     }
 }

@@ -78,7 +78,7 @@ pub async fn handle(
     if let Err(e) = state.engine() {
         return e.into_response();
     }
-    let limit = state.config.server.max_body_bytes;
+    let limit = state.server.max_body_bytes;
     upgrade
         // `cosy` when the client offers it (a browser that sends its key as `cosy-key.KEY` must
         // also offer `cosy`: the answer names one of the offered protocols, never the key).
@@ -210,7 +210,7 @@ async fn run_session(
     state: &Arc<AppState>,
     id: &str,
 ) -> Result<(), ApiError> {
-    let idle = Duration::from_secs(state.config.server.request_timeout_s);
+    let idle = Duration::from_secs(state.server.request_timeout_s);
     // 1. The configuration.
     let (config, ignored) = match tokio::time::timeout(idle, client.recv()).await {
         Ok(Some(Ok(ClientMessage::Config(c, ignored)))) => (*c, ignored),
@@ -219,7 +219,7 @@ async fn run_session(
         }
         Ok(Some(Err(e))) => return Err(e),
         Ok(None) => return Ok(()),
-        Err(_) => return Err(ApiError::timeout(state.config.server.request_timeout_s)),
+        Err(_) => return Err(ApiError::timeout(state.server.request_timeout_s)),
     };
     let _ = config.model;
     match config.response_format.as_deref().map(str::trim) {
@@ -365,7 +365,7 @@ async fn run_session(
                 }
             }
             _ = tokio::time::sleep_until(deadline), if current.is_none() && !input_done => {
-                return Err(ApiError::timeout(state.config.server.request_timeout_s));
+                return Err(ApiError::timeout(state.server.request_timeout_s));
             }
         }
     }
@@ -407,7 +407,7 @@ async fn run_bistream(
     test_hooks: cosy::request::TestHooks,
     options: cosy::engine::BistreamOptions,
 ) -> Result<(), ApiError> {
-    let idle = Duration::from_secs(state.config.server.request_timeout_s);
+    let idle = Duration::from_secs(state.server.request_timeout_s);
     let engine = state.engine()?;
     let mut speech = cosy::app::speech::SpeechOptions::new(String::new(), voice, true);
     speech.seed = seed;
@@ -495,7 +495,7 @@ async fn run_bistream(
                 }
             }
             _ = tokio::time::sleep_until(deadline), if current.is_none() => {
-                return Err(ApiError::timeout(state.config.server.request_timeout_s));
+                return Err(ApiError::timeout(state.server.request_timeout_s));
             }
         }
     }

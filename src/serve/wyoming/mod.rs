@@ -50,7 +50,7 @@ const LINGER: Duration = Duration::from_secs(2);
 /// connection finish the synthesis it runs (an idle one closes at once), and returns once all
 /// have closed.
 pub async fn serve(listener: TcpListener, state: Arc<AppState>, mut stop: watch::Receiver<bool>) {
-    let limit = state.config.wyoming.max_connections;
+    let limit = state.wyoming.max_connections;
     let slots = Arc::new(Semaphore::new(limit));
     // Every connection task holds a receiver; `closed()` on the sender resolves once all are gone.
     let (alive_tx, alive_rx) = watch::channel(());
@@ -130,7 +130,7 @@ fn error_event(e: &ApiError) -> Event {
 /// while audio is made), handled in order.
 async fn connection(tcp: TcpStream, state: Arc<AppState>, mut stop: watch::Receiver<bool>) {
     let (read, write) = tcp.into_split();
-    let bounds = Bounds { max_header_bytes: state.config.wyoming.max_header_bytes, max_payload_bytes: state.config.wyoming.max_payload_bytes };
+    let bounds = Bounds { max_header_bytes: state.wyoming.max_header_bytes, max_payload_bytes: state.wyoming.max_payload_bytes };
     let (events_tx, mut events) = mpsc::channel::<Result<Event, FrameError>>(8);
     let reader = tokio::spawn(async move {
         let mut read = BufReader::new(read);
@@ -149,7 +149,7 @@ async fn connection(tcp: TcpStream, state: Arc<AppState>, mut stop: watch::Recei
             }
         }
     });
-    let mut conn = Connection { send_timeout: Duration::from_secs(state.config.server.send_timeout_s), state, writer: write };
+    let mut conn = Connection { send_timeout: Duration::from_secs(state.server.send_timeout_s), state, writer: write };
     let mut job = None;
     let end = conn.run(&mut events, &mut stop, &mut job).await;
     if let End::Failed(e) = &end {
@@ -265,7 +265,7 @@ impl Connection {
         stop: &mut watch::Receiver<bool>,
         job: &mut Option<Job>,
     ) -> Result<(), End> {
-        let idle_s = self.state.config.wyoming.idle_timeout_s;
+        let idle_s = self.state.wyoming.idle_timeout_s;
         let idle = Duration::from_secs(idle_s);
         let mut last_activity = Instant::now();
         let mut queued: VecDeque<Event> = VecDeque::new();
@@ -519,7 +519,7 @@ impl Connection {
         let mut speech = SpeechOptions::new(String::new(), resolved.voice, true);
         speech.test_hooks = fields.test_hooks;
         let request = build_streaming_request(speech).map_err(|e| self.state.api_error(e))?;
-        let options = cosy::engine::BistreamOptions { normalize_sentences: self.state.config.wyoming.normalize };
+        let options = cosy::engine::BistreamOptions { normalize_sentences: self.state.wyoming.normalize };
         let (text_in, handle) = TextIn::start(engine, request, options).map_err(|e| self.state.api_error(e))?;
         tracing::info!(request = %id, "synthesize-start: voice {}, text normalised: {}", resolved.how, options.normalize_sentences);
         let current = Some(self.segment(handle, &id, 0));
