@@ -791,7 +791,7 @@ fn file_command(config: &Config, args: &FileArgs) -> anyhow::Result<()> {
             running.push_back((out, engine.submit(request(text)?)?));
         }
         let Some((out, handle)) = running.pop_front() else { break };
-        let samples = collect_audio(handle, out.is_none())?;
+        let samples = collect_audio(out.is_none(), |sink| crate::app::drain::drain(handle, sink))?;
         if let Some(path) = out {
             write_audio_atomic(&path, &samples, rate, format)?;
             tracing::info!("wrote {} ({:.2} s)", path.display(), samples.len() as f64 / f64::from(rate));
@@ -842,16 +842,8 @@ fn file_bistream(config: &Config, args: &FileArgs, format: crate::audio::OutputF
     let engine = crate::engine::Engine::load(config)?;
     let rate = engine.sample_rate();
     let options = crate::engine::BistreamOptions { normalize_sentences: args.normalize_sentences };
-    let (mut feed, handle) = engine.submit_bistream(req, options, None)?;
-    let reader = std::thread::Builder::new()
-        .name("stdin-text".into())
-        .spawn(move || match crate::frontend::text::read_pieces(std::io::stdin().lock(), "<stdin>", |p| feed.send(p)) {
-            Ok(_) => feed.finish(),
-            Err(e) => feed.fail(e),
-        })
-        .map_err(|e| Error::Runtime(format!("cannot start the stdin reader: {e}")))?;
-    let samples = collect_audio(handle, out.is_none())?;
-    let _ = reader.join();
+    let stream = crate::app::text_stream::TextStream::text_in(std::sync::Arc::new(engine), config, req, options, None);
+    let samples = collect_audio(out.is_none(), |sink| crate::app::text_stream::speak_read(stream, std::io::stdin(), "<stdin>", None, sink))?;
     if let Some(path) = out {
         crate::audio::write_audio_atomic(&path, &samples, rate, format)?;
         tracing::info!("wrote {} ({:.2} s)", path.display(), samples.len() as f64 / f64::from(rate));
@@ -859,14 +851,14 @@ fn file_bistream(config: &Config, args: &FileArgs, format: crate::audio::OutputF
     Ok(())
 }
 
-/// A request's audio: written to standard output as it comes (`to_stdout`: streamed pcm, nothing
-/// kept), or collected; the request's error if it fails.
-fn collect_audio(handle: crate::engine::RequestHandle, to_stdout: bool) -> Result<Vec<f32>, Error> {
+/// The audio `speak` makes into its sink: written to standard output as it comes (`to_stdout`:
+/// streamed pcm, nothing kept), or collected; its error if it fails.
+fn collect_audio<T>(to_stdout: bool, speak: impl FnOnce(&mut dyn crate::app::drain::AudioSink) -> Result<T, Error>) -> Result<Vec<f32>, Error> {
     let mut samples: Vec<f32> = Vec::new();
     if to_stdout {
-        crate::app::drain::drain(handle, &mut crate::app::drain::FnSink(|chunk: &[f32]| write_pcm_stdout(chunk)))?;
+        speak(&mut crate::app::drain::FnSink(|chunk: &[f32]| write_pcm_stdout(chunk)))?;
     } else {
-        crate::app::drain::drain(handle, &mut samples)?;
+        speak(&mut samples)?;
     }
     Ok(samples)
 }
