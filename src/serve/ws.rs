@@ -13,11 +13,12 @@
 //! Errors: `{"type": "error", "error": {...}}`, then close.
 //!
 //! Text-in streaming (a voice with a transcript or an instruction): the pieces go into one
-//! request as they arrive; when its speech ends before its text, the rest is a new segment
-//! (`cosy::app::text_stream`, whose session holds every rule of the text). Otherwise ("sentences") text is spoken
+//! request as they arrive; when its speech ends before its text, the rest is a new segment.
+//! Otherwise ("sentences") text is spoken
 //! segment by segment: a segment ends at settled sentence punctuation (`.`, `!`, `?`, `;`
 //! followed by a space or line break; `。！？；` and line breaks at once), or at `input.done`;
-//! segments run one after another, each a streaming engine request.
+//! segments run one after another, each a streaming engine request. Both are the rules of
+//! `cosy::app::text_stream`'s session (the budget too); this module translates its steps.
 //!
 //! Browsers: the handshake's `Origin`, when present, must be allowed (`server.cors_origins`),
 //! and the key may come as the subprotocol `cosy-key.KEY` (answered `cosy`) or `?api_key=`
@@ -205,6 +206,7 @@ async fn send(sink: &mut Sink, message: Message) -> Result<(), ApiError> {
     sink.send(message).await.map_err(|_| ApiError::bad_request("client_gone", "the client closed the connection"))
 }
 
+/// One session: its configuration, then its text through a text stream until it is done.
 async fn run_session(
     sink: &mut Sink,
     client: &mut mpsc::Receiver<Result<ClientMessage, ApiError>>,
