@@ -413,8 +413,24 @@ mod piece_tests {
 
     #[test]
     fn settled_ends() {
-        assert_eq!(settled_end("Hello world."), None);
+        assert_eq!(settled_end("Hello world"), None);
+        assert_eq!(settled_end("Hello world."), None, "a final '.' may still be a decimal point");
         assert_eq!(settled_end("Hello. Wor"), Some(6));
+        assert_eq!(settled_end("It costs 3.5 dollars! And"), Some(21));
         assert_eq!(settled_end("你好。世界"), Some("你好。".len()));
+        assert_eq!(settled_end("line one\nline"), Some(9));
+    }
+
+    #[test]
+    fn a_sentence_buffer_gives_settled_text_and_the_rest() {
+        let mut buffer = SentenceBuffer::default();
+        buffer.push("One. Tw");
+        assert_eq!(buffer.take_settled().as_deref(), Some("One."));
+        assert_eq!(buffer.take_settled(), None);
+        buffer.push("o! Three");
+        assert_eq!(buffer.take_settled().as_deref(), Some(" Two!"));
+        buffer.give_back("...".into());
+        assert_eq!(buffer.take_rest(), "... Three");
+        assert_eq!(buffer.take_rest(), "");
     }
 }

@@ -429,18 +429,3 @@ impl Events<'_> {
         send(self.sink, event(value)).await
     }
 }
-
-#[cfg(test)]
-mod tests {
-    use cosy::frontend::text::settled_end;
-
-    #[test]
-    fn sentences_settle_at_punctuation_and_space() {
-        assert_eq!(settled_end("Hello world"), None);
-        assert_eq!(settled_end("Hello world."), None, "a final '.' may still be a decimal point");
-        assert_eq!(settled_end("Hello. Wor"), Some(6));
-        assert_eq!(settled_end("It costs 3.5 dollars! And"), Some(21));
-        assert_eq!(settled_end("你好。世界"), Some("你好。".len()));
-        assert_eq!(settled_end("line one\nline"), Some(9));
-    }
-}

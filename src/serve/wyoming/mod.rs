@@ -173,11 +173,11 @@ struct Connection {
 }
 
 /// The synthesis a connection runs.
+/// (Both boxed: large, and one per connection.)
 enum Job {
     /// A `synthesize`: one streaming request.
-    Whole(Whole),
-    /// `synthesize-start` … `synthesize-stop`: text-in streaming, segment by segment (boxed: the
-    /// larger of the two, and one per connection).
+    Whole(Box<Whole>),
+    /// `synthesize-start` … `synthesize-stop`: text-in streaming, segment by segment.
     Stream(Box<Stream>),
 }
 
@@ -506,12 +506,12 @@ impl Connection {
         let request = build_request(&self.state.config, options).map_err(|e| self.state.api_error(e))?;
         let running = start(&self.state, &engine, request)?;
         tracing::info!(request = %id, "synthesize: {} characters, voice {}", text.chars().count(), resolved.how);
-        Ok(Job::Whole(Whole {
+        Ok(Job::Whole(Box::new(Whole {
             running,
             finish: Finish { state: self.state.clone(), started, first_audio: None, id },
             deadline: self.state.request_deadline(started),
             audio: Audio { started: false, samples: 0, _active: self.state.track() },
-        }))
+        })))
     }
 
     async fn start_stream(&mut self, event: Event) -> Result<Job, End> {
