@@ -279,12 +279,6 @@ pub fn check_options(speed: f64, stream: bool) -> Result<()> {
     Ok(())
 }
 
-/// Whether a request streams: as asked (`Some`), else `default` unless a speed is set (the
-/// streaming schedule cannot time-stretch, so a sentence with a speed is made whole).
-pub fn choose_streaming(asked: Option<bool>, default: bool, speed: f64) -> bool {
-    asked.unwrap_or(default && speed == 1.0)
-}
-
 /// Refuses a speed outside [`SPEED_RANGE`] (and NaN, infinities).
 pub fn check_speed(speed: f64) -> Result<()> {
     if speed.is_finite() && SPEED_RANGE.contains(&speed) {
@@ -343,6 +337,21 @@ pub(crate) fn sentence_label(index: usize, count: usize, text: &str) -> String {
     format!("sentence {} of {count} ({:?})", index + 1, shorten(said.trim(), 40))
 }
 
+/// Refuses text that arrives in pieces once `received` characters in all are more than `limit`
+/// (`limits.max_text_chars`): the one rule and message wherever streamed text is counted (a
+/// front end's session, `app::text_stream`; the engine's `TextFeed`, which bounds its queue; the
+/// pipeline's text-in streaming).
+pub fn check_streamed_length(received: usize, limit: usize) -> Result<()> {
+    if received > limit {
+        return Err(Error::input(
+            InputCode::TextTooLong,
+            Some("text"),
+            format!("the streamed text is longer than limits.max_text_chars = {limit} characters; send the rest in a new session or stream"),
+        ));
+    }
+    Ok(())
+}
+
 /// Refuses a text longer than `limit` characters (`limits.max_text_chars`).
 pub fn check_text_length(text: &str, limit: usize) -> Result<()> {
     let n = text.chars().count();
@@ -357,16 +366,12 @@ pub fn check_text_length(text: &str, limit: usize) -> Result<()> {
 }
 
 
-/// Whether a voice can take text-in streaming: the official bi-streaming puts the text after
-/// `<|endofprompt|>`, so it needs a transcript (zero-shot) or an instruction; cross-lingual has
-/// no prompt text.
-pub fn can_stream_text(voice: &Voice) -> bool {
-    !matches!(voice.mode(), PromptMode::CrossLingual)
-}
-
-/// [`can_stream_text`] as an error naming the fix.
+/// Refuses a voice that cannot take text-in streaming, naming the fix: the official
+/// bi-streaming puts the text after `<|endofprompt|>`, so it needs a transcript (zero-shot) or an
+/// instruction; cross-lingual has no prompt text. (Whether a front end may stream text at all,
+/// speed included: `app::speech::can_stream_text`.)
 pub fn check_text_streaming(voice: &Voice) -> Result<()> {
-    if can_stream_text(voice) {
+    if !matches!(voice.mode(), PromptMode::CrossLingual) {
         return Ok(());
     }
     Err(Error::input(

@@ -98,6 +98,16 @@ impl EventLog {
     }
 }
 
+/// `say -`: each piece read from standard input, and its end, into the log.
+impl cosy::app::text_stream::ReadNotes for EventLog {
+    fn piece(&self, number: usize, piece: &str) {
+        self.log(&format!("text_piece {number} {}", piece.chars().count()));
+    }
+    fn end(&self) {
+        self.log("text_done");
+    }
+}
+
 /// Observer of a `say` synthesis: cancellation from the player, events into the log.
 struct SayObserver {
     cancel: Option<CancelHandle>,
@@ -194,37 +204,6 @@ fn say_until_stopped(
     }
     let observer = Arc::new(SayObserver { cancel: cancel.clone(), log: log.clone() });
     let mut chunks = 0u64;
-    let handle = match text {
-        SayText::Whole => engine.submit_observed(req.clone(), Some(observer.clone()))?,
-        SayText::Stdin(options) => {
-            let (mut feed, handle) = engine.submit_bistream(req.clone(), options, Some(observer.clone()))?;
-            let log = log.clone();
-            // Standard input is read on its own thread, each read a piece, while audio plays.
-            std::thread::Builder::new()
-                .name("stdin-text".into())
-                .spawn(move || {
-                    let mut pieces = 0usize;
-                    let read = cosy::frontend::text::read_pieces(std::io::stdin().lock(), "<stdin>", |piece| {
-                        pieces += 1;
-                        if let Some(log) = &log {
-                            log.log(&format!("text_piece {pieces} {}", piece.chars().count()));
-                        }
-                        feed.send(piece)
-                    });
-                    match read {
-                        Ok(_) => {
-                            if let Some(log) = &log {
-                                log.log("text_done");
-                            }
-                            feed.finish()
-                        }
-                        Err(e) => feed.fail(e),
-                    }
-                })
-                .map_err(|e| Error::Runtime(format!("cannot start the stdin reader: {e}")))?;
-            handle
-        }
-    };
     let mut play = |chunk: &[f32]| -> Result<()> {
         chunks += 1;
         let n = chunks;
@@ -241,8 +220,17 @@ fn say_until_stopped(
         }
         Ok(())
     };
+    let mut sink = cosy::app::drain::FnSink(&mut play);
     // A failed push drops the handle, which cancels the request.
-    let result = cosy::app::drain::drain(handle, &mut cosy::app::drain::FnSink(&mut play));
+    let result = match text {
+        SayText::Whole => engine.submit_observed(req.clone(), Some(observer.clone())).and_then(|handle| cosy::app::drain::drain(handle, &mut sink)),
+        SayText::Stdin(options) => {
+            // Standard input is read as it arrives, each read a piece, while audio plays.
+            let stream = cosy::app::text_stream::TextStream::text_in(Arc::new(engine), config, req.clone(), options, Some(observer.clone()));
+            let notes = log.clone().map(|log| log as Arc<dyn cosy::app::text_stream::ReadNotes>);
+            cosy::app::text_stream::speak_read(stream, std::io::stdin(), "<stdin>", notes, &mut sink)
+        }
+    };
     let cancelled = observer.cancelled();
     if cancelled || matches!(result, Err(Error::Cancelled)) {
         if let Some(log) = &log {

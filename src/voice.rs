@@ -144,6 +144,16 @@ fn canonical_json(v: &serde_json::Value, out: &mut String) {
     }
 }
 
+/// A saved voice's transcript must say something: the one rule for adding a voice
+/// (`app::voices::Voices::check_new`) and for making one (`Synthesizer::make_voice`), checked
+/// before any audio work.
+pub fn check_transcript(transcript: &str) -> Result<()> {
+    if transcript.trim().is_empty() {
+        return Err(Error::input(InputCode::InvalidText, Some("ref_text"), "the transcript is empty; give the words spoken in the recording"));
+    }
+    Ok(())
+}
+
 /// UTC now as `YYYY-MM-DDTHH:MM:SSZ`.
 pub fn utc_now_rfc3339() -> String {
     let secs = std::time::SystemTime::now()

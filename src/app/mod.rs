@@ -6,8 +6,9 @@
 //!   or in memory), add, list and remove saved voices (and what removing the default means).
 //! * [`speech`]: build an engine [`crate::request::Request`] from a front end's options, with
 //!   every check in one place (text, speed, streaming, text-in streaming, test hooks).
-//! * [`text_in`]: text that arrives in pieces, spoken segment by segment (text-in streaming),
-//!   a new segment when the speech ends before the text, so no text is dropped.
+//! * [`text_stream`]: text that arrives in pieces, spoken segment by segment as it comes (text-in
+//!   streaming, or sentence by sentence), a new segment when the speech ends before the text, so
+//!   no text is dropped: one sans-I/O session owns every rule of streamed text.
 //! * [`drain`]: run a request's handle into a sink (a file, stdout, a player, a report).
 //! * [`models`]: the user's models folder: list, add an exported folder, choose the default.
 //! * [`dump`]: `--dump DIR`, every sentence's intermediates as `.npy`, through the engine's observer.
@@ -21,5 +22,5 @@ pub mod drain;
 pub mod dump;
 pub mod models;
 pub mod speech;
-pub mod text_in;
+pub mod text_stream;
 pub mod voices;

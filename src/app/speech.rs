@@ -115,9 +115,10 @@ pub fn build_request(config: &Config, o: SpeechOptions) -> Result<Request> {
 }
 
 /// Whether text that arrives in pieces can be spoken as it comes (text-in streaming): the voice
-/// needs a transcript or an instruction, and the speed must be 1 (a speed needs whole sentences).
+/// needs a transcript or an instruction ([`check_text_streaming`], which says why not), and the
+/// speed must be 1 (a speed needs whole sentences).
 pub fn can_stream_text(voice: &Voice, speed: f64) -> bool {
-    speed == 1.0 && crate::request::can_stream_text(voice)
+    speed == 1.0 && check_text_streaming(voice).is_ok()
 }
 
 /// A text-in streaming request (the text comes later, through the engine's `TextFeed`), every

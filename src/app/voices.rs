@@ -412,14 +412,7 @@ impl Voices {
                 ),
             ));
         }
-        if transcript.trim().is_empty() {
-            return Err(Error::input(
-                InputCode::InvalidText,
-                Some("ref_text"),
-                "the transcript is empty; give the words spoken in the recording",
-            ));
-        }
-        Ok(())
+        crate::voice::check_transcript(transcript)
     }
 
     /// Makes and saves voice `name` from `recording` and its transcript with `engine`'s frontend;

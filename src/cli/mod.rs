@@ -856,7 +856,7 @@ fn write_file_jobs(
             running.push_back((job.out, engine.submit(request(job.text)?)?));
         }
         let Some((out, handle)) = running.pop_front() else { break };
-        let samples = collect_audio(handle, out.is_none())?;
+        let samples = collect_audio(out.is_none(), |sink| cosy::app::drain::drain(handle, sink))?;
         if let Some(path) = out {
             cosy::audio::write_audio_atomic(&path, &samples, rate, format)?;
             tracing::info!("wrote {} ({:.2} s)", path.display(), samples.len() as f64 / f64::from(rate));
@@ -907,16 +907,8 @@ fn file_bistream(config: &Config, args: &FileArgs, format: cosy::audio::OutputFo
     let engine = cosy::engine::Engine::load(config)?;
     let rate = engine.sample_rate();
     let options = cosy::engine::BistreamOptions { normalize_sentences: args.normalize_sentences };
-    let (mut feed, handle) = engine.submit_bistream(req, options, None)?;
-    let reader = std::thread::Builder::new()
-        .name("stdin-text".into())
-        .spawn(move || match cosy::frontend::text::read_pieces(std::io::stdin().lock(), "<stdin>", |p| feed.send(p)) {
-            Ok(_) => feed.finish(),
-            Err(e) => feed.fail(e),
-        })
-        .map_err(|e| Error::Runtime(format!("cannot start the stdin reader: {e}")))?;
-    let samples = collect_audio(handle, out.is_none())?;
-    let _ = reader.join();
+    let stream = cosy::app::text_stream::TextStream::text_in(std::sync::Arc::new(engine), config, req, options, None);
+    let samples = collect_audio(out.is_none(), |sink| cosy::app::text_stream::speak_read(stream, std::io::stdin(), "<stdin>", None, sink))?;
     if let Some(path) = out {
         cosy::audio::write_audio_atomic(&path, &samples, rate, format)?;
         tracing::info!("wrote {} ({:.2} s)", path.display(), samples.len() as f64 / f64::from(rate));
@@ -924,14 +916,14 @@ fn file_bistream(config: &Config, args: &FileArgs, format: cosy::audio::OutputFo
     Ok(())
 }
 
-/// A request's audio: written to standard output as it comes (`to_stdout`: streamed pcm, nothing
-/// kept), or collected; the request's error if it fails.
-fn collect_audio(handle: cosy::engine::RequestHandle, to_stdout: bool) -> Result<Vec<f32>, Error> {
+/// The audio `speak` makes into its sink: written to standard output as it comes (`to_stdout`:
+/// streamed pcm, nothing kept), or collected; its error if it fails.
+fn collect_audio<T>(to_stdout: bool, speak: impl FnOnce(&mut dyn cosy::app::drain::AudioSink) -> Result<T, Error>) -> Result<Vec<f32>, Error> {
     let mut samples: Vec<f32> = Vec::new();
     if to_stdout {
-        cosy::app::drain::drain(handle, &mut cosy::app::drain::FnSink(|chunk: &[f32]| write_pcm_stdout(chunk)))?;
+        speak(&mut cosy::app::drain::FnSink(|chunk: &[f32]| write_pcm_stdout(chunk)))?;
     } else {
-        cosy::app::drain::drain(handle, &mut samples)?;
+        speak(&mut samples)?;
     }
     Ok(samples)
 }

@@ -490,23 +490,14 @@ impl TextFeed {
             return Ok(());
         }
         self.chars += piece.chars().count();
-        if self.chars > self.limit {
-            return Err(Error::input(
-                crate::error::InputCode::TextTooLong,
-                Some("input"),
-                format!(
-                    "the streamed text has more than {} characters (limits.max_text_chars); split it, or raise the limit",
-                    self.limit
-                ),
-            ));
-        }
+        crate::request::check_streamed_length(self.chars, self.limit)?;
         self.sent += 1;
         self.tx.send(Ok(piece)).map_err(|_| Error::Runtime("the request has ended; it takes no more text".into()))
     }
 
     /// How many of the pieces sent (empty ones not counted) the request has taken so far. Once
     /// it has ended, the pieces after these were never read: text a front end may speak in a
-    /// new request (`app::text_in`).
+    /// new request (`app::text_stream`).
     pub fn taken(&self) -> usize {
         self.taken.load(Ordering::SeqCst)
     }

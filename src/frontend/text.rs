@@ -243,6 +243,37 @@ pub fn settled_end(text: &str) -> Option<usize> {
     end
 }
 
+/// Text that is still arriving, cut into settled sentences ([`settled_end`]): the one sentence
+/// buffer of streamed text (the WebSocket's "sentences" segments through `app::text_stream`, and
+/// text-in streaming's normalising option, `Synthesizer::normalize_sentences`).
+#[derive(Debug, Default)]
+pub struct SentenceBuffer {
+    text: String,
+}
+
+impl SentenceBuffer {
+    /// Text that arrived.
+    pub fn push(&mut self, piece: &str) {
+        self.text.push_str(piece);
+    }
+
+    /// The text up to the last settled sentence end, taken out; `None` while nothing is settled.
+    pub fn take_settled(&mut self) -> Option<String> {
+        let end = settled_end(&self.text)?;
+        Some(self.text.drain(..end).collect())
+    }
+
+    /// Settled text given back (it had nothing to say on its own): it opens the next sentence.
+    pub fn give_back(&mut self, settled: String) {
+        self.text.insert_str(0, &settled);
+    }
+
+    /// Everything left (at the end of the input), taken out.
+    pub fn take_rest(&mut self) -> String {
+        std::mem::take(&mut self.text)
+    }
+}
+
 /// The UTF-8 byte-order mark some editors put at the start of a text file (U+FEFF).
 pub const BOM: char = '\u{feff}';
 
@@ -382,8 +413,24 @@ mod piece_tests {
 
     #[test]
     fn settled_ends() {
-        assert_eq!(settled_end("Hello world."), None);
+        assert_eq!(settled_end("Hello world"), None);
+        assert_eq!(settled_end("Hello world."), None, "a final '.' may still be a decimal point");
         assert_eq!(settled_end("Hello. Wor"), Some(6));
+        assert_eq!(settled_end("It costs 3.5 dollars! And"), Some(21));
         assert_eq!(settled_end("你好。世界"), Some("你好。".len()));
+        assert_eq!(settled_end("line one\nline"), Some(9));
+    }
+
+    #[test]
+    fn a_sentence_buffer_gives_settled_text_and_the_rest() {
+        let mut buffer = SentenceBuffer::default();
+        buffer.push("One. Tw");
+        assert_eq!(buffer.take_settled().as_deref(), Some("One."));
+        assert_eq!(buffer.take_settled(), None);
+        buffer.push("o! Three");
+        assert_eq!(buffer.take_settled().as_deref(), Some(" Two!"));
+        buffer.give_back("...".into());
+        assert_eq!(buffer.take_rest(), "... Three");
+        assert_eq!(buffer.take_rest(), "");
     }
 }

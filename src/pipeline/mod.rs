@@ -373,10 +373,8 @@ impl Synthesizer {
                 Err(e) => return Some(Err(e)),
             };
             chars += piece.chars().count();
-            if chars > limit {
-                return Some(Err(Error::invalid(format!(
-                    "the streamed text has more than {limit} characters (limits.max_text_chars); split it, or raise the limit"
-                ))));
+            if let Err(e) = crate::request::check_streamed_length(chars, limit) {
+                return Some(Err(e));
             }
             match self.encode(&piece) {
                 Ok(ids) => pending.extend(ids),
@@ -413,7 +411,7 @@ impl Synthesizer {
     }
 
     /// The option of text-in streaming that normalises: `pieces` regrouped into settled
-    /// sentences ([`crate::frontend::text::settled_end`]), each normalised as the offline
+    /// sentences ([`crate::frontend::text::SentenceBuffer`]), each normalised as the offline
     /// frontend normalises text (numbers, symbols; `text.normalizer`), the rest at the end. What
     /// it changes against the exact mode (the official one, which normalises nothing): numbers
     /// and symbols are read as words, a sentence is tokenised whole instead of piece by piece,
@@ -424,7 +422,7 @@ impl Synthesizer {
         I::IntoIter: 'a,
     {
         let mut pieces = pieces.into_iter();
-        let mut buffer = String::new();
+        let mut buffer = crate::frontend::text::SentenceBuffer::default();
         let mut done = false;
         let count = move |s: &str| self.data.tokenizer.count(s);
         // Normalised, keeping the blank between sentences that the normaliser trims.
@@ -436,19 +434,19 @@ impl Synthesizer {
             if done {
                 return None;
             }
-            if let Some(end) = crate::frontend::text::settled_end(&buffer) {
-                let settled: String = buffer.drain(..end).collect();
+            if let Some(settled) = buffer.take_settled() {
                 return Some(Ok(normalized(&settled)));
             }
             match pieces.next() {
-                Some(Ok(piece)) => buffer.push_str(&piece),
+                Some(Ok(piece)) => buffer.push(&piece),
                 Some(Err(e)) => return Some(Err(e)),
                 None => {
                     done = true;
-                    if buffer.trim().is_empty() {
+                    let rest = buffer.take_rest();
+                    if rest.trim().is_empty() {
                         return None;
                     }
-                    return Some(Ok(normalized(&std::mem::take(&mut buffer))));
+                    return Some(Ok(normalized(&rest)));
                 }
             }
         })

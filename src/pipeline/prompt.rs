@@ -121,8 +121,5 @@ impl Synthesizer {
 /// A voice needs a valid name and a transcript; checked before any audio is read.
 fn check_voice_args(name: &str, transcript: &str) -> Result<()> {
     crate::vocab::check_voice_name(name)?;
-    if transcript.trim().is_empty() {
-        return Err(Error::invalid("the transcript (--text) is empty; give the words spoken in the recording"));
-    }
-    Ok(())
+    crate::voice::check_transcript(transcript)
 }

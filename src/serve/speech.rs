@@ -183,7 +183,7 @@ async fn speech(state: &Arc<AppState>, id: &RequestId, req: Request, started: In
     let ttfb = started.elapsed().as_secs_f64();
     state.metrics.ttfb.observe(ttfb);
     tracing::debug!(request = %id.0, "first audio after {:.1} ms", ttfb * 1e3);
-    let finish = Finish { state: state.clone(), started, ttfb, id: id.0.clone() };
+    let finish = Finish { state: state.clone(), started, first_audio: Some(ttfb), id: id.0.clone() };
     let mut headers = speed_headers(plan.speed);
     if !plan.stream && !plan.sse {
         let mut samples = first;
@@ -546,15 +546,30 @@ impl Running {
     }
 }
 
+/// The next chunk of `running` ([`Running::next_or_done`]); pending while nothing runs (a
+/// `select!` branch of a connection that may have no request).
+pub async fn next_chunk(running: Option<&mut Running>, deadline: tokio::time::Instant) -> Result<Option<Vec<f32>>, ApiError> {
+    match running {
+        Some(running) => running.next_or_done(deadline).await,
+        None => std::future::pending().await,
+    }
+}
+
 /// Bookkeeping when a request has produced all its audio.
 pub struct Finish {
     pub state: Arc<AppState>,
     pub started: Instant,
-    pub ttfb: f64,
+    /// Seconds from the start to the first audio (`None`: no audio yet).
+    pub first_audio: Option<f64>,
     pub id: String,
 }
 
 impl Finish {
+    /// A text stream's segment, as its session timed it ([`cosy::app::text_stream::Session`]).
+    pub fn of_segment(state: &Arc<AppState>, id: &str, end: &cosy::app::text_stream::SegmentEnd) -> Finish {
+        Finish { state: state.clone(), started: end.started, first_audio: end.first_audio.map(|d| d.as_secs_f64()), id: id.to_string() }
+    }
+
     pub fn done(&self, samples: usize) {
         let audio = samples as f64 / f64::from(self.state.sample_rate());
         let wall = self.started.elapsed().as_secs_f64();
@@ -565,7 +580,7 @@ impl Finish {
         tracing::info!(
             request = %self.id,
             "speech done: {audio:.2} s of audio in {wall:.2} s (first audio {:.0} ms, RTF {:.3})",
-            self.ttfb * 1e3,
+            self.first_audio.unwrap_or(0.0) * 1e3,
             if audio > 0.0 { wall / audio } else { 0.0 }
         );
     }
@@ -587,7 +602,7 @@ impl Finish {
             "llm_s": stages.llm,
             "flow_s": stages.flow,
             "hift_s": stages.hift,
-            "first_audio_s": self.ttfb,
+            "first_audio_s": self.first_audio.unwrap_or(0.0),
             "total_s": total,
             "rtf": if audio > 0.0 { total / audio } else { 0.0 },
         })

@@ -13,17 +13,17 @@
 //! Errors: `{"type": "error", "error": {...}}`, then close.
 //!
 //! Text-in streaming (a voice with a transcript or an instruction): the pieces go into one
-//! request as they arrive; when its speech ends before its text, the rest is a new segment
-//! (`cosy::app::text_in`, the rule for every front end). Otherwise ("sentences") text is spoken
+//! request as they arrive; when its speech ends before its text, the rest is a new segment.
+//! Otherwise ("sentences") text is spoken
 //! segment by segment: a segment ends at settled sentence punctuation (`.`, `!`, `?`, `;`
 //! followed by a space or line break; `。！？；` and line breaks at once), or at `input.done`;
-//! segments run one after another, each a streaming engine request.
+//! segments run one after another, each a streaming engine request. Both are the rules of
+//! `cosy::app::text_stream`'s session (the budget too); this module translates its steps.
 //!
 //! Browsers: the handshake's `Origin`, when present, must be allowed (`server.cors_origins`),
 //! and the key may come as the subprotocol `cosy-key.KEY` (answered `cosy`) or `?api_key=`
 //! (`super::given_key`).
 
-use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -34,12 +34,14 @@ use axum::response::{IntoResponse, Response};
 use axum::Extension;
 use futures_util::{SinkExt, StreamExt};
 use serde::Deserialize;
+use serde_json::json;
 use tokio::sync::mpsc;
 
-use cosy::app::text_in::{Next, TextBudget, TextIn};
+use cosy::app::speech::{build_streaming_request, SpeechOptions};
+use cosy::app::text_stream::{Report, SegmentEnd, Step, TextStream};
 
 use super::error::ApiError;
-use super::speech::{decode_data_url, resolve_voice, test_hooks_of, voice_name, Finish, Running, TestHooksParams, VoiceSpec};
+use super::speech::{decode_data_url, follow, next_chunk, resolve_voice, test_hooks_of, voice_name, Finish, Running, TestHooksParams, VoiceSpec};
 use super::{AppState, RequestId};
 
 pub async fn handle(
@@ -204,23 +206,54 @@ async fn send(sink: &mut Sink, message: Message) -> Result<(), ApiError> {
     sink.send(message).await.map_err(|_| ApiError::bad_request("client_gone", "the client closed the connection"))
 }
 
+/// One session: its configuration, then its text through a text stream until it is done.
 async fn run_session(
     sink: &mut Sink,
     client: &mut mpsc::Receiver<Result<ClientMessage, ApiError>>,
     state: &Arc<AppState>,
     id: &str,
 ) -> Result<(), ApiError> {
-    let idle = Duration::from_secs(state.server.request_timeout_s);
-    // 1. The configuration.
-    let (config, ignored) = match tokio::time::timeout(idle, client.recv()).await {
-        Ok(Some(Ok(ClientMessage::Config(c, ignored)))) => (*c, ignored),
-        Ok(Some(Ok(_))) => {
-            return Err(ApiError::bad_request("missing_config", "send {\"type\": \"session.config\", ...} first"));
+    let Some((config, ignored)) = read_config(client, state).await? else { return Ok(()) };
+    let setup = configure(state, id, config, ignored).await?;
+    send(sink, event(setup.created)).await?;
+    let engine = state.engine()?;
+    let stream = match setup.bistream {
+        Some(options) => {
+            let request = build_streaming_request(setup.speech).map_err(|e| state.api_error(e))?;
+            TextStream::text_in(engine, &state.config, request, options, None)
         }
-        Ok(Some(Err(e))) => return Err(e),
-        Ok(None) => return Ok(()),
-        Err(_) => return Err(ApiError::timeout(state.server.request_timeout_s)),
+        None => TextStream::sentences(engine, &state.config, setup.speech),
     };
+    let mut events = Events { sink, state, id, bistream: setup.bistream.is_some(), current: None };
+    events.run(client, stream).await
+}
+
+/// The first message, which must be the configuration; `None` when the client left first.
+async fn read_config(
+    client: &mut mpsc::Receiver<Result<ClientMessage, ApiError>>,
+    state: &Arc<AppState>,
+) -> Result<Option<(SessionConfig, Vec<String>)>, ApiError> {
+    let idle = Duration::from_secs(state.server.request_timeout_s);
+    match tokio::time::timeout(idle, client.recv()).await {
+        Ok(Some(Ok(ClientMessage::Config(c, ignored)))) => Ok(Some((*c, ignored))),
+        Ok(Some(Ok(_))) => Err(ApiError::bad_request("missing_config", "send {\"type\": \"session.config\", ...} first")),
+        Ok(Some(Err(e))) => Err(e),
+        Ok(None) => Ok(None),
+        Err(_) => Err(ApiError::timeout(state.server.request_timeout_s)),
+    }
+}
+
+/// What a `session.config` decided: the speech every segment makes, text-in streaming (with its
+/// options) or sentences, and the `session.created` event.
+struct Setup {
+    speech: SpeechOptions,
+    bistream: Option<cosy::engine::BistreamOptions>,
+    created: serde_json::Value,
+}
+
+/// Reads a `session.config`: its format, its voice (resolved), its test hooks (refused before
+/// `session.created` unless the server allows them) and how its text is streamed.
+async fn configure(state: &Arc<AppState>, id: &str, config: SessionConfig, ignored: Vec<String>) -> Result<Setup, ApiError> {
     let _ = config.model;
     match config.response_format.as_deref().map(str::trim) {
         None | Some("pcm") => {}
@@ -239,135 +272,34 @@ async fn run_session(
         tracing::info!(request = %id, "session.config: ignored unknown fields: {}", super::speech::field_list(&ignored));
     }
     let resolved = resolve_voice(state, spec).await?;
-    let voice = resolved.voice;
     // Test hooks are the engine's to refuse; asked here, the refusal comes before session.created.
     let test_hooks = test_hooks_of(config.cosy_test);
     state.engine()?.check_test_hooks(&test_hooks).map_err(|e| state.api_error(e))?;
-    let has_prompt_text = cosy::app::speech::can_stream_text(&voice, 1.0);
-    let bistream = match config.text_streaming.as_deref().map(str::trim) {
-        None => has_prompt_text,
-        Some("bistream") if has_prompt_text => true,
-        Some("bistream") => {
-            return Err(ApiError::bad_request(
-                "invalid_text_streaming",
-                "text_streaming \"bistream\" needs a voice with a transcript (ref_text, or a saved voice) or instructions; use \"sentences\"",
-            ))
-        }
-        Some("sentences") => false,
-        Some(other) => {
-            return Err(ApiError::bad_request("invalid_text_streaming", format!("text_streaming {other:?}: use \"bistream\" or \"sentences\"")))
-        }
-    };
-    send(
-        sink,
-        event(serde_json::json!({
-            "type": "session.created", "request_id": id, "sample_rate": state.sample_rate(), "format": "pcm",
-            "text_streaming": if bistream { "bistream" } else { "sentences" },
-            "voice": resolved.how.to_string(), "ignored_fields": ignored.iter().take(16).collect::<Vec<_>>(),
-        })),
-    )
-    .await?;
-    if bistream {
-        let options = cosy::engine::BistreamOptions { normalize_sentences: config.normalize.unwrap_or(false) };
-        return run_bistream(sink, client, state, id, voice, config.seed, test_hooks, options).await;
-    }
+    let bistream = text_streaming(config.text_streaming.as_deref(), cosy::app::speech::can_stream_text(&resolved.voice, 1.0))?;
+    let created = serde_json::json!({
+        "type": "session.created", "request_id": id, "sample_rate": state.sample_rate(), "format": "pcm",
+        "text_streaming": if bistream { "bistream" } else { "sentences" },
+        "voice": resolved.how.to_string(), "ignored_fields": ignored.iter().take(16).collect::<Vec<_>>(),
+    });
+    let mut speech = SpeechOptions::new(String::new(), resolved.voice, true);
+    speech.seed = config.seed;
+    speech.test_hooks = test_hooks;
+    let options = cosy::engine::BistreamOptions { normalize_sentences: config.normalize.unwrap_or(false) };
+    Ok(Setup { speech, bistream: bistream.then_some(options), created })
+}
 
-    // 2. Text in, audio out.
-    let mut buffer = String::new();
-    let mut budget = TextBudget::new(state.config.limits.max_text_chars);
-    let mut segments: VecDeque<String> = VecDeque::new();
-    let mut input_done = false;
-    let mut current: Option<(Running, usize, usize, Finish)> = None; // (request, segment, samples, bookkeeping)
-    let mut segment_count = 0usize;
-    let mut total_samples = 0usize;
-    let mut last_message = Instant::now();
-    loop {
-        if current.is_none() {
-            if let Some(text) = segments.pop_front() {
-                let engine = state.engine()?;
-                let started = Instant::now();
-                let mut options = cosy::app::speech::SpeechOptions::new(text.clone(), voice.clone(), true);
-                options.seed = config.seed;
-                options.test_hooks = test_hooks.clone();
-                let request = cosy::app::speech::build_request(&state.config, options).map_err(|e| state.api_error(e))?;
-                let running = super::speech::start(state, &engine, request)?;
-                send(sink, event(serde_json::json!({ "type": "audio.start", "segment": segment_count, "text": text }))).await?;
-                let finish = Finish { state: state.clone(), started, ttfb: 0.0, id: id.to_string() };
-                current = Some((running, segment_count, 0, finish));
-                segment_count += 1;
-            } else if input_done {
-                send(
-                    sink,
-                    event(serde_json::json!({
-                        "type": "session.done",
-                        "segments": segment_count,
-                        "audio_seconds": total_samples as f64 / f64::from(state.sample_rate()),
-                    })),
-                )
-                .await?;
-                return Ok(());
-            }
-        }
-        let deadline = tokio::time::Instant::from_std(last_message + idle);
-        tokio::select! {
-            message = client.recv(), if !input_done => {
-                last_message = Instant::now();
-                match incoming(message, &mut budget)? {
-                    Incoming::Closed => return Ok(()),
-                    Incoming::Text(text) => {
-                        buffer.push_str(&text);
-                        if let Some(end) = cosy::frontend::text::settled_end(&buffer) {
-                            let settled: String = buffer.drain(..end).collect();
-                            // Text with nothing to say (only punctuation) joins the next segment.
-                            if cosy::request::check_speakable(&settled).is_ok() {
-                                segments.push_back(settled);
-                            } else {
-                                buffer.insert_str(0, &settled);
-                            }
-                        }
-                    }
-                    Incoming::Done => {
-                        input_done = true;
-                        let rest = std::mem::take(&mut buffer);
-                        if cosy::request::check_speakable(&rest).is_ok() {
-                            segments.push_back(rest);
-                        } else if segment_count == 0 && segments.is_empty() {
-                            cosy::app::speech::check_text(&state.config, &rest).map_err(ApiError::from_engine)?;
-                        }
-                    }
-                }
-            }
-            chunk = async {
-                match current.as_mut() {
-                    Some((running, ..)) => running.next_or_done(state.request_deadline(Instant::now())).await,
-                    None => std::future::pending().await,
-                }
-            } => {
-                match chunk? {
-                    Some(samples) => {
-                        if let Some((_, _, count, finish)) = current.as_mut() {
-                            if *count == 0 {
-                                finish.ttfb = finish.started.elapsed().as_secs_f64();
-                                state.metrics.ttfb.observe(finish.ttfb);
-                            }
-                            *count += samples.len();
-                        }
-                        total_samples += samples.len();
-                        send(sink, Message::Binary(cosy::audio::pcm16_bytes(&samples).into())).await?;
-                    }
-                    None => {
-                        if let Some((running, segment, samples, finish)) = current.take() {
-                            finish.done(samples);
-                            let timing = finish.timing(running.summary.as_ref(), samples);
-                            send(sink, event(serde_json::json!({ "type": "audio.done", "segment": segment, "samples": samples, "timing": timing }))).await?;
-                        }
-                    }
-                }
-            }
-            _ = tokio::time::sleep_until(deadline), if current.is_none() && !input_done => {
-                return Err(ApiError::timeout(state.server.request_timeout_s));
-            }
-        }
+/// `text_streaming` as asked: text-in streaming ("bistream", the default where the voice can
+/// take it) or not ("sentences").
+fn text_streaming(asked: Option<&str>, voice_can_stream: bool) -> Result<bool, ApiError> {
+    match asked.map(str::trim) {
+        None => Ok(voice_can_stream),
+        Some("bistream") if voice_can_stream => Ok(true),
+        Some("bistream") => Err(ApiError::bad_request(
+            "invalid_text_streaming",
+            "text_streaming \"bistream\" needs a voice with a transcript (ref_text, or a saved voice) or instructions; use \"sentences\"",
+        )),
+        Some("sentences") => Ok(false),
+        Some(other) => Err(ApiError::bad_request("invalid_text_streaming", format!("text_streaming {other:?}: use \"bistream\" or \"sentences\""))),
     }
 }
 
@@ -378,140 +310,122 @@ enum Incoming {
     Done,
 }
 
-/// A client message after the configuration: text (counted against the session's limit), done,
-/// or the end of the session; anything else is an error.
-fn incoming(message: Option<Result<ClientMessage, ApiError>>, budget: &mut TextBudget) -> Result<Incoming, ApiError> {
+/// A client message after the configuration: text, done, or the end of the session; anything
+/// else is an error.
+fn incoming(message: Option<Result<ClientMessage, ApiError>>) -> Result<Incoming, ApiError> {
     match message {
         None | Some(Ok(ClientMessage::Close)) => Ok(Incoming::Closed),
         Some(Err(e)) => Err(e),
         Some(Ok(ClientMessage::Config(..))) => Err(ApiError::bad_request("invalid_message", "session.config may be sent once, first")),
         Some(Ok(ClientMessage::Done)) => Ok(Incoming::Done),
-        Some(Ok(ClientMessage::Text { text })) => {
-            budget.take(&text).map_err(ApiError::from_engine)?;
-            Ok(Incoming::Text(text))
-        }
+        Some(Ok(ClientMessage::Text { text })) => Ok(Incoming::Text(text)),
     }
 }
 
-/// Text-in streaming for the whole session (`cosy::app::text_in`): every `input.text` piece
-/// goes into the segment speaking as it arrives, `input.done` ends its text, audio frames leave
-/// as they are made. When a segment's speech ends before its text, the rest is a new segment.
-#[allow(clippy::too_many_arguments)]
-async fn run_bistream(
-    sink: &mut Sink,
-    client: &mut mpsc::Receiver<Result<ClientMessage, ApiError>>,
-    state: &Arc<AppState>,
-    id: &str,
-    voice: cosy::request::Voice,
-    seed: Option<u64>,
-    test_hooks: cosy::request::TestHooks,
-    options: cosy::engine::BistreamOptions,
-) -> Result<(), ApiError> {
-    let idle = Duration::from_secs(state.server.request_timeout_s);
-    let engine = state.engine()?;
-    let mut speech = cosy::app::speech::SpeechOptions::new(String::new(), voice, true);
-    speech.seed = seed;
-    speech.test_hooks = test_hooks;
-    let request = cosy::app::speech::build_streaming_request(speech).map_err(|e| state.api_error(e))?;
-    let (mut text_in, handle) = TextIn::start(engine, request, options).map_err(|e| state.api_error(e))?;
-    // The segment speaking: its request, whether its audio.start went out, its samples.
-    let new_segment = |handle| (super::speech::follow(state, handle), false, 0usize, Finish { state: state.clone(), started: Instant::now(), ttfb: 0.0, id: id.to_string() });
-    let mut current = Some(new_segment(handle));
-    let mut budget = TextBudget::new(state.config.limits.max_text_chars);
-    let mut total_samples = 0usize;
-    let mut last_activity = Instant::now();
-    let session_done = |segments: usize, samples: usize| {
-        event(serde_json::json!({
-            "type": "session.done",
-            "segments": segments,
-            "audio_seconds": samples as f64 / f64::from(state.sample_rate()),
+/// A configured session on its socket: the text stream's steps ([`cosy::app::text_stream`], every
+/// rule of the text) as the WebSocket's events.
+struct Events<'a> {
+    sink: &'a mut Sink,
+    state: &'a Arc<AppState>,
+    id: &'a str,
+    /// Text-in streaming (`audio.start` at a segment's first audio; `audio.done` says the text it
+    /// took), else sentences (`audio.start` with the sentence as its request starts).
+    bistream: bool,
+    /// The segment speaking.
+    current: Option<Running>,
+}
+
+impl Events<'_> {
+    /// Client messages into the stream, the segments' audio out, until the stream is finished,
+    /// the client leaves, or nothing happens for `server.request_timeout_s`.
+    async fn run(&mut self, client: &mut mpsc::Receiver<Result<ClientMessage, ApiError>>, mut stream: TextStream) -> Result<(), ApiError> {
+        let state = self.state;
+        let idle = Duration::from_secs(state.server.request_timeout_s);
+        let mut last_activity = Instant::now();
+        let steps = stream.start(last_activity).map_err(|e| state.api_error(e))?;
+        if self.send_steps(steps, None).await? {
+            return Ok(());
+        }
+        loop {
+            let deadline = tokio::time::Instant::from_std(last_activity + idle);
+            let mut ended = None;
+            let steps = tokio::select! {
+                message = client.recv(), if !stream.input_done() => {
+                    last_activity = Instant::now();
+                    match incoming(message)? {
+                        Incoming::Closed => return Ok(()),
+                        Incoming::Text(text) => stream.text(text, last_activity),
+                        Incoming::Done => stream.end(last_activity),
+                    }
+                }
+                chunk = next_chunk(self.current.as_mut(), deadline) => {
+                    last_activity = Instant::now();
+                    match chunk? {
+                        Some(audio) => stream.audio(audio, last_activity),
+                        None => {
+                            ended = self.current.take();
+                            stream.done(last_activity)
+                        }
+                    }
+                }
+                _ = tokio::time::sleep_until(deadline), if self.current.is_none() => {
+                    return Err(ApiError::timeout(state.server.request_timeout_s));
+                }
+            };
+            if self.send_steps(steps.map_err(|e| state.api_error(e))?, ended).await? {
+                return Ok(());
+            }
+        }
+    }
+
+    /// Sends the events of `steps` (`ended`: the request of a segment that has just ended, for
+    /// its timing); true once the session is done (`session.done` sent).
+    async fn send_steps(&mut self, steps: Vec<Step>, ended: Option<Running>) -> Result<bool, ApiError> {
+        for step in steps {
+            match step {
+                Step::Follow(start, handle) => {
+                    self.current = Some(follow(self.state, handle));
+                    if !self.bistream {
+                        self.send(json!({ "type": "audio.start", "segment": start.index, "text": start.text() })).await?;
+                    }
+                }
+                Step::Report(Report::FirstAudio { segment, after }) => {
+                    self.state.metrics.ttfb.observe(after.as_secs_f64());
+                    if self.bistream {
+                        self.send(json!({ "type": "audio.start", "segment": segment })).await?;
+                    }
+                }
+                Step::Report(Report::Audio { samples, .. }) => send(self.sink, Message::Binary(cosy::audio::pcm16_bytes(&samples).into())).await?,
+                Step::Report(Report::SegmentDone(end)) => self.segment_done(&end, ended.as_ref()).await?,
+                Step::Report(Report::Finished(totals)) => {
+                    let audio_seconds = totals.samples as f64 / f64::from(self.state.sample_rate());
+                    self.send(json!({ "type": "session.done", "segments": totals.segments, "audio_seconds": audio_seconds })).await?;
+                    return Ok(true);
+                }
+            }
+        }
+        Ok(false)
+    }
+
+    /// `audio.done` of a segment (after its `audio.start`, even with no audio), with its timing.
+    async fn segment_done(&mut self, end: &SegmentEnd, ended: Option<&Running>) -> Result<(), ApiError> {
+        let finish = Finish::of_segment(self.state, self.id, end);
+        finish.done(end.samples);
+        let timing = finish.timing(ended.and_then(|r| r.summary.as_ref()), end.samples);
+        if !self.bistream {
+            return self.send(json!({ "type": "audio.done", "segment": end.index, "samples": end.samples, "timing": timing })).await;
+        }
+        if end.first_audio.is_none() {
+            self.send(json!({ "type": "audio.start", "segment": end.index })).await?;
+        }
+        self.send(json!({
+            "type": "audio.done", "segment": end.index, "samples": end.samples,
+            "text": end.text, "ended_early": end.ended_early, "timing": timing,
         }))
-    };
-    loop {
-        let deadline = tokio::time::Instant::from_std(last_activity + idle);
-        tokio::select! {
-            message = client.recv(), if !text_in.input_done() => {
-                last_activity = Instant::now();
-                let started = match incoming(message, &mut budget)? {
-                    Incoming::Closed => return Ok(()),
-                    Incoming::Text(text) => text_in.push(text).map_err(|e| state.api_error(e))?,
-                    Incoming::Done => text_in.finish().map_err(|e| state.api_error(e))?,
-                };
-                if let Some(handle) = started {
-                    current = Some(new_segment(handle));
-                } else if current.is_none() && text_in.input_done() {
-                    // Nothing left to say after a segment that ended early.
-                    send(sink, session_done(text_in.segments(), total_samples)).await?;
-                    return Ok(());
-                }
-            }
-            chunk = async {
-                match current.as_mut() {
-                    Some((running, ..)) => running.next_or_done(deadline).await,
-                    None => std::future::pending().await,
-                }
-            } => {
-                last_activity = Instant::now();
-                let Some((_, announced, samples, finish)) = current.as_mut() else { continue };
-                let segment = text_in.current().unwrap_or(0);
-                match chunk? {
-                    Some(audio) => {
-                        if !*announced {
-                            *announced = true;
-                            finish.ttfb = finish.started.elapsed().as_secs_f64();
-                            state.metrics.ttfb.observe(finish.ttfb);
-                            send(sink, event(serde_json::json!({ "type": "audio.start", "segment": segment }))).await?;
-                        }
-                        *samples += audio.len();
-                        total_samples += audio.len();
-                        send(sink, Message::Binary(cosy::audio::pcm16_bytes(&audio).into())).await?;
-                    }
-                    None => {
-                        // `current` was Some (checked above); `take` ends the segment.
-                        let Some((running, announced, samples, finish)) = current.take() else { continue };
-                        finish.done(samples);
-                        let timing = finish.timing(running.summary.as_ref(), samples);
-                        let end = text_in.segment_ended().map_err(|e| state.api_error(e))?;
-                        if !announced {
-                            send(sink, event(serde_json::json!({ "type": "audio.start", "segment": end.index }))).await?;
-                        }
-                        send(
-                            sink,
-                            event(serde_json::json!({
-                                "type": "audio.done", "segment": end.index, "samples": samples,
-                                "text": end.text, "ended_early": end.ended_early, "timing": timing,
-                            })),
-                        )
-                        .await?;
-                        match end.next {
-                            Next::Segment(handle) => current = Some(new_segment(handle)),
-                            Next::Waiting => {}
-                            Next::Finished => {
-                                send(sink, session_done(text_in.segments(), total_samples)).await?;
-                                return Ok(());
-                            }
-                        }
-                    }
-                }
-            }
-            _ = tokio::time::sleep_until(deadline), if current.is_none() => {
-                return Err(ApiError::timeout(state.server.request_timeout_s));
-            }
-        }
+        .await
     }
-}
 
-#[cfg(test)]
-mod tests {
-    use cosy::frontend::text::settled_end;
-
-    #[test]
-    fn sentences_settle_at_punctuation_and_space() {
-        assert_eq!(settled_end("Hello world"), None);
-        assert_eq!(settled_end("Hello world."), None, "a final '.' may still be a decimal point");
-        assert_eq!(settled_end("Hello. Wor"), Some(6));
-        assert_eq!(settled_end("It costs 3.5 dollars! And"), Some(21));
-        assert_eq!(settled_end("你好。世界"), Some("你好。".len()));
-        assert_eq!(settled_end("line one\nline"), Some(9));
+    async fn send(&mut self, value: serde_json::Value) -> Result<(), ApiError> {
+        send(self.sink, event(value)).await
     }
 }

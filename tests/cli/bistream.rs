@@ -51,7 +51,8 @@ fn wait_log(log: &Path, child: &mut Child, what: &str, f: impl Fn(&str) -> bool)
     }
 }
 
-/// `cosy say -` with the pieces written one read at a time; the LLM tokens from its event log.
+/// `cosy say -` with the pieces written one read at a time; its first segment's LLM tokens from
+/// its event log.
 fn say_pieces(model: &Path, reference: &Path, case: &BistreamCase, close_after_first_audio: bool) -> (Vec<i64>, Vec<String>) {
     let home = tempfile::tempdir().unwrap();
     let log = home.path().join("events.log");
@@ -88,8 +89,11 @@ fn say_pieces(model: &Path, reference: &Path, case: &BistreamCase, close_after_f
     let out = child.wait_with_output().unwrap();
     assert!(out.status.success(), "cosy say -: {}", String::from_utf8_lossy(&out.stderr));
     let lines: Vec<String> = std::fs::read_to_string(&log).unwrap().lines().map(str::to_string).collect();
+    // The first segment's tokens (those before its `llm_done`): when its speech ends before its
+    // text, as the official run does, what it did not take is spoken by the next segments.
     let tokens = lines
         .iter()
+        .take_while(|l| l.split_whitespace().nth(1) != Some("llm_done"))
         .filter_map(|l| {
             let f: Vec<&str> = l.split_whitespace().collect();
             (f.get(1) == Some(&"llm_token")).then(|| f[4].parse::<i64>().unwrap())

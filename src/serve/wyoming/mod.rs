@@ -5,7 +5,7 @@
 //! usable saved voice, `supports_synthesize_streaming`); `synthesize` (text, optional voice) →
 //! `audio-start`, `audio-chunk`s as the engine makes them (s16le mono at the model's rate, the
 //! streaming schedule), `audio-stop`; `synthesize-start` (voice) → `synthesize-chunk`s fed into
-//! one text-in streaming session (`cosy::app::text_in`) as they arrive → `synthesize-stop` → the
+//! one text-in streaming session (`cosy::app::text_stream`) as they arrive → `synthesize-stop` → the
 //! rest of the audio, `audio-stop`, `synthesize-stopped`. The `synthesize` a streaming client
 //! also sends (for servers that cannot stream) is not spoken again. `ping` → `pong`.
 //!
@@ -30,11 +30,11 @@ use tokio::sync::{mpsc, watch, Semaphore};
 use tracing::Instrument;
 
 use cosy::app::speech::{build_request, build_streaming_request, SpeechOptions};
-use cosy::app::text_in::{Next, TextBudget, TextIn};
+use cosy::app::text_stream::{Report, Step, TextStream};
 use event::{Bounds, Event, FrameError};
 
 use super::error::ApiError;
-use super::speech::{follow, resolve_voice, start, test_hooks_of, voice_name, Finish, Running, TestHooksParams, VoiceSpec};
+use super::speech::{follow, next_chunk, resolve_voice, start, test_hooks_of, voice_name, Finish, Running, TestHooksParams, VoiceSpec};
 use super::{ActiveGuard, AppState};
 
 /// The program's name in `info` (what Home Assistant shows for the service).
@@ -173,11 +173,11 @@ struct Connection {
 }
 
 /// The synthesis a connection runs.
+/// (Both boxed: large, and one per connection.)
 enum Job {
     /// A `synthesize`: one streaming request.
-    Whole(Whole),
-    /// `synthesize-start` … `synthesize-stop`: text-in streaming, segment by segment (boxed: the
-    /// larger of the two, and one per connection).
+    Whole(Box<Whole>),
+    /// `synthesize-start` … `synthesize-stop`: text-in streaming, segment by segment.
     Stream(Box<Stream>),
 }
 
@@ -189,22 +189,14 @@ struct Whole {
 }
 
 struct Stream {
-    text_in: TextIn,
+    /// Every rule of the streamed text ([`cosy::app::text_stream`]); this only translates.
+    text: TextStream,
     /// The segment speaking.
-    current: Option<Segment>,
+    current: Option<Running>,
     id: String,
-    /// Characters received in `synthesize-chunk`s (at most `limits.max_text_chars` in all).
-    budget: TextBudget,
     /// When `synthesize-stop` came (then the request deadline counts from it).
     stopped: Option<Instant>,
     audio: Audio,
-}
-
-/// One text-in streaming segment: its request, its bookkeeping, where its audio starts.
-struct Segment {
-    running: Running,
-    finish: Finish,
-    first_sample: usize,
 }
 
 /// What a synthesis has sent: whether `audio-start` went out, and how many samples (for the
@@ -225,10 +217,17 @@ impl Job {
     }
 }
 
-/// Whether an event was used, or must wait until the synthesis running ends.
+/// Whether an event was used, must wait until the synthesis running ends, or finished it.
 enum Taken {
     Used,
     Later(Event),
+    Finished,
+}
+
+/// What woke a connection: its client, or the audio of its synthesis.
+enum Wake {
+    Client(Option<Result<Event, FrameError>>),
+    Audio(Result<Option<Vec<f32>>, ApiError>),
 }
 
 impl Connection {
@@ -259,6 +258,9 @@ impl Connection {
         }
     }
 
+    /// Waits for the client and the synthesis running, and hands what comes to
+    /// [`Self::client_event`] or [`Self::audio_event`], until the client leaves, the server
+    /// stops (between syntheses) or nothing happens for `wyoming.idle_timeout_s`.
     async fn serve_events(
         &mut self,
         events: &mut mpsc::Receiver<Result<Event, FrameError>>,
@@ -275,106 +277,110 @@ impl Connection {
                 *job = self.idle_event(event).await?;
             }
             let idle_deadline = tokio::time::Instant::from_std(last_activity + idle);
-            let audio_deadline = match job.as_ref() {
-                Some(Job::Whole(w)) => w.deadline,
-                Some(Job::Stream(s)) => match s.stopped {
-                    Some(at) => self.state.request_deadline(at),
-                    None => idle_deadline,
-                },
-                None => idle_deadline,
-            };
-            // Idle: no synthesis, or a stream waiting for text with no segment speaking.
-            let idle_now = match job.as_ref() {
-                None => true,
-                Some(Job::Stream(s)) => s.current.is_none(),
-                Some(Job::Whole(_)) => false,
-            };
-            tokio::select! {
-                received = events.recv() => {
-                    let event = match received {
-                        None => return Ok(()),
-                        Some(Err(e)) => return Err(frame_error(e).into()),
-                        Some(Ok(event)) => event,
-                    };
-                    last_activity = Instant::now();
-                    if event.kind == "ping" {
-                        self.send(&Event::new("pong", Value::Null)).await?;
-                        continue;
-                    }
-                    let taken = match job.as_mut() {
-                        None => {
-                            *job = self.idle_event(event).await?;
-                            Taken::Used
-                        }
-                        Some(Job::Stream(stream)) if stream.stopped.is_none() => self.stream_event(stream, event).await?,
-                        Some(_) => Taken::Later(event),
-                    };
-                    if let Taken::Later(event) = taken {
-                        if queued.len() >= MAX_QUEUED {
-                            return Err(ApiError::bad_request(
-                                "too_many_events",
-                                format!("more than {MAX_QUEUED} events arrived while a synthesis ran; send the next request after its audio-stop"),
-                            )
-                            .into());
-                        }
-                        queued.push_back(event);
-                    }
-                    if let Some(Job::Stream(stream)) = job.as_mut() {
-                        if stream.current.is_none() && stream.text_in.input_done() {
-                            // Nothing left to say after a segment that ended early.
-                            self.end_stream(stream).await?;
-                            *job = None;
-                            self.state.metrics.count_wyoming("stream", "ok");
-                        }
-                    }
-                }
-                chunk = next_audio(job.as_mut(), audio_deadline) => {
-                    last_activity = Instant::now();
-                    let chunk = match chunk {
-                        // A stream still taking text waited for it past the idle timeout.
-                        Err(e) if e.code == "timeout" && matches!(job, Some(Job::Stream(s)) if s.stopped.is_none()) => {
-                            return Err(idle_error(idle_s).into());
-                        }
-                        other => other?,
-                    };
-                    match chunk {
-                        Some(samples) => {
-                            let (audio, finish) = match job.as_mut() {
-                                Some(Job::Whole(w)) => (&mut w.audio, Some(&mut w.finish)),
-                                Some(Job::Stream(s)) => {
-                                    let first = s.current.as_ref().is_some_and(|c| c.first_sample == s.audio.samples);
-                                    (&mut s.audio, s.current.as_mut().filter(|_| first).map(|c| &mut c.finish))
-                                }
-                                None => continue,
-                            };
-                            // The first audio of a request (or segment): its time to first audio.
-                            if let Some(finish) = finish.filter(|f| f.ttfb == 0.0) {
-                                finish.ttfb = finish.started.elapsed().as_secs_f64();
-                                self.state.metrics.ttfb.observe(finish.ttfb);
-                            }
-                            if !audio.started {
-                                audio.started = true;
-                                self.send(&self.audio_start()).await?;
-                            }
-                            let timestamp = audio_ms(audio.samples, self.state.sample_rate());
-                            audio.samples += samples.len();
-                            let chunk = Event::new("audio-chunk", json!({ "rate": self.state.sample_rate(), "width": 2, "channels": 1, "timestamp": timestamp }))
-                                .with_payload(cosy::audio::pcm16_bytes(&samples));
-                            self.send(&chunk).await?;
-                        }
-                        None => {
-                            if self.request_done(job.as_mut()).await? {
-                                if let Some(done) = job.take() {
-                                    self.state.metrics.count_wyoming(done.kind(), "ok");
-                                }
-                            }
-                        }
-                    }
-                }
+            let audio_deadline = self.audio_deadline(job.as_ref(), idle_deadline);
+            let idle_now = waits_for_client(job.as_ref());
+            let wake = tokio::select! {
+                received = events.recv() => Wake::Client(received),
+                chunk = next_audio(job.as_mut(), audio_deadline) => Wake::Audio(chunk),
                 // (The watch's guard is not `Send`: dropped inside, before the select's output lives on.)
                 _ = async { let _ = stop.wait_for(|stop| *stop).await; }, if job.is_none() => return Ok(()),
                 _ = tokio::time::sleep_until(idle_deadline), if idle_now => return Err(idle_error(idle_s).into()),
+            };
+            last_activity = Instant::now();
+            match wake {
+                Wake::Client(None) => return Ok(()),
+                Wake::Client(Some(Err(e))) => return Err(frame_error(e).into()),
+                Wake::Client(Some(Ok(event))) => self.client_event(event, job, &mut queued).await?,
+                Wake::Audio(chunk) => self.audio_event(chunk, job, idle_s).await?,
             }
+        }
+    }
+
+    /// When the synthesis running must have its next audio: a `synthesize`'s request deadline; a
+    /// stream's after its `synthesize-stop`, while it still takes text the idle deadline.
+    fn audio_deadline(&self, job: Option<&Job>, idle_deadline: tokio::time::Instant) -> tokio::time::Instant {
+        match job {
+            Some(Job::Whole(w)) => w.deadline,
+            Some(Job::Stream(s)) => s.stopped.map_or(idle_deadline, |at| self.state.request_deadline(at)),
+            None => idle_deadline,
+        }
+    }
+
+    /// An event from the client: answered, used by the synthesis running, or queued until it ends.
+    async fn client_event(&mut self, event: Event, job: &mut Option<Job>, queued: &mut VecDeque<Event>) -> Result<(), End> {
+        if event.kind == "ping" {
+            return self.send(&Event::new("pong", Value::Null)).await;
+        }
+        let taken = match job.as_mut() {
+            None => {
+                *job = self.idle_event(event).await?;
+                Taken::Used
+            }
+            Some(Job::Stream(stream)) if stream.stopped.is_none() => self.stream_event(stream, event).await?,
+            Some(_) => Taken::Later(event),
+        };
+        match taken {
+            Taken::Used => {}
+            Taken::Finished => self.job_done(job),
+            Taken::Later(_) if queued.len() >= MAX_QUEUED => {
+                return Err(ApiError::bad_request(
+                    "too_many_events",
+                    format!("more than {MAX_QUEUED} events arrived while a synthesis ran; send the next request after its audio-stop"),
+                )
+                .into());
+            }
+            Taken::Later(event) => queued.push_back(event),
+        }
+        Ok(())
+    }
+
+    /// The next audio of the synthesis running (`None`: its request is done).
+    async fn audio_event(&mut self, chunk: Result<Option<Vec<f32>>, ApiError>, job: &mut Option<Job>, idle_s: u64) -> Result<(), End> {
+        let chunk = match chunk {
+            // A stream still taking text waited for it past the idle timeout.
+            Err(e) if e.code == "timeout" && matches!(job, Some(Job::Stream(s)) if s.stopped.is_none()) => {
+                return Err(idle_error(idle_s).into());
+            }
+            other => other?,
+        };
+        let finished = match (job.as_mut(), chunk) {
+            (None, _) => false,
+            (Some(Job::Whole(whole)), Some(samples)) => {
+                // The first audio of the request: its time to first audio.
+                if whole.finish.first_audio.is_none() {
+                    let after = whole.finish.started.elapsed().as_secs_f64();
+                    whole.finish.first_audio = Some(after);
+                    self.state.metrics.ttfb.observe(after);
+                }
+                self.send_audio(&mut whole.audio, &samples).await?;
+                false
+            }
+            (Some(Job::Whole(whole)), None) => {
+                self.whole_done(whole).await?;
+                true
+            }
+            (Some(Job::Stream(stream)), chunk) => {
+                let now = Instant::now();
+                let steps = match chunk {
+                    Some(samples) => stream.text.audio(samples, now),
+                    None => {
+                        stream.current = None;
+                        stream.text.done(now)
+                    }
+                };
+                self.stream_steps(stream, steps.map_err(|e| self.state.api_error(e))?).await?
+            }
+        };
+        if finished {
+            self.job_done(job);
+        }
+        Ok(())
+    }
+
+    /// A synthesis has written its last event.
+    fn job_done(&self, job: &mut Option<Job>) {
+        if let Some(done) = job.take() {
+            self.state.metrics.count_wyoming(done.kind(), "ok");
         }
     }
 
@@ -382,59 +388,56 @@ impl Connection {
         Event::new("audio-start", json!({ "rate": self.state.sample_rate(), "width": 2, "channels": 1, "timestamp": 0 }))
     }
 
-    /// The running request (or stream segment) has ended. True when the whole job is done (its
-    /// closing events written).
-    async fn request_done(&mut self, job: Option<&mut Job>) -> Result<bool, End> {
-        match job {
-            None => Ok(false),
-            Some(Job::Whole(whole)) => {
-                whole.finish.done(whole.audio.samples);
-                if !whole.audio.started {
-                    whole.audio.started = true;
-                    self.send(&self.audio_start()).await?;
-                }
-                let timestamp = audio_ms(whole.audio.samples, self.state.sample_rate());
-                self.send(&Event::new("audio-stop", json!({ "timestamp": timestamp }))).await?;
-                Ok(true)
-            }
-            Some(Job::Stream(stream)) => {
-                let Some(segment) = stream.current.take() else { return Ok(false) };
-                let end = stream.text_in.segment_ended().map_err(|e| self.state.api_error(e))?;
-                segment.finish.done(stream.audio.samples - segment.first_sample);
-                tracing::info!(request = %stream.id, "segment {} ended{}: {:?}", end.index, if end.ended_early { " early" } else { "" }, end.text);
-                match end.next {
-                    Next::Segment(handle) => {
-                        stream.current = Some(self.segment(handle, &stream.id, stream.audio.samples));
-                        Ok(false)
-                    }
-                    Next::Waiting => Ok(false),
-                    Next::Finished => {
-                        self.end_stream(stream).await?;
-                        Ok(true)
-                    }
-                }
-            }
-        }
-    }
-
-    /// The last events of a stream: `audio-stop` (after an `audio-start`, even with no audio),
-    /// `synthesize-stopped`.
-    async fn end_stream(&mut self, stream: &mut Stream) -> Result<(), End> {
-        if !stream.audio.started {
-            stream.audio.started = true;
+    /// An `audio-chunk` (after the synthesis's `audio-start`), timed by the audio before it.
+    async fn send_audio(&mut self, audio: &mut Audio, samples: &[f32]) -> Result<(), End> {
+        if !audio.started {
+            audio.started = true;
             self.send(&self.audio_start()).await?;
         }
-        let timestamp = audio_ms(stream.audio.samples, self.state.sample_rate());
-        self.send(&Event::new("audio-stop", json!({ "timestamp": timestamp }))).await?;
-        self.send(&Event::new("synthesize-stopped", Value::Null)).await?;
-        tracing::info!(request = %stream.id, "stream done: {} segment(s), {:.2} s of audio", stream.text_in.segments(), stream.audio.samples as f64 / f64::from(self.state.sample_rate()));
-        Ok(())
+        let timestamp = audio_ms(audio.samples, self.state.sample_rate());
+        audio.samples += samples.len();
+        let chunk = Event::new("audio-chunk", json!({ "rate": self.state.sample_rate(), "width": 2, "channels": 1, "timestamp": timestamp }))
+            .with_payload(cosy::audio::pcm16_bytes(samples));
+        self.send(&chunk).await
     }
 
-    /// A started segment, followed from here.
-    fn segment(&self, handle: cosy::engine::RequestHandle, id: &str, first_sample: usize) -> Segment {
-        let finish = Finish { state: self.state.clone(), started: Instant::now(), ttfb: 0.0, id: id.to_string() };
-        Segment { running: follow(&self.state, handle), finish, first_sample }
+    /// `audio-stop` (after an `audio-start`, even with no audio) at the end of `audio`.
+    async fn audio_stop(&mut self, audio: &mut Audio) -> Result<(), End> {
+        if !audio.started {
+            audio.started = true;
+            self.send(&self.audio_start()).await?;
+        }
+        let timestamp = audio_ms(audio.samples, self.state.sample_rate());
+        self.send(&Event::new("audio-stop", json!({ "timestamp": timestamp }))).await
+    }
+
+    /// A `synthesize`'s request has ended: its last events.
+    async fn whole_done(&mut self, whole: &mut Whole) -> Result<(), End> {
+        whole.finish.done(whole.audio.samples);
+        self.audio_stop(&mut whole.audio).await
+    }
+
+    /// A stream's steps as events; true once the stream is finished (its last events written).
+    async fn stream_steps(&mut self, stream: &mut Stream, steps: Vec<Step>) -> Result<bool, End> {
+        for step in steps {
+            match step {
+                Step::Follow(_, handle) => stream.current = Some(follow(&self.state, handle)),
+                Step::Report(Report::FirstAudio { after, .. }) => self.state.metrics.ttfb.observe(after.as_secs_f64()),
+                Step::Report(Report::Audio { samples, .. }) => self.send_audio(&mut stream.audio, &samples).await?,
+                Step::Report(Report::SegmentDone(end)) => {
+                    Finish::of_segment(&self.state, &stream.id, &end).done(end.samples);
+                    tracing::info!(request = %stream.id, "segment {} ended{}: {:?}", end.index, if end.ended_early { " early" } else { "" }, end.text);
+                }
+                Step::Report(Report::Finished(totals)) => {
+                    self.audio_stop(&mut stream.audio).await?;
+                    self.send(&Event::new("synthesize-stopped", Value::Null)).await?;
+                    let seconds = totals.samples as f64 / f64::from(self.state.sample_rate());
+                    tracing::info!(request = %stream.id, "stream done: {} segment(s), {seconds:.2} s of audio", totals.segments);
+                    return Ok(true);
+                }
+            }
+        }
+        Ok(false)
     }
 
     /// An event while no synthesis runs: answered, or the synthesis it starts.
@@ -503,12 +506,12 @@ impl Connection {
         let request = build_request(&self.state.config, options).map_err(|e| self.state.api_error(e))?;
         let running = start(&self.state, &engine, request)?;
         tracing::info!(request = %id, "synthesize: {} characters, voice {}", text.chars().count(), resolved.how);
-        Ok(Job::Whole(Whole {
+        Ok(Job::Whole(Box::new(Whole {
             running,
-            finish: Finish { state: self.state.clone(), started, ttfb: 0.0, id },
+            finish: Finish { state: self.state.clone(), started, first_audio: None, id },
             deadline: self.state.request_deadline(started),
             audio: Audio { started: false, samples: 0, _active: self.state.track() },
-        }))
+        })))
     }
 
     async fn start_stream(&mut self, event: Event) -> Result<Job, End> {
@@ -520,28 +523,24 @@ impl Connection {
         speech.test_hooks = fields.test_hooks;
         let request = build_streaming_request(speech).map_err(|e| self.state.api_error(e))?;
         let options = cosy::engine::BistreamOptions { normalize_sentences: self.state.wyoming.normalize };
-        let (text_in, handle) = TextIn::start(engine, request, options).map_err(|e| self.state.api_error(e))?;
+        let mut text = TextStream::text_in(engine, &self.state.config, request, options, None);
+        let steps = text.start(Instant::now()).map_err(|e| self.state.api_error(e))?;
         tracing::info!(request = %id, "synthesize-start: voice {}, text normalised: {}", resolved.how, options.normalize_sentences);
-        let current = Some(self.segment(handle, &id, 0));
-        Ok(Job::Stream(Box::new(Stream {
-            text_in,
-            current,
-            id,
-            budget: TextBudget::new(self.state.config.limits.max_text_chars),
-            stopped: None,
-            audio: Audio { started: false, samples: 0, _active: self.state.track() },
-        })))
+        let audio = Audio { started: false, samples: 0, _active: self.state.track() };
+        let mut stream = Stream { text, current: None, id, stopped: None, audio };
+        self.stream_steps(&mut stream, steps).await?;
+        Ok(Job::Stream(Box::new(stream)))
     }
 
     /// An event while a stream takes text.
     async fn stream_event(&mut self, stream: &mut Stream, event: Event) -> Result<Taken, End> {
-        let started = match event.kind.as_str() {
+        let now = Instant::now();
+        let steps = match event.kind.as_str() {
             "synthesize-chunk" => {
                 let Some(text) = event.data.get("text").and_then(Value::as_str) else {
                     return Err(ApiError::bad_request("invalid_text", "synthesize-chunk: \"text\" must be a string").param("text").into());
                 };
-                stream.budget.take(text).map_err(|e| self.state.api_error(e))?;
-                stream.text_in.push(text.to_string()).map_err(|e| self.state.api_error(e))?
+                stream.text.text(text.to_string(), now)
             }
             // What a streaming client also sends for servers that cannot stream: its text is
             // already in the chunks (the protocol's README, "Streaming").
@@ -550,32 +549,37 @@ impl Connection {
                 return Ok(Taken::Used);
             }
             "synthesize-stop" => {
-                stream.stopped = Some(Instant::now());
-                stream.text_in.finish().map_err(|e| self.state.api_error(e))?
+                stream.stopped = Some(now);
+                stream.text.end(now)
             }
             "synthesize-start" => {
                 return Err(ApiError::bad_request("stream_open", "synthesize-start inside a stream: send synthesize-stop first").into());
             }
             _ => return Ok(Taken::Later(event)),
         };
-        if let Some(handle) = started {
-            stream.current = Some(self.segment(handle, &stream.id, stream.audio.samples));
-        }
-        Ok(Taken::Used)
+        let steps = steps.map_err(|e| self.state.api_error(e))?;
+        Ok(if self.stream_steps(stream, steps).await? { Taken::Finished } else { Taken::Used })
+    }
+}
+
+/// Whether a connection waits for its client alone (then the idle timeout runs): no synthesis,
+/// or a stream waiting for text with no segment speaking.
+fn waits_for_client(job: Option<&Job>) -> bool {
+    match job {
+        None => true,
+        Some(Job::Stream(s)) => s.current.is_none(),
+        Some(Job::Whole(_)) => false,
     }
 }
 
 /// The next audio of the running synthesis (`None`: its request is done); pending without one.
 async fn next_audio(job: Option<&mut Job>, deadline: tokio::time::Instant) -> Result<Option<Vec<f32>>, ApiError> {
     let running = match job {
-        Some(Job::Whole(w)) => &mut w.running,
-        Some(Job::Stream(stream)) => match stream.current.as_mut() {
-            Some(segment) => &mut segment.running,
-            None => return std::future::pending().await,
-        },
-        _ => return std::future::pending().await,
+        Some(Job::Whole(w)) => Some(&mut w.running),
+        Some(Job::Stream(stream)) => stream.current.as_mut(),
+        None => None,
     };
-    running.next_or_done(deadline).await
+    next_chunk(running, deadline).await
 }
 
 fn idle_error(seconds: u64) -> ApiError {
