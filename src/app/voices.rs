@@ -167,6 +167,23 @@ pub fn check_recording(recording: &Recording, max_seconds: f64) -> Result<Arc<Au
     Ok(audio)
 }
 
+/// Refuses a prompt transcript (`param` "ref_text") or instruction ("instructions") longer than
+/// `limit` characters (`limits.max_prompt_text_chars`): the one rule for every front end (the
+/// prompt recording is seconds long; a longer text is not what it says, and it would only cost the
+/// LLM's prefill).
+pub fn check_prompt_text(param: &'static str, text: &str, limit: usize) -> Result<()> {
+    let n = text.chars().count();
+    if n <= limit {
+        return Ok(());
+    }
+    let what = if param == "instructions" { "instruction" } else { "prompt transcript" };
+    Err(Error::input(
+        InputCode::TextTooLong,
+        Some(param),
+        format!("the {what} has {n} characters, more than the limit of {limit} (limits.max_prompt_text_chars); give the words the recording says"),
+    ))
+}
+
 /// The voices folder of a configuration, and its default.
 pub struct Voices {
     store: VoiceStore,
@@ -177,6 +194,8 @@ pub struct Voices {
     model_dir: PathBuf,
     /// The model's prompt limit, read from its folder once ([`Voices::prompt_limit`]).
     prompt_limit: std::sync::OnceLock<f64>,
+    /// `limits.max_prompt_text_chars` ([`check_prompt_text`]).
+    max_prompt_text_chars: usize,
 }
 
 /// One saved voice as listed.
@@ -209,6 +228,7 @@ impl Voices {
             aliases: config.voices.aliases.clone(),
             model_dir: config.model_dir.clone(),
             prompt_limit: std::sync::OnceLock::new(),
+            max_prompt_text_chars: config.limits.max_prompt_text_chars,
         }
     }
 
@@ -249,6 +269,9 @@ impl Voices {
                     Some(param),
                     format!("the {} is empty; leave it out or give the text", if param == "ref_text" { "prompt transcript" } else { "instruction" }),
                 ));
+            }
+            if let Some(text) = value {
+                check_prompt_text(param, text, self.max_prompt_text_chars)?;
             }
         }
         if transcript.is_some() && instruction.is_some() {
@@ -412,7 +435,8 @@ impl Voices {
                 ),
             ));
         }
-        crate::voice::check_transcript(transcript)
+        crate::voice::check_transcript(transcript)?;
+        check_prompt_text("ref_text", transcript, self.max_prompt_text_chars)
     }
 
     /// Makes and saves voice `name` from `recording` and its transcript with `engine`'s frontend;
@@ -467,5 +491,37 @@ impl Voices {
             self.store.clear_default()?;
         }
         Ok(Removed { path, was_default })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `limits.max_prompt_text_chars` bounds the transcript and the instruction wherever they come
+    /// from (a request's `ref_text` / `instructions`, `--prompt-text` / `--instruct`, `voice add`),
+    /// before anything is read, naming the field and the key.
+    #[test]
+    fn prompt_texts_past_the_limit_are_refused_naming_the_field_and_the_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut config = Config::default();
+        config.voices.dir = dir.path().to_path_buf();
+        config.limits.max_prompt_text_chars = 10;
+        let voices = Voices::new(&config);
+        let long = "é".repeat(11);
+        let too_long = |e: Error, field: &str| match e {
+            Error::Input { code: InputCode::TextTooLong, param: Some(p), message } => {
+                assert_eq!(p, field);
+                assert!(message.contains("11 characters") && message.contains("limits.max_prompt_text_chars"), "{message}");
+            }
+            other => panic!("not a too-long {field}: {other}"),
+        };
+        for (transcript, instruction, field) in [(Some(long.clone()), None, "ref_text"), (None, Some(long.clone()), "instructions")] {
+            let choice = VoiceChoice { name: None, recording: Some(Recording::File(dir.path().join("unread.wav"))), transcript, instruction };
+            too_long(voices.resolve(choice, None).expect_err("longer than the limit"), field);
+        }
+        too_long(voices.check_new("anna", &long, false).expect_err("longer than the limit"), "ref_text");
+        assert!(check_prompt_text("ref_text", &"é".repeat(10), 10).is_ok(), "at the limit");
+        assert!(voices.check_new("anna", &"é".repeat(10), false).is_ok());
     }
 }

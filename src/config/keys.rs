@@ -198,6 +198,11 @@ pub static KEYS: &[Key<Config>] = &[
         Ok(())
     })
     .doc("Longest text, in characters, one command synthesises."),
+    K::new("limits.max_prompt_text_chars", "2000", "an integer >= 1", |c, v| {
+        c.limits.max_prompt_text_chars = v.int_in(1..=i64::MAX)?;
+        Ok(())
+    })
+    .doc("Longest prompt transcript or instruction, in characters (a prompt recording is seconds long)."),
     K::new("engine.max_batch", "16", "an integer from 1 to 256", |c, v| {
         c.engine.max_batch = v.int_in(1..=256)?;
         Ok(())

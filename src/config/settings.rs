@@ -200,6 +200,8 @@ impl NormalizerChoice {
 pub struct LimitSettings {
     /// Longest text (in characters) one command synthesises.
     pub max_text_chars: usize,
+    /// Longest prompt transcript or instruction (in characters): `app::voices::check_prompt_text`.
+    pub max_prompt_text_chars: usize,
 }
 
 /// `[engine]`: how many requests one loaded model serves at once, and how it batches them.
@@ -344,7 +346,7 @@ impl Default for Config {
             },
             output: OutputSettings { device: "default".into() },
             voices: VoiceSettings { dir: paths::voices_dir(), default: None, aliases: BTreeMap::new() },
-            limits: LimitSettings { max_text_chars: 5000 },
+            limits: LimitSettings { max_text_chars: 5000, max_prompt_text_chars: 2000 },
             engine: EngineSettings { max_batch: 16, max_in_flight: 16, max_queue: 64, dit_max_batch: 8, prompt_cache_bytes: 2 << 30, prompt_cache: CpuSwitch::Auto, prompt_cache_disk_bytes: 4 << 30, first_audio_priority: CpuSwitch::Auto, file_concurrency: 4 },
             text: TextSettings { normalizer: NormalizerChoice::Auto },
             debug: DebugSettings::default(),
