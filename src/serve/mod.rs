@@ -10,6 +10,7 @@
 //! next token). SIGTERM or Ctrl-C: stop accepting, let the work
 //! in flight finish within `server.shutdown_grace_s`, exit.
 
+mod body;
 mod cors;
 mod encode;
 mod error;
@@ -17,6 +18,7 @@ mod listen;
 mod metrics;
 pub mod settings;
 mod speech;
+mod synthesis;
 mod voices;
 mod web;
 mod ws;

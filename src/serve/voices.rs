@@ -10,8 +10,9 @@ use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 
+use super::body::{check_declared_length, from_fields, parse_json, read_body, read_form};
 use super::error::ApiError;
-use super::speech::{check_declared_length, decode_data_url, from_fields, parse_json, read_body, read_form, Notes};
+use super::synthesis::{decode_data_url, Notes};
 use super::AppState;
 
 /// `GET /v1/audio/voices`: `voices` as `{"id", "name"}` objects (Open WebUI's shape): the saved

@@ -41,7 +41,7 @@ use cosy::app::speech::{build_streaming_request, SpeechOptions};
 use cosy::app::text_stream::{Report, SegmentEnd, Step, TextStream};
 
 use super::error::ApiError;
-use super::speech::{decode_data_url, follow, next_chunk, resolve_voice, test_hooks_of, voice_name, Finish, Running, TestHooksParams, VoiceSpec};
+use super::synthesis::{decode_data_url, follow, next_chunk, resolve_voice, test_hooks_of, voice_name, Finish, Running, TestHooksParams, VoiceSpec};
 use super::{AppState, RequestId};
 
 pub async fn handle(
@@ -130,7 +130,7 @@ fn parse_message(text: &str) -> Result<ClientMessage, ApiError> {
     if value.get("type").and_then(|t| t.as_str()) == Some("session.config") {
         let serde_json::Value::Object(mut fields) = value else { return Err(bad(&"not an object")) };
         fields.remove("type");
-        let (config, ignored) = super::speech::from_fields::<SessionConfig>("session.config", fields)?;
+        let (config, ignored) = super::body::from_fields::<SessionConfig>("session.config", fields)?;
         return Ok(ClientMessage::Config(Box::new(config), ignored));
     }
     Ok(match serde_json::from_value::<OtherMessage>(value).map_err(|e| bad(&e))? {
@@ -269,7 +269,7 @@ async fn configure(state: &Arc<AppState>, id: &str, config: SessionConfig, ignor
     let name = if recording.is_some() { None } else { voice_name(config.voice.clone())? };
     let spec = VoiceSpec { name, recording, transcript: config.ref_text.clone(), instruction: config.instructions.clone() };
     if !ignored.is_empty() {
-        tracing::info!(request = %id, "session.config: ignored unknown fields: {}", super::speech::field_list(&ignored));
+        tracing::info!(request = %id, "session.config: ignored unknown fields: {}", super::body::field_list(&ignored));
     }
     let resolved = resolve_voice(state, spec).await?;
     // Test hooks are the engine's to refuse; asked here, the refusal comes before session.created.

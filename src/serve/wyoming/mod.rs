@@ -34,7 +34,7 @@ use cosy::app::text_stream::{Report, Step, TextStream};
 use event::{Bounds, Event, FrameError};
 
 use super::error::ApiError;
-use super::speech::{follow, next_chunk, resolve_voice, start, test_hooks_of, voice_name, Finish, Running, TestHooksParams, VoiceSpec};
+use super::synthesis::{follow, next_chunk, resolve_voice, start, test_hooks_of, voice_name, Finish, Running, TestHooksParams, VoiceSpec};
 use super::{ActiveGuard, AppState};
 
 /// The program's name in `info` (what Home Assistant shows for the service).
