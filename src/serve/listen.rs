@@ -16,6 +16,7 @@
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -35,6 +36,8 @@ pub struct Limits {
     pub header_timeout: Duration,
     /// The longest one write may wait for the client to take it.
     pub send_timeout: Duration,
+    /// Counts the connections cut off by `send_timeout` (`cosy_send_timeouts_total`).
+    pub send_timeouts: Arc<AtomicU64>,
 }
 
 /// One of the `server.max_connections` slots. Every request carries a clone in its extensions;
@@ -91,7 +94,7 @@ pub async fn serve(
         });
         let mut stop_conn = stop.clone();
         let alive = alive_rx.clone();
-        let conn = http.serve_connection(TokioIo::new(SendTimeout::new(tcp, limits.send_timeout)), service).with_upgrades();
+        let conn = http.serve_connection(TokioIo::new(SendTimeout::new(tcp, limits.send_timeout).counted(limits.send_timeouts.clone())), service).with_upgrades();
         tokio::spawn(async move {
             tokio::pin!(conn);
             let mut stopping = false;
@@ -125,11 +128,19 @@ pub struct SendTimeout<T> {
     limit: Duration,
     /// Running while a write (or flush, or shutdown) waits; gone once one goes through.
     stalled: Option<Pin<Box<Sleep>>>,
+    /// Counted up once when the limit cuts this connection off.
+    cut_off: Option<Arc<AtomicU64>>,
 }
 
 impl<T> SendTimeout<T> {
     pub fn new(inner: T, limit: Duration) -> Self {
-        SendTimeout { inner, limit, stalled: None }
+        SendTimeout { inner, limit, stalled: None, cut_off: None }
+    }
+
+    /// Counts this connection in `counter` if the limit cuts it off.
+    pub fn counted(mut self, counter: Arc<AtomicU64>) -> Self {
+        self.cut_off = Some(counter);
+        self
     }
 
     /// What a write that returned `poll` becomes: pending until the limit, then an error.
@@ -141,10 +152,15 @@ impl<T> SendTimeout<T> {
         let limit = self.limit;
         let timer = self.stalled.get_or_insert_with(|| Box::pin(tokio::time::sleep(limit)));
         match timer.as_mut().poll(cx) {
-            Poll::Ready(()) => Poll::Ready(Err(io::Error::new(
-                io::ErrorKind::TimedOut,
-                format!("the client took nothing for {limit:?} (server.send_timeout_s)"),
-            ))),
+            Poll::Ready(()) => {
+                if let Some(counter) = self.cut_off.take() {
+                    counter.fetch_add(1, Ordering::Relaxed);
+                }
+                Poll::Ready(Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!("the client took nothing for {limit:?} (server.send_timeout_s)"),
+                )))
+            }
             Poll::Pending => Poll::Pending,
         }
     }

@@ -69,6 +69,9 @@ pub struct Metrics {
     pub rejected: AtomicU64,
     /// Requests that ran past server.request_timeout_s.
     pub timeouts: AtomicU64,
+    /// Connections cut off because the client took nothing for server.send_timeout_s (the
+    /// accept loop counts them: `listen::Limits::send_timeouts`).
+    pub send_timeouts: std::sync::Arc<AtomicU64>,
     /// Wyoming requests by (request, outcome): `describe`, `synthesize`, `stream`, `connection`,
     /// `other` × `ok`, `error`, `cancelled`, `refused` (bounded label values).
     wyoming: Mutex<BTreeMap<(&'static str, &'static str), u64>>,
@@ -103,6 +106,7 @@ impl Metrics {
             cancelled: AtomicU64::new(0),
             rejected: AtomicU64::new(0),
             timeouts: AtomicU64::new(0),
+            send_timeouts: std::sync::Arc::new(AtomicU64::new(0)),
             wyoming: Mutex::new(BTreeMap::new()),
             wyoming_connections: std::sync::atomic::AtomicUsize::new(0),
         }
@@ -155,6 +159,12 @@ impl Metrics {
         counter(&mut out, "cosy_requests_cancelled_total", "Syntheses stopped because the client went away", self.cancelled.load(Ordering::Relaxed) as f64);
         counter(&mut out, "cosy_requests_rejected_total", "Requests answered 429 (slots and queue full)", self.rejected.load(Ordering::Relaxed) as f64);
         counter(&mut out, "cosy_requests_timed_out_total", "Requests past server.request_timeout_s", self.timeouts.load(Ordering::Relaxed) as f64);
+        counter(
+            &mut out,
+            "cosy_send_timeouts_total",
+            "Connections cut off: the client took nothing for server.send_timeout_s",
+            self.send_timeouts.load(Ordering::Relaxed) as f64,
+        );
         self.ttfb.render(&mut out, "cosy_ttfb_seconds", "Time from request to first audio byte");
         self.rtf.render(&mut out, "cosy_rtf", "Real-time factor (synthesis time / audio duration) per request");
 

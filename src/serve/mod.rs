@@ -261,6 +261,7 @@ async fn serve(config: Config, settings: Settings) -> anyhow::Result<()> {
     let limits = listen::Limits {
         header_timeout: Duration::from_secs(state.server.header_timeout_s),
         send_timeout: Duration::from_secs(state.server.send_timeout_s),
+        send_timeouts: state.metrics.send_timeouts.clone(),
     };
     let wyoming_server = wyoming_server.map(|(_, listener)| tokio::spawn(wyoming::serve(listener, state.clone(), stop_rx.clone())));
     let server = tokio::spawn(listen::serve(listener, app, limits, state.connection_slots.clone(), stop_rx));

@@ -299,7 +299,6 @@ fn a_client_that_stops_reading_is_disconnected() {
     let mut writer = client.try_clone().unwrap();
     // Requests until the server stops taking them (it closed the connection) or many megabytes of
     // responses are owed; the client reads none of them for now.
-    let (sent, sender_done) = std::sync::mpsc::channel();
     let sender = std::thread::spawn(move || {
         let request = b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n";
         for _ in 0..20_000 {
@@ -307,12 +306,11 @@ fn a_client_that_stops_reading_is_disconnected() {
                 break;
             }
         }
-        let _ = sent.send(());
     });
-    // The writes stop when the server, owed more than both socket buffers hold, has stopped reading
-    // and then closed the connection (a write then fails). Waiting for that instead of a fixed
-    // sleep: the bound only guards against a hang (no close: the writer blocks for ever).
-    sender_done.recv_timeout(Duration::from_secs(120)).expect("the server never closed the connection: the writer still blocks");
+    // The server, owed more than both socket buffers hold, waits `server.send_timeout_s` and then
+    // cuts the connection off, which it counts: waited for as that event, not as a time (the
+    // bound only guards against a hang).
+    server.wait_for("the stalled client cut off", Duration::from_secs(120), |s| s.metric("cosy_send_timeouts_total") >= 1.0);
     // The server has given up on this client: the connection ends (a reset is fine: the server
     // closed it with requests still unread). Without the limit it would still be open, and
     // this read would run into its own 30 s limit.
