@@ -78,13 +78,13 @@ def bind_port(bind: str) -> int:
 
 
 def known_env_vars() -> set[str]:
-    """Names in ENV_VARS and CONFIG_ENV of src/config.rs: cosy refuses any other COSY_* setting variable."""
-    src = (REPO / "src" / "config.rs").read_text()
-    table = re.search(r"pub const ENV_VARS: &\[\(&str, &str\)\] = &\[(.*?)\];", src, re.S)
-    assert table, "ENV_VARS not found in src/config.rs"
-    names = set(re.findall(r'\(\s*"(COSY_[A-Z_]+)"', table.group(1)))
-    config_env = re.search(r'pub const CONFIG_ENV: &str = "(COSY_[A-Z_]+)";', src)
-    assert names and config_env
+    """The variables of the key tables (`.env("COSY_…")` in src/config/keys.rs, the library's, and
+    src/serve/settings.rs, the server's) and CONFIG_ENV: cosy refuses any other COSY_* setting
+    variable."""
+    tables = [REPO / "src" / "config" / "keys.rs", REPO / "src" / "serve" / "settings.rs"]
+    names = {name for table in tables for name in re.findall(r'\.env\("(COSY_[A-Z_]+)"\)', table.read_text())}
+    config_env = re.search(r'pub const CONFIG_ENV: &str = "(COSY_[A-Z_]+)";', (REPO / "src" / "config" / "mod.rs").read_text())
+    assert names and config_env, "the key tables' variables or CONFIG_ENV not found"
     return names | {config_env.group(1)}
 
 
