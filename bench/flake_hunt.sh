@@ -4,7 +4,9 @@
 # fails once here depends on timing or on which thread runs first: fix it with a hook, a barrier
 # or a wait on the event it needs (docs/architecture.md, "Tests"), never by loosening the check.
 #
-#   bench/flake_hunt.sh [ROUNDS] [FILTER]     FILTER: only binaries whose name matches (grep -E)
+#   bench/flake_hunt.sh [ROUNDS] [FILTER] [TEST ARGS…]
+#     FILTER: only binaries whose name (e.g. test-serve, lib-cosy) matches (grep -E);
+#     TEST ARGS: passed to each binary (a test name filter such as limits::)
 #
 # Round after round (every binary once per round), so an interrupted hunt has covered every binary
 # evenly. Logs: $HUNT_DIR (default target/flake-hunt/): `summary` has a line per run, a failing
@@ -14,6 +16,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 rounds="${1:-20}"
 filter="${2:-.}"
+shift $(( $# < 2 ? $# : 2 ))
 out="${HUNT_DIR:-target/flake-hunt}"
 mkdir -p "$out"
 cargo test --all-targets --no-run --message-format=json 2>/dev/null \
@@ -36,7 +39,7 @@ trap 'kill "${hogs[@]}" 2>/dev/null' EXIT
 for round in $(seq "$rounds"); do
   while read -r name bin; do
     start=$(date +%s)
-    if "$bin" > "$out/$name.$round.log" 2>&1; then
+    if "$bin" "$@" < /dev/null > "$out/$name.$round.log" 2>&1; then
       echo "$(date +%T) PASS $name round $round ($(( $(date +%s) - start )) s)" >> "$out/summary"
       rm -f "$out/$name.$round.log"
     else
