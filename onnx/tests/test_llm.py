@@ -51,10 +51,10 @@ def test_lm_input_layout(llm: CosyLlm) -> None:
     x = llm.build_lm_input(torch.tensor([[5, 151646]]), torch.tensor([[7]]))
     # Exact on every CPU: the input rows are copies of table rows (a gather moves bits, no arithmetic).
     sp = llm.speech_embedding.weight
-    torch.testing.assert_close(x[0, 0], sp[6561], rtol=0, atol=0)
-    torch.testing.assert_close(x[0, 2], llm.backbone.embed_tokens.weight[151646], rtol=0, atol=0)
-    torch.testing.assert_close(x[0, 3], sp[6563], rtol=0, atol=0)
-    torch.testing.assert_close(x[0, 4], sp[7], rtol=0, atol=0)
+    torch.testing.assert_close(x[0, 0], sp[6561], rtol=0, atol=0)  # exact: a copy of a table row, no arithmetic
+    torch.testing.assert_close(x[0, 2], llm.backbone.embed_tokens.weight[151646], rtol=0, atol=0)  # exact: a copy of a table row, no arithmetic
+    torch.testing.assert_close(x[0, 3], sp[6563], rtol=0, atol=0)  # exact: a copy of a table row, no arithmetic
+    torch.testing.assert_close(x[0, 4], sp[7], rtol=0, atol=0)  # exact: a copy of a table row, no arithmetic
 
 
 def test_incremental_equals_full_prefill(llm: CosyLlm) -> None:
