@@ -28,5 +28,8 @@ rm -rf "$embed_out"
 # their own small venv.
 "${COSY_CLIENTS_TEST_VENV:-$HOME/.cache/cosy/client-tests-venv}/bin/python" -m pytest -q tests/clients/python
 
+# The Python package (`import cosy`): its wheel, installed in a fresh venv, against the binary.
+scripts/test-python.sh
+
 cd onnx
 "$COSY_VENV/bin/python" -m pytest -q

@@ -228,6 +228,19 @@ pub struct Summary {
     pub text_tokens: usize,
     /// Where the request's time went.
     pub stages: StageTimes,
+    /// Each sentence said, in order, with where its audio lies in the request's samples (exact:
+    /// counted from the chunks; captions and the Python package's timing come from here).
+    pub spans: Vec<SentenceSpan>,
+}
+
+/// One sentence of a request's audio: its text as the model got it (after normalisation and
+/// splitting; for text-in streaming, the pieces a segment took) and its samples
+/// `start..start + samples` of the request's audio.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SentenceSpan {
+    pub text: String,
+    pub start: usize,
+    pub samples: usize,
 }
 
 /// Seconds one request spent waiting for a slot (`queue`, the engine's admission) and in each

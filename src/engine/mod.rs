@@ -552,6 +552,25 @@ impl RequestHandle {
         event
     }
 
+    /// [`RequestHandle::next_event`], waiting at most `timeout`: [`TimedOut`] when nothing came
+    /// (a caller that must look at something else between waits: the Python package notices
+    /// Ctrl-C there).
+    pub fn next_event_timeout(&mut self, timeout: Duration) -> std::result::Result<Option<Event>, TimedOut> {
+        if self.finished {
+            return Ok(None);
+        }
+        let event = match self.rx.recv_timeout(timeout) {
+            Ok(event) => Some(event),
+            Err(flume::RecvTimeoutError::Timeout) => return Err(TimedOut),
+            Err(flume::RecvTimeoutError::Disconnected) => None,
+        };
+        match &event {
+            Some(Event::Audio(_)) => {}
+            _ => self.finished = true,
+        }
+        Ok(event)
+    }
+
     /// [`RequestHandle::next_event`] for async callers (the server): awaits without a thread.
     pub async fn next_event_async(&mut self) -> Option<Event> {
         if self.finished {
@@ -598,6 +617,10 @@ impl RequestHandle {
         CancelToken(self.cancel.clone())
     }
 }
+
+/// Nothing came within the time [`RequestHandle::next_event_timeout`] waited.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TimedOut;
 
 /// Cancels one request ([`RequestHandle::cancel_token`]); cloneable, `Send + Sync`.
 #[derive(Debug, Clone)]

@@ -53,7 +53,7 @@ use crate::side::{SideEmbeddings, SideFile};
 
 pub use constants::ModelConstants;
 pub use crate::request::{PromptFeatures, SegmentTrace, SentenceRecord};
-use crate::request::{check_options, check_speakable, check_text_length, sentence_label, shorten, NoObserver, Request, StageTimes, Summary, SynthesisObserver, Voice};
+use crate::request::{check_options, check_speakable, check_text_length, sentence_label, shorten, NoObserver, Request, SentenceSpan, StageTimes, Summary, SynthesisObserver, Voice};
 use token2wav::{RequestState, TokenToWav};
 
 /// The LLM as the pipeline uses it: one [`LlmStep`] per sentence. The serving engine implements
@@ -304,6 +304,7 @@ impl Synthesizer {
             summary.text_tokens += text_token.len();
             let mut trace = observer.wants_trace().then(SegmentTrace::default);
             let llm_speech: &[i64] = if p.llm_prompt_speech { &prompt.speech_token } else { &[] };
+            let start = summary.samples;
             let mut on = |c: &[f32]| {
                 summary.samples += c.len();
                 summary.chunks += 1;
@@ -320,6 +321,7 @@ impl Synthesizer {
             };
             let emitted = self.run_segment(seg, &mut run, trace.as_mut(), &mut on)?;
             summary.speech_tokens += emitted;
+            summary.spans.push(SentenceSpan { text: segment.clone(), start, samples: summary.samples - start });
             if let Some(trace) = trace {
                 observer.sentence_done(&SentenceRecord {
                     index: i,
@@ -363,6 +365,8 @@ impl Synthesizer {
         let mut chars = 0usize;
         let mut pending: std::collections::VecDeque<i64> = std::collections::VecDeque::new();
         let mut pieces = pieces.into_iter();
+        // The text the pieces brought (the segment's span text).
+        let mut streamed_text = String::new();
         // Text tokens one at a time, as the official generator hands them to the LLM.
         let mut tokens = std::iter::from_fn(|| loop {
             if let Some(t) = pending.pop_front() {
@@ -376,6 +380,7 @@ impl Synthesizer {
             if let Err(e) = crate::request::check_streamed_length(chars, limit) {
                 return Some(Err(e));
             }
+            streamed_text.push_str(&piece);
             match self.encode(&piece) {
                 Ok(ids) => pending.extend(ids),
                 Err(e) => return Some(Err(e)),
@@ -406,6 +411,7 @@ impl Synthesizer {
         };
         let emitted = self.run_segment(seg, &mut run, None, &mut on)?;
         summary.speech_tokens = emitted;
+        summary.spans.push(SentenceSpan { text: streamed_text, start: 0, samples: summary.samples });
         summary.stages = StageTimes::of(&profiler);
         Ok(summary)
     }

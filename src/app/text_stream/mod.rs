@@ -6,7 +6,8 @@
 //! * [`TextStream`]: a session with its engine: it submits the segments and hands them their
 //!   text, and gives the front end only what it tells its client ([`Step`]).
 //! * [`speak_read`]: a whole stream from a reader (standard input), on threads, into an
-//!   [`AudioSink`]: the command line's `say -` and `file - --bistream`.
+//!   [`AudioSink`]: the command line's `say -` and `file - --bistream`; [`speak_pieces`], the
+//!   same from pieces a program hands over (the Python package's `text_stream`).
 //!
 //! A front end translates: its messages into [`TextStream`] calls, the [`Step`]s into its own
 //! events (WebSocket JSON, Wyoming events, a player). It decides nothing about the text.
@@ -26,7 +27,7 @@ use crate::engine::{BistreamOptions, Engine, FeedProgress, RequestHandle, TextFe
 use crate::error::{Error, Result};
 use crate::request::{Request, SynthesisObserver};
 
-pub use read::{speak_read, ReadNotes};
+pub use read::{speak_pieces, speak_read, ReadNotes};
 pub use session::{Action, Input, Report, SegmentEnd, SegmentStart, Segmenting, Session, Totals};
 
 #[cfg(test)]

@@ -10,7 +10,7 @@ use super::{Report, Step, TextStream};
 use crate::app::drain::AudioSink;
 use crate::engine::{CancelToken, Event, RequestHandle};
 use crate::error::{Error, Result};
-use crate::request::Summary;
+use crate::request::{SentenceSpan, Summary};
 
 /// What the reader reports as it reads (a log's lines), from its own thread.
 pub trait ReadNotes: Send + Sync {
@@ -37,9 +37,45 @@ const WAITING: usize = 64;
 /// up; an error of the input, the stream, a segment or the sink ends it (the segment speaking is
 /// cancelled).
 pub fn speak_read(
-    mut stream: TextStream,
+    stream: TextStream,
     reader: impl std::io::Read + Send + 'static,
     what: &str,
+    notes: Option<Arc<dyn ReadNotes>>,
+    sink: &mut dyn AudioSink,
+) -> Result<Summary> {
+    let what = what.to_string();
+    let source = move |on_piece: &mut dyn FnMut(String) -> Result<()>| crate::frontend::text::read_pieces(reader, &what, on_piece).map(|_| ());
+    speak_from(stream, source, notes, sink)
+}
+
+/// [`speak_read`] over text already in pieces (a program's own text, as its language model
+/// writes it: the Python package's `text_stream`): each item is one piece as given (an empty one
+/// is none); the iterator may block while text is coming, and an `Err` item ends the stream
+/// with that error.
+pub fn speak_pieces(
+    stream: TextStream,
+    pieces: impl Iterator<Item = Result<String>> + Send + 'static,
+    sink: &mut dyn AudioSink,
+) -> Result<Summary> {
+    let source = move |on_piece: &mut dyn FnMut(String) -> Result<()>| {
+        for piece in pieces {
+            let piece = piece?;
+            if !piece.is_empty() {
+                on_piece(piece)?;
+            }
+        }
+        Ok(())
+    };
+    speak_from(stream, source, None, sink)
+}
+
+/// What hands a text stream its pieces, on the reader's thread: each piece to `on_piece`, then
+/// `Ok` at the end of the input.
+type Source = dyn FnOnce(&mut dyn FnMut(String) -> Result<()>) -> Result<()> + Send;
+
+fn speak_from(
+    mut stream: TextStream,
+    source: impl FnOnce(&mut dyn FnMut(String) -> Result<()>) -> Result<()> + Send + 'static,
     notes: Option<Arc<dyn ReadNotes>>,
     sink: &mut dyn AudioSink,
 ) -> Result<Summary> {
@@ -49,7 +85,7 @@ pub fn speak_read(
     if let Some(summary) = act(steps, &wake, &mut following, sink, &Summary::default())? {
         return Ok(summary);
     }
-    let reader = start_reader(reader, what.to_string(), notes, wake.clone())?;
+    let reader = start_reader(Box::new(source), notes, wake.clone())?;
     let summary = run(&mut stream, &woken, &wake, &mut following, sink)?;
     // The reader has ended: the stream is finished only after the end of its input.
     let _ = reader.join();
@@ -128,18 +164,13 @@ fn follow(mut handle: RequestHandle, wake: SyncSender<Wake>) -> Result<CancelTok
     Ok(token)
 }
 
-/// The reader's thread: each piece, then the end of the input or its error.
-fn start_reader(
-    reader: impl std::io::Read + Send + 'static,
-    what: String,
-    notes: Option<Arc<dyn ReadNotes>>,
-    wake: SyncSender<Wake>,
-) -> Result<std::thread::JoinHandle<()>> {
+/// The reader's thread: each piece from `source`, then the end of the input or its error.
+fn start_reader(source: Box<Source>, notes: Option<Arc<dyn ReadNotes>>, wake: SyncSender<Wake>) -> Result<std::thread::JoinHandle<()>> {
     std::thread::Builder::new()
         .name("text-reader".into())
         .spawn(move || {
             let mut pieces = 0usize;
-            let read = crate::frontend::text::read_pieces(reader, &what, |piece| {
+            let read = source(&mut |piece: String| {
                 pieces += 1;
                 if let Some(notes) = &notes {
                     notes.piece(pieces, &piece);
@@ -148,7 +179,7 @@ fn start_reader(
                 wake.send(Wake::Piece(piece)).map_err(|_| Error::Cancelled)
             });
             let last = match read {
-                Ok(_) => {
+                Ok(()) => {
                     if let Some(notes) = &notes {
                         notes.end();
                     }
@@ -163,6 +194,8 @@ fn start_reader(
 
 /// A segment's summary added to the stream's.
 fn add(total: &mut Summary, segment: &Summary) {
+    let offset = total.samples;
+    total.spans.extend(segment.spans.iter().map(|s| SentenceSpan { start: s.start + offset, ..s.clone() }));
     total.samples += segment.samples;
     total.sentences += segment.sentences;
     total.chunks += segment.chunks;
