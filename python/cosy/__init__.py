@@ -477,12 +477,15 @@ class Engine:
         seed: Optional[int] = None,
         text_frontend: bool = True,
         normalize_sentences: bool = False,
+        stream: Optional[bool] = None,
     ) -> TextStream:
-        """A text-in stream (as ``cosy file - --bistream``): ``write`` text as it comes, iterate
-        the audio. The voice needs a transcript (``prompt_text``, or a saved voice) or an
-        ``instruct`` text."""
+        """A text-in stream (as ``cosy file - --bistream --stream``): ``write`` text as it
+        comes, iterate the audio. The voice needs a transcript (``prompt_text``, or a saved
+        voice) or an ``instruct`` text. ``normalize_sentences`` normalises each settled sentence
+        (numbers, symbols) instead of taking the text as written (the official, exact mode).
+        ``stream=False`` turns the streaming schedule off (as ``cosy file - --bistream``)."""
         v = self._voice(voice, prompt_wav, prompt_text, instruct, prompt_audio)
-        core = self._core.start_text_stream(v, seed, text_frontend, normalize_sentences)
+        core = self._core.start_text_stream(v, seed, text_frontend, normalize_sentences, stream)
         return TextStream(core, self.sample_rate)
 
     async def asynthesize(self, text: str, **kwargs: Any) -> Audio:

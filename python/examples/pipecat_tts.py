@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import sys
 import wave
-from typing import Any, AsyncGenerator, List, Optional
+from typing import Any, AsyncGenerator, List, Optional, Tuple
 
 import numpy as np
 from pipecat.frames.frames import EndFrame, ErrorFrame, Frame, TTSAudioRawFrame, TTSSpeakFrame
@@ -70,8 +70,9 @@ class CosyTTSService(TTSService):
             await self.stop_ttfb_metrics()
 
 
-class AudioCollector(FrameProcessor):
-    """Keeps the TTS audio frames that reach the end of the pipeline."""
+class Collector(FrameProcessor):
+    """Keeps the TTS audio frames that pass it, and the error frames (pipecat sends those
+    upstream: a collector before the service sees them)."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -87,26 +88,29 @@ class AudioCollector(FrameProcessor):
         await self.push_frame(frame, direction)
 
 
-async def speak(engine: cosy.Engine, text: str, **voice: Any) -> AudioCollector:
-    """Runs ``text`` through a pipeline [CosyTTSService, AudioCollector] and returns the collector."""
+async def speak(engine: cosy.Engine, text: str, **voice: Any) -> Tuple[List[TTSAudioRawFrame], List[ErrorFrame]]:
+    """Runs ``text`` through a pipeline [errors, CosyTTSService, audio]; returns the audio frames
+    that reached its end and the error frames the service sent up."""
     tts = CosyTTSService(engine=engine, **voice)
-    collector = AudioCollector()
-    task = PipelineTask(Pipeline([tts, collector]))
+    upstream, downstream = Collector(), Collector()
+    task = PipelineTask(Pipeline([upstream, tts, downstream]))
     await task.queue_frames([TTSSpeakFrame(text), EndFrame()])
     await PipelineRunner(handle_sigint=False).run(task)
-    return collector
+    return downstream.frames, upstream.errors
 
 
 def main() -> None:
     model, prompt_wav, prompt_text, text, out = sys.argv[1:6]
     engine = cosy.Engine(model)
-    collector = asyncio.run(speak(engine, text, prompt_wav=prompt_wav, prompt_text=prompt_text))
+    frames, errors = asyncio.run(speak(engine, text, prompt_wav=prompt_wav, prompt_text=prompt_text))
+    if errors:
+        sys.exit(f"pipecat_tts: {errors[0].error}")
     with wave.open(out, "wb") as w:
         w.setnchannels(1)
         w.setsampwidth(2)
         w.setframerate(engine.sample_rate)
-        w.writeframes(b"".join(f.audio for f in collector.frames))
-    print(f"{out}: {len(collector.frames)} frames")
+        w.writeframes(b"".join(f.audio for f in frames))
+    print(f"{out}: {len(frames)} frames")
 
 
 if __name__ == "__main__":

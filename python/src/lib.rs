@@ -107,6 +107,8 @@ impl EngineCore {
         hold_after_first_audio: bool,
     ) -> PyResult<RequestStream> {
         py.detach(|| {
+            // The speed first, as the CLI checks it: the same input gets the same first complaint.
+            cosy::request::check_speed(speed)?;
             let voice = self.resolve(voice)?;
             let mut options = SpeechOptions::new(text, voice, live || self.config.streaming.enabled);
             options.speed = speed;
@@ -122,12 +124,22 @@ impl EngineCore {
     }
 
     /// Starts a text-in streaming request: text goes in with `write`, audio comes out.
-    #[pyo3(signature = (voice, seed=None, text_frontend=true, normalize_sentences=false))]
-    fn start_text_stream(&self, py: Python<'_>, voice: VoiceArgs, seed: Option<u64>, text_frontend: bool, normalize_sentences: bool) -> PyResult<TextStream> {
+    /// Streaming schedule as `stream` says, else on (as `cosy say -` and the WebSocket).
+    #[pyo3(signature = (voice, seed=None, text_frontend=true, normalize_sentences=false, stream=None))]
+    fn start_text_stream(
+        &self,
+        py: Python<'_>,
+        voice: VoiceArgs,
+        seed: Option<u64>,
+        text_frontend: bool,
+        normalize_sentences: bool,
+        stream: Option<bool>,
+    ) -> PyResult<TextStream> {
         py.detach(|| {
             let voice = self.resolve(voice)?;
             let mut options = SpeechOptions::new(String::new(), voice, true);
             options.seed = seed;
+            options.stream = stream;
             options.text_frontend = text_frontend;
             let template = build_streaming_request(options)?;
             let stream = cosy::app::text_stream::TextStream::text_in(

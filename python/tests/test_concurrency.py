@@ -1,5 +1,7 @@
-"""One engine, many Python threads and asyncio tasks: each result equals its solo run, and the
-engine batched them (its test hook gathers the first LLM step's rows, so batching does not
+"""One engine, many Python threads and asyncio tasks: each result equals its solo run (the same
+speech tokens, the audio within 2e-3 of its peak: the engine's own promise for batched requests,
+tests/pipeline/engine_concurrency.rs; a DiT call over several requests sums in another order than
+one over a single request, so the last bits may differ), and the engine batched them (its test hook gathers the first LLM step's rows, so batching does not
 depend on this machine's timing). Ctrl-C stops a script's synthesis and frees its slot."""
 
 from __future__ import annotations
@@ -18,24 +20,26 @@ import cosy
 from conftest import MODEL, PROMPT_TEXT, PROMPT_WAV, Home
 
 TEXTS = [f"Request number {i} is spoken beside the others." for i in range(8)]
+# Random weights stop at random points: seeds with which each text makes speech on the tiny model.
+SEEDS = [8 + i for i in range(8)]
 
 
 def test_threads_and_tasks_share_one_engine_and_are_batched(home: Home) -> None:
     engine = cosy.Engine(MODEL, _test_llm_gather_first=8, engine={"max_in_flight": 8}, **home.settings())
     voice = dict(prompt_wav=PROMPT_WAV, prompt_text=PROMPT_TEXT)
-    results: Dict[int, np.ndarray] = {}
+    results: Dict[int, cosy.Audio] = {}
     failures: List[BaseException] = []
 
     def in_thread(i: int) -> None:
         try:
-            results[i] = engine.synthesize(TEXTS[i], seed=i, **voice).samples
+            results[i] = engine.synthesize(TEXTS[i], seed=SEEDS[i], **voice)
         except BaseException as e:  # reported below
             failures.append(e)
 
     async def in_tasks() -> None:
-        audios = await asyncio.gather(*(engine.asynthesize(TEXTS[i], seed=i, **voice) for i in range(4, 8)))
+        audios = await asyncio.gather(*(engine.asynthesize(TEXTS[i], seed=SEEDS[i], **voice) for i in range(4, 8)))
         for i, a in zip(range(4, 8), audios):
-            results[i] = a.samples
+            results[i] = a
 
     threads = [threading.Thread(target=in_thread, args=(i,)) for i in range(4)]
     for t in threads:
@@ -49,8 +53,13 @@ def test_threads_and_tasks_share_one_engine_and_are_batched(home: Home) -> None:
     assert stats["in_flight"] == 0
     # Each alone, after: the same samples.
     for i, text in enumerate(TEXTS):
-        solo = engine.synthesize(text, seed=i, **voice).samples
-        assert np.array_equal(results[i], solo), f"request {i} differs from its solo run"
+        solo = engine.synthesize(text, seed=SEEDS[i], **voice)
+        together = results[i]
+        assert together.summary["usage"] == solo.summary["usage"], f"request {i}: other speech tokens than alone"
+        assert len(together.samples) == len(solo.samples) > 0
+        peak = float(np.abs(solo.samples).max())
+        diff = float(np.abs(together.samples - solo.samples).max())
+        assert diff <= 2e-3 * peak, f"request {i}: audio differs from its solo run by {diff} (peak {peak})"
 
 
 def test_async_stream_and_text_stream(engine: cosy.Engine) -> None:
@@ -66,7 +75,7 @@ def test_async_stream_and_text_stream(engine: cosy.Engine) -> None:
         got = [c async for c in ts]
         assert got and ts.sentences
         # Leaving early cancels.
-        async with engine.astream("A long text " * 20, seed=1, **voice) as s:
+        async with engine.astream("A long text " * 20, seed=5, **voice) as s:
             async for _ in s:
                 break
 

@@ -405,3 +405,44 @@ fn prompt_prefix_cache_on_disk_serves_the_next_engine_the_same_samples() {
     drop(Engine::builder(&config).build().expect("engine").submit(req).expect("submit").wait().expect("runs"));
     assert!(!config.prompt_cache_dir().exists());
 }
+
+/// Sentences long enough that the text frontend keeps them apart (it joins short ones).
+const LONG_TEXT: &str = "The first part of this text is a sentence of very many words, long enough that the text frontend of the engine keeps it as one sentence of its own \
+    and does not join it with the sentence that comes after it, whatever the tokenizer makes of each of these words. \
+    The second part is another long sentence with very many words in it, so that the audio holds two sentences or more, one after the other, \
+    with nothing between them that belongs to neither of the two sentences around it. And the third part ends the text with a few words.";
+
+#[test]
+fn each_sentence_span_lies_exactly_where_its_audio_is() {
+    let (engine, _cache) = engine(2);
+    let zero_shot = Voice::ZeroShot { wav: fixture_prompt(), transcript: "This recording is the voice prompt.".into() };
+    for stream in [false, true] {
+        let req = request(LONG_TEXT, zero_shot.clone(), 4, stream, Some(12));
+        let mut handle = engine.submit(req).expect("submit");
+        let mut chunks: Vec<usize> = Vec::new();
+        let summary = loop {
+            match handle.next_event() {
+                Some(Event::Audio(a)) => chunks.push(a.len()),
+                Some(Event::Done(s)) => break s,
+                other => panic!("stream {stream}: {other:?}"),
+            }
+        };
+        assert!(summary.spans.len() >= 2, "{:?}", summary.spans);
+        assert_eq!(summary.spans.len(), summary.sentences);
+        let mut at = 0;
+        for span in &summary.spans {
+            assert_eq!(span.start, at, "spans follow each other: {:?}", summary.spans);
+            assert!(span.samples > 0 && !span.text.trim().is_empty(), "{span:?}");
+            at += span.samples;
+        }
+        assert_eq!(at, chunks.iter().sum::<usize>(), "the spans cover the audio exactly");
+        assert_eq!(at, summary.samples);
+        // Chunks never straddle a sentence: each span ends on a chunk boundary.
+        let mut bounds = std::collections::BTreeSet::new();
+        chunks.iter().fold(0, |acc, n| {
+            bounds.insert(acc + n);
+            acc + n
+        });
+        assert!(summary.spans.iter().all(|s| bounds.contains(&(s.start + s.samples))));
+    }
+}
