@@ -41,6 +41,11 @@ struct VoiceArgs {
     instruct: Option<String>,
 }
 
+/// A saved voice as listed (the Python half's `VoiceInfo`): name, transcript, the reason it
+/// cannot be read (then no transcript), whether it is the default, whether it fits the model,
+/// seconds of prompt.
+type VoiceRow = (String, Option<String>, Option<String>, bool, Option<bool>, f64);
+
 /// One loaded model shared by every Python thread and task (`Send + Sync`).
 #[pyclass(module = "cosy._cosy", frozen)]
 struct EngineCore {
@@ -154,8 +159,8 @@ impl EngineCore {
         .map_err(to_py)
     }
 
-    /// The saved voices: (name, transcript or the reason it cannot be read, is default, fits model).
-    fn voices_list(&self, py: Python<'_>) -> PyResult<Vec<(String, Option<String>, Option<String>, bool, Option<bool>, f64)>> {
+    /// The saved voices, each as [`VoiceRow`].
+    fn voices_list(&self, py: Python<'_>) -> PyResult<Vec<VoiceRow>> {
         py.detach(|| {
             let voices = Voices::new(&self.config);
             let entries = voices.list(Some(self.engine.voice_key()))?;
@@ -174,6 +179,7 @@ impl EngineCore {
     }
 
     /// Makes and saves a voice from a recording (a file or its bytes) and its transcript.
+    #[allow(clippy::too_many_arguments)]
     #[pyo3(signature = (name, transcript, prompt_wav=None, prompt_audio=None, replace=false, make_default=false))]
     fn voices_add(
         &self,
