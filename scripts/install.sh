@@ -9,6 +9,9 @@
 #   PREFIX/share/systemd/user/cosy.service            a systemd user unit for `cosy serve` (not with --no-unit;
 #                                                     systemd finds it for PREFIX ~/.local, /usr/local or /usr)
 #   PREFIX/share/cosy/installed-files                 every file above, relative to PREFIX: the uninstall list
+# With speech-dispatcher installed (not with --no-speechd), the `cosy` speech-dispatcher module in the
+# user's folders (`cosy speech-dispatcher install`: ~/.config/speech-dispatcher/modules/cosy.conf and
+# ~/.local/libexec/speech-dispatcher-modules/sd_cosy; docs/desktop.md), removed again by --uninstall.
 # Models, voices and caches are the user's, not the install's: $XDG_DATA_HOME/cosy, $XDG_CACHE_HOME/cosy.
 #
 #   scripts/install.sh [PREFIX]                 from a checkout: builds the release binary (scripts/setup.sh) unless given one
@@ -18,15 +21,16 @@
 # The binary links ALSA (libasound.so.2): the host needs it (Debian/Ubuntu: libasound2).
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
-prefix=""; bin="${COSY_BIN:-}"; unit=1; uninstall=0
+prefix=""; bin="${COSY_BIN:-}"; unit=1; uninstall=0; speechd=1
 while [ $# -gt 0 ]; do
   case "$1" in
     --bin) bin="$2"; shift 2 ;;
     --bin=*) bin="${1#--bin=}"; shift ;;
     --no-unit) unit=0; shift ;;
+    --no-speechd) speechd=0; shift ;;
     --uninstall) uninstall=1; shift ;;
     -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
-    -*) echo "install.sh: unknown option $1 (use --bin FILE, --no-unit, --uninstall)" >&2; exit 2 ;;
+    -*) echo "install.sh: unknown option $1 (use --bin FILE, --no-unit, --no-speechd, --uninstall)" >&2; exit 2 ;;
     *) [ -z "$prefix" ] || { echo "install.sh: one PREFIX only" >&2; exit 2; }; prefix="$1"; shift ;;
   esac
 done
@@ -37,6 +41,7 @@ list="share/cosy/installed-files"
 
 if [ "$uninstall" = 1 ]; then
   if [ ! -f "$prefix/$list" ]; then echo "install.sh: $prefix/$list not found: nothing installed there" >&2; exit 1; fi
+  [ -x "$prefix/bin/cosy" ] && "$prefix/bin/cosy" speech-dispatcher remove || true
   while IFS= read -r f; do
     [ -n "$f" ] && rm -f "$prefix/$f" && echo "removed $prefix/$f"
   done < "$prefix/$list"
@@ -107,6 +112,11 @@ if [ "$unit" = 1 ]; then
 fi
 installed+=("$list")
 printf '%s\n' "${installed[@]}" > "$prefix/$list"
+
+# speech-dispatcher (Orca, spd-say -o cosy): the module in the user's folders (docs/desktop.md).
+if [ "$speechd" = 1 ] && command -v speech-dispatcher >/dev/null 2>&1; then
+  "$prefix/bin/cosy" speech-dispatcher install || echo "note: the speech-dispatcher module was not installed (see above)"
+fi
 
 echo "installed cosy into $prefix:"
 sed 's|^|  |' "$prefix/$list" | grep -v '/models/tiny/' || true

@@ -22,10 +22,12 @@ done
 # cpal (audio output) links ALSA; pkg-config finds it. make: the server's mp3 encoder (LAME,
 # bundled in mp3lame-sys) builds with its own configure script. ffmpeg: the server tests decode
 # every response format with it (tests/serve/formats.rs).
-if ! dpkg -s pkg-config libasound2-dev make ffmpeg >/dev/null 2>&1; then
+# speech-dispatcher: the screen reader's speech server, which the tests start with cosy's module
+# (tests/cli/speechd.rs).
+if ! dpkg -s pkg-config libasound2-dev make ffmpeg speech-dispatcher >/dev/null 2>&1; then
   sudo_cmd=""; [ "$(id -u)" -ne 0 ] && sudo_cmd="sudo"
   $sudo_cmd apt-get update -q
-  $sudo_cmd apt-get install -y -q pkg-config libasound2-dev make ffmpeg
+  $sudo_cmd apt-get install -y -q pkg-config libasound2-dev make ffmpeg speech-dispatcher
 fi
 
 scripts/setup-ort.sh "${ort_args[@]}"

@@ -9,6 +9,7 @@ mod interrupt;
 mod playback;
 mod say;
 mod serve;
+mod speechd;
 
 use cli::{exit_code, one_line, run, Cli};
 use tracing_subscriber::EnvFilter;

@@ -80,6 +80,12 @@ pub enum Command {
         #[command(subcommand)]
         action: ModelAction,
     },
+    /// The Linux screen reader's speech server: speak through cosy (`spd-say -o cosy`, Orca).
+    #[command(name = "speech-dispatcher")]
+    SpeechDispatcher {
+        #[command(subcommand)]
+        action: SpeechDispatcherAction,
+    },
     /// Print a shell completion script.
     Completions {
         /// bash, zsh, fish, elvish or powershell.
@@ -223,6 +229,27 @@ pub struct SayArgs {
     /// sentence.
     #[arg(long, value_name = "N", hide = true, allow_negative_numbers = true, value_parser = parse_count)]
     pub min_tokens: Option<usize>,
+    /// Test hook (needs `--set debug.test_hooks=true`): after its first chunk the request waits
+    /// until it is stopped (a test of stopping cosy from outside).
+    #[arg(long, hide = true)]
+    pub hold_after_first_audio: bool,
+}
+
+/// `cosy speech-dispatcher …` (docs/desktop.md).
+#[derive(Debug, Subcommand)]
+pub enum SpeechDispatcherAction {
+    /// Print the output module's configuration (speech-dispatcher's generic module running
+    /// `cosy say`, with the saved voices) on standard output.
+    Config,
+    /// Write the module's configuration into the user's speech-dispatcher folder and register
+    /// it there (run it again after adding or removing voices).
+    Install {
+        /// speech-dispatcher's configuration folder (default: $XDG_CONFIG_HOME/speech-dispatcher).
+        #[arg(long, value_name = "DIR")]
+        config_dir: Option<PathBuf>,
+    },
+    /// Remove the module from the user's speech-dispatcher folders.
+    Remove,
 }
 
 /// Arguments of `cosy profile`.
@@ -476,6 +503,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Engines { action } => engines(&config, action),
         Command::Model { action } => model_command(&config, action).map_err(name_the_flag),
+        Command::SpeechDispatcher { action } => crate::speechd::run(&config, action),
         Command::Completions { .. } | Command::Manpage => Ok(()),
         Command::Serve(args) => crate::serve::run(config, server, args.bind.clone(), args.wyoming.clone()),
     }
@@ -996,6 +1024,7 @@ fn say_command(config: &Config, args: &SayArgs) -> anyhow::Result<()> {
     o.speed = args.speed;
     o.seed = args.seed;
     o.min_tokens = args.min_tokens;
+    o.test_hooks.hold_after_first_audio = args.hold_after_first_audio;
     let req = if streaming_stdin {
         cosy::app::speech::build_streaming_request(o)?
     } else {

@@ -14,3 +14,4 @@ mod official;
 mod say_bad_inputs;
 mod say_playback;
 mod say_voices;
+mod speechd;
