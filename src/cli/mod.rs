@@ -458,10 +458,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
     match &cli.command {
         Command::File(args) => file_command(&config, args).map_err(name_the_flag),
         Command::Say(args) => say_command(&config, args).map_err(name_the_flag),
-        Command::Voice { action: action @ VoiceAction::Add { .. } } => {
-            voice_command(&config, action).map_err(|e| name_the_flag_with(e, voice_add_flag_of))
-        }
-        Command::Voice { action } => voice_command(&config, action).map_err(name_the_flag),
+        Command::Voice { action } => voice_command(&config, action).map_err(|e| name_the_flag_with(e, voice_flag_of)),
         Command::Profile(args) => profile_command(&config, args).map_err(name_the_flag),
         Command::Doctor { quick } => {
             let report = crate::doctor::run(&config, &crate::doctor::DoctorOptions { quick: *quick });
@@ -560,8 +557,10 @@ fn flag_of(param: &str) -> Option<&'static str> {
     })
 }
 
-/// `cosy voice add`'s names for the same parameters.
-fn voice_add_flag_of(param: &str) -> Option<&'static str> {
+/// `cosy voice`'s names for the same parameters: its commands take the voice as the argument
+/// NAME (`voice add NAME`, `voice rm NAME`, `voice default NAME`), never `--voice`; `add` takes
+/// the recording and its transcript as `--wav` and `--text`.
+fn voice_flag_of(param: &str) -> Option<&'static str> {
     match param {
         "ref_audio" => Some("--wav"),
         "ref_text" => Some("--text"),
@@ -682,18 +681,16 @@ fn asked_streaming(stream: bool, no_stream: bool) -> Option<bool> {
     (stream || no_stream).then_some(stream)
 }
 
-/// All of standard input, without a byte-order mark at its start.
+/// All of standard input, without a byte-order mark at its start ([`cosy::frontend::text::read_text`]).
 fn read_stdin() -> Result<String, Error> {
-    let mut s = String::new();
-    std::io::Read::read_to_string(&mut std::io::stdin(), &mut s).map_err(|e| Error::io("<stdin>", e))?;
-    Ok(cosy::frontend::text::strip_bom(s))
+    cosy::frontend::text::read_text(std::io::stdin().lock(), "<stdin>")
 }
 
-/// A text file named by `flag` (`--input`), without a byte-order mark at its start.
+/// A text file named by `flag` (`--input`), read as standard input is.
 fn read_text_file(flag: &str, path: &std::path::Path) -> Result<String, Error> {
-    std::fs::read_to_string(path)
-        .map(cosy::frontend::text::strip_bom)
-        .map_err(|e| Error::invalid(format!("{flag} {}: {e}", path.display())))
+    let what = format!("{flag} {}", path.display());
+    let file = std::fs::File::open(path).map_err(|e| Error::invalid(format!("{what}: {e}")))?;
+    cosy::frontend::text::read_text(file, &what)
 }
 
 /// One utterance of `cosy file`: its text, where its audio goes, and which line it was.
@@ -771,7 +768,7 @@ fn plan_file_jobs(args: &FileArgs) -> Result<Vec<FileJob>, Error> {
     }
     cosy::output::check_folder("-o", &folder, false)?;
     let mut jobs = Vec::new();
-    let lines = text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty());
+    let lines = cosy::frontend::text::split_lines(&text).enumerate().filter(|(_, l)| !l.trim().is_empty());
     for (index, (line, text)) in lines.enumerate() {
         let out = folder.join(render_name(&args.name_template, index)?);
         jobs.push(FileJob { index, text: text.to_string(), out: Some(out), line: Some(line + 1) });
