@@ -100,16 +100,18 @@ pub struct ConfigChoice {
     pub why: String,
 }
 
-/// The error for a config file path that is there but is not a file (a folder, a socket …): a
-/// folder named `config.toml` where cosy looks for one is never skipped without a word.
-fn not_a_config_file(p: &Path) -> Option<Error> {
+/// The error for a config file path that is there but is not a file (a folder, a socket …):
+/// `named` (by `--config` or `COSY_CONFIG`), or one cosy looks for (`./config.toml`, the user's,
+/// the system's), which is never skipped without a word.
+fn not_a_config_file(p: &Path, named: bool) -> Option<Error> {
     let meta = std::fs::metadata(p).ok().filter(|m| !m.is_file())?;
-    let shown = if p.is_relative() && !p.starts_with(".") { format!("./{}", p.display()) } else { p.display().to_string() };
     let what = if meta.is_dir() { "a folder" } else { "not a regular file" };
-    Some(Error::Config(format!(
-        "config file {shown} is {what}; give the path of a config file (e.g. {}), or move {shown} away",
-        p.join("config.toml").display()
-    )))
+    Some(Error::Config(if named {
+        format!("config file {} is {what}; give the path of a config file (e.g. {})", p.display(), p.join("config.toml").display())
+    } else {
+        let shown = if p.is_relative() && !p.starts_with(".") { format!("./{}", p.display()) } else { p.display().to_string() };
+        format!("config file {shown} is {what}, where cosy looks for its config file; move it away, or name a config file with --config FILE")
+    }))
 }
 
 /// The config file a command reads: `named` (`--config`, else `$COSY_CONFIG`, already chosen by
@@ -123,7 +125,7 @@ pub fn choose_config(named: Option<(PathBuf, &str)>, project: Option<&Path>, use
                 "the config file named (--config or COSY_CONFIG) is empty; give a file path, or leave it out for ./config.toml".into(),
             ));
         }
-        if let Some(e) = not_a_config_file(&p) {
+        if let Some(e) = not_a_config_file(&p, true) {
             return Err(e);
         }
         if !p.is_file() {
@@ -133,7 +135,7 @@ pub fn choose_config(named: Option<(PathBuf, &str)>, project: Option<&Path>, use
     }
     let mut looked = Vec::new();
     if let Some(p) = project {
-        if let Some(e) = not_a_config_file(p) {
+        if let Some(e) = not_a_config_file(p, false) {
             return Err(e);
         }
         if p.is_file() {
@@ -146,7 +148,7 @@ pub fn choose_config(named: Option<(PathBuf, &str)>, project: Option<&Path>, use
     }
     if user_files {
         let user = config_home().join("config.toml");
-        if let Some(e) = not_a_config_file(&user) {
+        if let Some(e) = not_a_config_file(&user, false) {
             return Err(e);
         }
         if user.is_file() {
@@ -154,7 +156,7 @@ pub fn choose_config(named: Option<(PathBuf, &str)>, project: Option<&Path>, use
         }
         looked.push(user);
         let system = PathBuf::from(SYSTEM_CONFIG);
-        if let Some(e) = not_a_config_file(&system) {
+        if let Some(e) = not_a_config_file(&system, false) {
             return Err(e);
         }
         if system.is_file() {

@@ -242,11 +242,11 @@ pub struct ProfileArgs {
     /// Profile the offline schedule even when streaming.enabled is true.
     #[arg(long)]
     pub no_stream: bool,
-    /// Measured runs (the median run's breakdown is reported; p50/p95 pool every run).
-    #[arg(long, default_value_t = 3, allow_negative_numbers = true, value_parser = parse_count)]
+    /// Measured runs, at most 1000 (the median run's breakdown is reported; p50/p95 pool every run).
+    #[arg(long, default_value_t = 3, allow_negative_numbers = true, value_parser = parse_runs)]
     pub runs: usize,
-    /// Unmeasured runs first (allocator and thread-pool warm-up).
-    #[arg(long, default_value_t = 1, allow_negative_numbers = true, value_parser = parse_count)]
+    /// Unmeasured runs first (allocator and thread-pool warm-up), at most 100.
+    #[arg(long, default_value_t = 1, allow_negative_numbers = true, value_parser = parse_warmup)]
     pub warmup: usize,
     /// Write the report as JSON to this file (`-` = stdout, the table then goes to stderr).
     #[arg(long, value_name = "PATH")]
@@ -295,6 +295,32 @@ fn parse_seed(s: &str) -> Result<u64, String> {
 /// A count (`--runs`, `--warmup`): an integer >= 0, said so for `-1` too.
 fn parse_count(s: &str) -> Result<usize, String> {
     s.trim().parse::<usize>().map_err(|_| format!("{s:?} is not a count: give an integer >= 0"))
+}
+
+/// The most measured runs `cosy profile --runs` takes: p95 over 1000 runs is as exact as it gets;
+/// more would only run for hours (each run is a whole synthesis).
+pub const MAX_PROFILE_RUNS: usize = 1000;
+/// The most warm-up runs `cosy profile --warmup` takes: allocators and thread pools are warm after
+/// one or two; a million ran until killed.
+pub const MAX_WARMUP_RUNS: usize = 100;
+
+/// `--runs`: a count of at most [`MAX_PROFILE_RUNS`].
+fn parse_runs(s: &str) -> Result<usize, String> {
+    parse_count_at_most(s, MAX_PROFILE_RUNS)
+}
+
+/// `--warmup`: a count of at most [`MAX_WARMUP_RUNS`].
+fn parse_warmup(s: &str) -> Result<usize, String> {
+    parse_count_at_most(s, MAX_WARMUP_RUNS)
+}
+
+/// A count of at most `cap`, the cap named when it is passed.
+fn parse_count_at_most(s: &str, cap: usize) -> Result<usize, String> {
+    let n = parse_count(s)?;
+    if n > cap {
+        return Err(format!("{n} is more than the cap of {cap}; give at most {cap}"));
+    }
+    Ok(n)
 }
 
 /// The text `cosy profile` speaks when given none.

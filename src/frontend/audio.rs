@@ -41,6 +41,16 @@ pub const MIN_SAMPLE_RATE: u32 = 16_000;
 pub const MAX_TOKENIZER_SECONDS: f64 = 30.0;
 /// A file whose peak stays below one 16-bit step is treated as silent.
 const SILENCE_PEAK: f32 = 1.0 / 32768.0;
+/// The quietest signal a prompt may have, in dBFS (RMS about its mean, full scale = 1): −60 dBFS
+/// is 33 steps of 16 bits; speech recorded for a prompt sits around −20 to −30 dBFS, and a whole
+/// recording of a few words in 30 s of room noise stays far above −60. Below it there is no
+/// speech to take a voice from (a DC offset, a hum of a few steps, a muted microphone), and the
+/// frontend would make a voice of the noise floor without a word.
+pub const MIN_PROMPT_LEVEL_DBFS: f64 = -60.0;
+/// The largest sample magnitude a prompt may have: full scale is 1; a float file may go past it
+/// by a few dB (a mix that clips), never by 24 dB (16×). A float sample of 1e30 is a damaged file
+/// or not audio, and would make the features overflow.
+pub const MAX_PROMPT_PEAK: f32 = 16.0;
 /// Highest accepted sample rate: 384 kHz, the top rate of audio interfaces and formats (DXD
 /// 352.8 kHz, 384 kHz). Speech has nothing above 12 kHz that the model hears, and a header
 /// claiming more (e.g. 4294967295 Hz) is damaged or made up.
@@ -133,22 +143,17 @@ pub fn decode_bytes(label: &Path, bytes: Vec<u8>) -> Result<Audio> {
 }
 
 /// Mono samples already decoded (in [-1, 1]) at `sample_rate`, checked as [`load_audio`] checks a
-/// decoded file: a rate of 16 to 384 kHz, not empty, finite, not silent.
+/// decoded file: a rate of 16 to 384 kHz, not empty, a usable level (`check_level`).
 pub fn from_pcm(label: &Path, samples: Vec<f32>, sample_rate: u32) -> Result<Audio> {
     check_rate(label, sample_rate)?;
     if samples.is_empty() {
         return Err(input_err(label, "contains no samples; record a few seconds of speech"));
     }
-    if samples.iter().any(|x| !x.is_finite()) {
-        return Err(input_err(label, "contains NaN or infinite samples; re-export it"));
-    }
     let max_samples = (MAX_PROMPT_FILE_BYTES / 4) as usize;
     if samples.len() > max_samples {
         return Err(too_large(label, Some(samples.len() as u64 * 4)));
     }
-    if samples.iter().fold(0.0f32, |m, &x| m.max(x.abs())) < SILENCE_PEAK {
-        return Err(input_err(label, "is silent; give a recording with audible speech"));
-    }
+    check_level(label, &samples)?;
     Ok(Audio { samples, sample_rate })
 }
 
@@ -424,15 +429,43 @@ fn check_decoded(path: &Path, decoded: DecodedMono, expected_frames: Option<u64>
             format!("sample rate {sample_rate} Hz is below {MIN_SAMPLE_RATE} Hz; record or export at 16 kHz or more"),
         ));
     }
-    let peak = mono.iter().fold(0.0f32, |m, &x| m.max(x.abs()));
-    // `max` skips NaN, so the peak alone does not see a NaN sample (a float wav can hold them).
-    if mono.iter().any(|x| !x.is_finite()) {
-        return Err(input_err(path, "contains NaN or infinite samples; re-export it"));
-    }
-    if peak < SILENCE_PEAK {
-        return Err(input_err(path, "is silent; give a recording with audible speech"));
-    }
+    check_level(path, &mono)?;
     Ok(Audio { samples: mono, sample_rate })
+}
+
+/// Whether decoded samples carry a signal a voice can be taken from: all finite, not silent
+/// (peak under one 16-bit step), not far too quiet (under [`MIN_PROMPT_LEVEL_DBFS`]), no sample
+/// past [`MAX_PROMPT_PEAK`]. The one rule for files, uploads and PCM alike.
+fn check_level(label: &Path, samples: &[f32]) -> Result<()> {
+    // `max` skips NaN, so the peak alone does not see a NaN sample (a float wav can hold them).
+    if samples.iter().any(|x| !x.is_finite()) {
+        return Err(input_err(label, "contains NaN or infinite samples; re-export it"));
+    }
+    let peak = samples.iter().fold(0.0f32, |m, &x| m.max(x.abs()));
+    if peak < SILENCE_PEAK {
+        return Err(input_err(label, "is silent; give a recording with audible speech"));
+    }
+    if peak > MAX_PROMPT_PEAK {
+        return Err(input_err(
+            label,
+            format!("has a sample of {peak:e}, far past full scale (1.0; at most {MAX_PROMPT_PEAK} is taken): the file is damaged or not a recording; re-export it"),
+        ));
+    }
+    let n = samples.len() as f64;
+    let mean = samples.iter().map(|&x| f64::from(x)).sum::<f64>() / n;
+    let rms = (samples.iter().map(|&x| (f64::from(x) - mean).powi(2)).sum::<f64>() / n).sqrt();
+    let level = 20.0 * rms.log10();
+    if level < MIN_PROMPT_LEVEL_DBFS {
+        let shown = if level.is_finite() { format!("{level:.0} dBFS") } else { "no signal at all, only a constant value".to_string() };
+        return Err(input_err(
+            label,
+            format!(
+                "is nearly silent ({shown}; a prompt needs at least {MIN_PROMPT_LEVEL_DBFS} dBFS): there is no speech to take a voice from; \
+                 record closer to the microphone or with more gain"
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// Refuses a sample rate outside 16 kHz..=384 kHz (checked before decoding, so that neither a
