@@ -562,3 +562,28 @@ pub fn load_at(path: &Path, target_rate: u32, max_seconds: Option<f64>) -> Resul
     let audio = load_audio(path)?;
     to_rate(&audio, target_rate, max_seconds, path)
 }
+
+#[cfg(test)]
+mod level_tests {
+    use super::*;
+
+    /// Well-formed samples with no usable signal are refused wherever audio comes in (issue 30):
+    /// far too quiet, a constant offset, far past full scale; speech-like levels pass.
+    #[test]
+    fn samples_far_too_quiet_or_past_full_scale_are_refused() {
+        let label = Path::new("upload.wav");
+        let tone = |amplitude: f32| (0..24_000).map(|i| (i as f32 * 0.05).sin() * amplitude).collect::<Vec<f32>>();
+        let refused = |samples: Vec<f32>, needle: &str| {
+            let e = from_pcm(label, samples, 24_000).expect_err(needle).to_string();
+            assert!(e.contains("upload.wav") && e.contains(needle), "{e}");
+        };
+        refused(tone(2.0 / 32768.0), "is nearly silent (-87 dBFS; a prompt needs at least -60 dBFS)");
+        refused(vec![0.25; 24_000], "is nearly silent (no signal at all");
+        let mut spike = tone(0.3);
+        spike[100] = 1e30;
+        refused(spike, "has a sample of 1e30, far past full scale");
+        // −60 dBFS (RMS) passes, and so do a few dB over full scale in a float file.
+        assert!(from_pcm(label, tone(0.0015), 24_000).is_ok());
+        assert!(from_pcm(label, tone(2.0), 24_000).is_ok());
+    }
+}
