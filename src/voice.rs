@@ -709,7 +709,7 @@ impl VoiceStore {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     #[test]
@@ -720,7 +720,8 @@ mod tests {
         assert_eq!(rfc3339_from_unix(4_107_542_399), "2100-02-28T23:59:59Z");
     }
 
-    fn voice(name: &str) -> SavedVoice {
+    /// A voice with plausible features (within what the frontend makes), for tests.
+    pub(crate) fn voice(name: &str) -> SavedVoice {
         SavedVoice {
             name: name.into(),
             transcript: "Hello.".into(),

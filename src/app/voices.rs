@@ -542,19 +542,7 @@ mod tests {
         assert!(voices.check_new("anna", &"é".repeat(10), false).is_ok());
         // A saved voice's transcript too (a file saved under a higher limit, or edited), naming
         // the voice and its file.
-        let saved = SavedVoice {
-            name: "anna".into(),
-            transcript: long.clone(),
-            speech_token: vec![1, 2],
-            prompt_feat: ndarray::Array2::zeros((4, 80)),
-            embedding: vec![0.5; 192],
-            model_key: "ab".repeat(32),
-            model: "/m".into(),
-            frontend_precision: "fp32".into(),
-            source_wav: "a.wav".into(),
-            created: "2024-01-02T03:04:05Z".into(),
-            cosy_version: "0".into(),
-        };
+        let saved = SavedVoice { transcript: long.clone(), ..crate::voice::tests::voice("anna") };
         voices.store().save(&saved, false).unwrap();
         let e = voices.load_saved("anna", None).expect_err("a saved transcript past the limit");
         assert!(matches!(&e, Error::Input { code: InputCode::TextTooLong, param: Some("voice"), .. }), "{e:?}");
