@@ -136,6 +136,60 @@ pub struct Manifest {
     pub tn: serde_json::Value,
 }
 
+impl Manifest {
+    /// Every file path the manifest names, with its key (`graphs.llm.variants.fp32.file`,
+    /// `graphs.llm.variants.fp32.data.file`, `files.tokenizer.file`, `tn.zh.tagger`).
+    pub fn file_paths(&self) -> Vec<(String, &str)> {
+        let mut out = Vec::new();
+        for (stage, g) in &self.graphs {
+            for (precision, v) in &g.variants {
+                out.push((format!("graphs.{stage}.variants.{precision}.file"), v.file.as_str()));
+                if let Some(d) = &v.data {
+                    out.push((format!("graphs.{stage}.variants.{precision}.data.file"), d.file.as_str()));
+                }
+            }
+        }
+        for (name, e) in &self.files {
+            out.push((format!("files.{name}.file"), e.file.as_str()));
+        }
+        for (lang, roles) in self.tn.as_object().into_iter().flatten() {
+            for (role, file) in roles.as_object().into_iter().flatten() {
+                if let Some(file) = file.as_str() {
+                    out.push((format!("tn.{lang}.{role}"), file));
+                }
+            }
+        }
+        out
+    }
+}
+
+/// Refuses a manifest file path (at manifest key `key`) that is empty, absolute, or leaves the
+/// model folder once `.` and `..` are resolved (`../../etc/passwd`): a manifest names files of
+/// its own folder only, and nothing outside it is ever opened on its word.
+fn check_inside(root: &Path, key: &str, file: &str) -> Result<()> {
+    use std::path::Component;
+    let refuse = |why: &str| {
+        Err(Error::model(root, format!("{MANIFEST}: {key} = {file:?} {why}; a manifest names files inside its model folder (re-export the model)")))
+    };
+    if file.trim().is_empty() {
+        return refuse("is empty");
+    }
+    let mut depth = 0usize;
+    for part in Path::new(file).components() {
+        match part {
+            Component::Prefix(_) | Component::RootDir => return refuse("is an absolute path"),
+            Component::CurDir => {}
+            Component::ParentDir if depth == 0 => return refuse("leaves the model folder"),
+            Component::ParentDir => depth -= 1,
+            Component::Normal(_) => depth += 1,
+        }
+    }
+    if depth == 0 {
+        return refuse("is the model folder itself, not a file in it");
+    }
+    Ok(())
+}
+
 /// A model folder whose manifest parsed and has the right format and version.
 #[derive(Debug, Clone)]
 pub struct ModelDir {
@@ -177,6 +231,9 @@ impl ModelDir {
     }
 
     fn check_structure(&self) -> Result<()> {
+        for (key, file) in self.manifest.file_paths() {
+            check_inside(&self.root, &key, file)?;
+        }
         for (stage, g) in &self.manifest.graphs {
             if !STAGES.contains(&stage.as_str()) {
                 return Err(Error::model(&self.root, format!("{MANIFEST}: unknown stage {stage:?}; known: {}", STAGES.join(", "))));
@@ -261,6 +318,10 @@ pub const DTYPES: &[&str] = &["float32", "float16", "int32", "int64", "bool"];
 pub fn check_file(root: &Path, e: &FileEntry, hash: bool) -> std::result::Result<(), String> {
     let path = root.join(&e.file);
     let meta = std::fs::metadata(&path).map_err(|_| format!("{} is missing", e.file))?;
+    if meta.is_dir() {
+        let expected = if e.file.ends_with(".onnx") { "an .onnx graph file" } else { "a file" };
+        return Err(format!("{} is a folder, expected {expected} of {} bytes", e.file, e.bytes));
+    }
     if meta.len() != e.bytes {
         return Err(format!("{} has {} bytes, manifest says {}", e.file, meta.len(), e.bytes));
     }
@@ -345,4 +406,36 @@ pub fn check_graph_io(stage: &str, spec: &GraphSpec, inputs: &[ort::value::Outle
         }
     }
     problems
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A manifest names files of its own folder only: an absolute path, or one that leaves the
+    /// folder once `..` is resolved, is refused naming the manifest key (issue 30: the fixture's
+    /// tokenizer path set to `../../../../etc/passwd` was opened, only its size stopped it).
+    #[test]
+    fn manifest_paths_outside_the_model_folder_are_refused_naming_the_key() {
+        let root = Path::new("/models/tiny");
+        for file in ["../../../../etc/passwd", "/etc/passwd", "a/../../x", "..", "", ".", "a/.."] {
+            let e = check_inside(root, "files.tokenizer.file", file).expect_err(file);
+            let text = e.to_string();
+            assert!(matches!(e, Error::Model { .. }), "{text}");
+            assert!(text.contains("files.tokenizer.file") && text.contains("inside its model folder"), "{text}");
+        }
+        for file in ["tokenizer.json", "./tn/zh_tn_tagger.fst", "tn/../tokenizer.json", "a/b/../c.onnx"] {
+            assert!(check_inside(root, "files.tokenizer.file", file).is_ok(), "{file}");
+        }
+    }
+
+    /// A listed file that is a folder says so (it was "has 4096 bytes").
+    #[test]
+    fn a_listed_file_that_is_a_folder_is_named_as_a_folder() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::create_dir(d.path().join("llm.fp32.onnx")).unwrap();
+        let entry = FileEntry { file: "llm.fp32.onnx".into(), sha256: String::new(), bytes: 479_744 };
+        let why = check_file(d.path(), &entry, false).expect_err("a folder");
+        assert_eq!(why, "llm.fp32.onnx is a folder, expected an .onnx graph file of 479744 bytes");
+    }
 }

@@ -100,6 +100,20 @@ pub struct ConfigChoice {
     pub why: String,
 }
 
+/// The error for a config file path that is there but is not a file (a folder, a socket …):
+/// `named` (by `--config` or `COSY_CONFIG`), or one cosy looks for (`./config.toml`, the user's,
+/// the system's), which is never skipped without a word.
+fn not_a_config_file(p: &Path, named: bool) -> Option<Error> {
+    let meta = std::fs::metadata(p).ok().filter(|m| !m.is_file())?;
+    let what = if meta.is_dir() { "a folder" } else { "not a regular file" };
+    Some(Error::Config(if named {
+        format!("config file {} is {what}; give the path of a config file (e.g. {})", p.display(), p.join("config.toml").display())
+    } else {
+        let shown = if p.is_relative() && !p.starts_with(".") { format!("./{}", p.display()) } else { p.display().to_string() };
+        format!("config file {shown} is {what}, where cosy looks for its config file; move it away, or name a config file with --config FILE")
+    }))
+}
+
 /// The config file a command reads: `named` (`--config`, else `$COSY_CONFIG`, already chosen by
 /// the caller, `how` says which), else `project` (`./config.toml`, a project folder) when it
 /// exists, else, when `user_files`, `$XDG_CONFIG_HOME/cosy/config.toml`, then
@@ -111,12 +125,8 @@ pub fn choose_config(named: Option<(PathBuf, &str)>, project: Option<&Path>, use
                 "the config file named (--config or COSY_CONFIG) is empty; give a file path, or leave it out for ./config.toml".into(),
             ));
         }
-        if p.is_dir() {
-            return Err(Error::Config(format!(
-                "config file {} is a folder; give the path of a config file (e.g. {})",
-                p.display(),
-                p.join("config.toml").display()
-            )));
+        if let Some(e) = not_a_config_file(&p, true) {
+            return Err(e);
         }
         if !p.is_file() {
             return Err(Error::Config(format!("config file {} does not exist", p.display())));
@@ -125,6 +135,9 @@ pub fn choose_config(named: Option<(PathBuf, &str)>, project: Option<&Path>, use
     }
     let mut looked = Vec::new();
     if let Some(p) = project {
+        if let Some(e) = not_a_config_file(p, false) {
+            return Err(e);
+        }
         if p.is_file() {
             return Ok(ConfigChoice {
                 file: Some(p.to_path_buf()),
@@ -135,11 +148,17 @@ pub fn choose_config(named: Option<(PathBuf, &str)>, project: Option<&Path>, use
     }
     if user_files {
         let user = config_home().join("config.toml");
+        if let Some(e) = not_a_config_file(&user, false) {
+            return Err(e);
+        }
         if user.is_file() {
             return Ok(ConfigChoice { file: Some(user), why: "the user's config file ($XDG_CONFIG_HOME/cosy)".into() });
         }
         looked.push(user);
         let system = PathBuf::from(SYSTEM_CONFIG);
+        if let Some(e) = not_a_config_file(&system, false) {
+            return Err(e);
+        }
         if system.is_file() {
             return Ok(ConfigChoice { file: Some(system), why: "the system's config file".into() });
         }
@@ -248,5 +267,18 @@ mod tests {
         let c = choose_config(None, Some(&d.path().join("config.toml")), false).unwrap();
         assert_eq!(c.file, Some(d.path().join("config.toml")));
         assert!(c.why.contains("project folder"), "{}", c.why);
+    }
+
+    /// A folder where cosy looks for a config file (`./config.toml`, the user's, the system's) is
+    /// an error naming it, never skipped as if nothing were there.
+    #[test]
+    fn a_folder_named_config_toml_is_refused_naming_it() {
+        let d = tempfile::tempdir().unwrap();
+        let project = d.path().join("config.toml");
+        std::fs::create_dir(&project).unwrap();
+        let e = choose_config(None, Some(&project), false).expect_err("a folder is not a config file");
+        let text = e.to_string();
+        assert!(matches!(e, Error::Config(_)), "{e}");
+        assert!(text.contains(&format!("config file {} is a folder", project.display())), "{text}");
     }
 }

@@ -316,11 +316,35 @@ pub fn shorten(text: &str, max: usize) -> String {
     }
 }
 
+/// What of `text` is to be spoken: what follows its last `<|endofprompt|>` (what comes before is
+/// a prompt or an instruction to the model), without special-token markup (`<|en|>`, …), which
+/// the model reads as control tokens, not words.
+fn spoken_part(text: &str) -> std::borrow::Cow<'_, str> {
+    static MARKUP: std::sync::OnceLock<regex::Regex> = std::sync::OnceLock::new();
+    let after = text.rsplit(crate::frontend::tokenizer::ENDOFPROMPT).next().unwrap_or(text);
+    let markup = MARKUP.get_or_init(|| regex::Regex::new(r"<\|[^<>|]*\|>").expect("static regex"));
+    markup.replace_all(after, "")
+}
+
 /// Refuses a text with nothing to say: empty, only blanks and invisible characters (zero-width
-/// spaces and joiners, word joiner, byte-order mark, other format characters), or only
-/// punctuation, symbols and emoji.
+/// spaces and joiners, word joiner, byte-order mark, other format characters), only
+/// punctuation, symbols and emoji, or only special tokens (`<|endofprompt|>` with nothing after
+/// it).
 pub fn check_speakable(text: &str) -> Result<()> {
     let visible = crate::frontend::text::strip_invisible(text);
+    let spoken = crate::frontend::text::strip_invisible(&spoken_part(text));
+    if !visible.is_empty() && spoken.is_empty() {
+        return Err(Error::input(
+            InputCode::InvalidText,
+            Some("input"),
+            format!(
+                "the text {:?} has nothing to speak (only special tokens such as {}, or nothing after the last one); give some words",
+                shorten(text.trim(), 40),
+                crate::frontend::tokenizer::ENDOFPROMPT
+            ),
+        ));
+    }
+    let visible = spoken;
     if visible.is_empty() {
         return Err(Error::input(
             InputCode::InvalidText,
@@ -392,4 +416,25 @@ pub fn check_text_streaming(voice: &Voice) -> Result<()> {
         Some("voice"),
         "text-in streaming needs a voice with a transcript (zero-shot) or an instruction: cross-lingual mode has no prompt text for <|endofprompt|>",
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Text that is only special tokens has nothing to speak (issue 30: `<|endofprompt|>` alone was
+    /// synthesised); what follows the last `<|endofprompt|>` is what is spoken.
+    #[test]
+    fn only_special_tokens_are_nothing_to_speak() {
+        for text in ["<|endofprompt|>", " <|endofprompt|> ", "Speak slowly.<|endofprompt|>", "<|en|><|endofprompt|>\u{200b}"] {
+            let e = check_speakable(text).expect_err(text);
+            assert!(matches!(e, Error::Input { code: InputCode::InvalidText, .. }), "{e:?}");
+            assert!(e.to_string().contains("nothing to speak"), "{e}");
+        }
+        let e = check_speakable("Speak slowly.<|endofprompt|>?!").expect_err("only punctuation after the marker");
+        assert!(e.to_string().contains("only punctuation"), "{e}");
+        for text in ["You are a helpful assistant.<|endofprompt|>Hello there.", "<|en|>Hello", "a <| b |> c", "Hello"] {
+            assert!(check_speakable(text).is_ok(), "{text}");
+        }
+    }
 }

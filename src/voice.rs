@@ -50,6 +50,28 @@ pub const VOICE_EXTENSION: &str = "safetensors";
 /// [1500, 80] mel, a [192] embedding and a few kB of metadata, about 0.5 MB; anything far larger
 /// in the voices folder is not a voice, and is never read whole.
 pub const MAX_VOICE_FILE_BYTES: u64 = 16 << 20;
+/// The values a saved voice's prompt mel (`prompt_feat`) can have: it is a natural log of
+/// `clamp(mel, 1e-5)` (the matcha mel of docs/model-format.md), so never below ln 1e-5 = −11.51;
+/// a prompt's samples are at most 16 (`frontend::audio::MAX_PROMPT_PEAK`), whose mel (a
+/// 1920-point Hann window, Slaney-normalised filters summing to about 0.08) stays under
+/// 16 · 960 · 0.08 ≈ 1230, ln ≈ 7.1. Outside −12 to 12 a value was not made by the frontend.
+pub const PROMPT_FEAT_RANGE: std::ops::RangeInclusive<f32> = -12.0..=12.0;
+/// The values a saved voice's speaker embedding can have: CAM++ ends in a batch norm without
+/// affine weights, so each value is about unit-variance over speech (the bundled tiny model's,
+/// on tests/fixtures/prompt_24k.wav: within ±2.5), and the flow L2-normalises the vector, so
+/// only its direction counts. A value past ±100 (40 times that) is a damaged file, e.g. an
+/// exponent bit flipped, and would alone decide the direction.
+pub const EMBEDDING_RANGE: std::ops::RangeInclusive<f32> = -100.0..=100.0;
+
+/// How to replace a damaged saved voice whose file is `<file_name>.safetensors`.
+pub fn remake_advice(file_name: &str) -> String {
+    if crate::vocab::check_voice_name(file_name).is_ok() {
+        format!("make it again from its recording with `cosy voice add {file_name} --wav FILE --text TEXT --force` (this replaces the file), or delete it")
+    } else {
+        "delete it, and make the voice again with `cosy voice add NAME --wav FILE --text TEXT`".to_string()
+    }
+}
+
 /// The largest safetensors header of a voice file read (its JSON: metadata and tensor table).
 const MAX_VOICE_HEADER_BYTES: u64 = 1 << 20;
 
@@ -266,26 +288,31 @@ impl SavedVoice {
             }
             _ => return Err(bad(format!("tensor shapes {ts:?}, {fs:?}, {es:?} do not fit together"))),
         };
-        // NaN or inf in the features gives all-zero audio with no error: refuse the voice.
         let name = get("name")?;
         // The message names the file the user's name led to, and a command that replaces that
         // very file: the name stored inside may differ (a copied or renamed file).
         let file_name = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
-        for (what, bad_value) in [
-            ("speaker embedding", embedding.iter().any(|v| !v.is_finite())),
-            ("prompt mel (prompt_feat)", prompt_feat.iter().any(|v| !v.is_finite())),
+        let damaged = |what: &str, why: String| {
+            Error::invalid(format!("voice file {}: its {what} {why} (the file is damaged); {}", path.display(), remake_advice(&file_name)))
+        };
+        // NaN or inf in the features gives all-zero audio with no error; a value far outside
+        // what the frontend makes (an exponent bit flipped) gives noise: refuse the voice.
+        for (what, values, range) in [
+            ("speaker embedding", embedding.as_slice(), EMBEDDING_RANGE),
+            ("prompt mel (prompt_feat)", prompt_feat.as_slice().unwrap_or_default(), PROMPT_FEAT_RANGE),
         ] {
-            if bad_value {
-                let fix = if crate::vocab::check_voice_name(&file_name).is_ok() {
-                    format!("make it again from its recording with `cosy voice add {file_name} --wav FILE --text TEXT --force` (this replaces the file), or delete it")
-                } else {
-                    "delete it, and make the voice again with `cosy voice add NAME --wav FILE --text TEXT`".to_string()
-                };
-                return Err(Error::invalid(format!(
-                    "voice file {}: its {what} has NaN or infinite values (the file is damaged); {fix}",
-                    path.display()
-                )));
+            if values.iter().any(|v| !v.is_finite()) {
+                return Err(damaged(what, "has NaN or infinite values".into()));
             }
+            if let Some(v) = values.iter().find(|v| !range.contains(v)) {
+                return Err(damaged(
+                    what,
+                    format!("has a value of {v:e}, outside {} to {}, all that the frontend makes", range.start(), range.end()),
+                ));
+            }
+        }
+        if let Some(t) = speech_token.iter().find(|t| **t < 0) {
+            return Err(damaged("speech tokens", format!("hold {t}, and a speech token is never negative")));
         }
         Ok(SavedVoice {
             name,
@@ -300,6 +327,24 @@ impl SavedVoice {
             created: get("created")?,
             cosy_version: get("cosy_version")?,
         })
+    }
+
+    /// Refuses a voice whose speech tokens are not all below `speech_tokens` (the model's first
+    /// stop id: ids under it are speech), naming the voice and how to make it again: deep in the
+    /// LLM the same token would only say that an embedding row is missing.
+    pub fn check_tokens(&self, speech_tokens: i64) -> Result<()> {
+        match self.speech_token.iter().find(|t| !(0..speech_tokens).contains(*t)) {
+            None => Ok(()),
+            Some(t) => Err(Error::input(
+                InputCode::Invalid,
+                Some("voice"),
+                format!(
+                    "voice {:?}: its speech token {t} is outside this model's {speech_tokens} speech tokens (the voice file is damaged); {}",
+                    self.name,
+                    remake_advice(&self.name)
+                ),
+            )),
+        }
     }
 
     /// Refuses a voice made for another model, naming both.
@@ -527,13 +572,14 @@ impl VoiceStore {
         let tmp = self.dir.join(format!(".{}.{VOICE_EXTENSION}.tmp{}.{host}.{nanos:x}.{seq}", voice.name, std::process::id()));
         let result = (|| {
             use std::io::Write;
+            // The temporary file is ours, not the user's: a failure names the folder.
             let mut f = std::fs::OpenOptions::new()
                 .write(true)
                 .create_new(true)
                 .open(&tmp)
-                .map_err(|e| Error::io(&tmp, e))?;
-            f.write_all(&bytes).map_err(|e| Error::io(&tmp, e))?;
-            f.sync_all().map_err(|e| Error::io(&tmp, e))?;
+                .map_err(|e| self.cannot_write(e))?;
+            f.write_all(&bytes).map_err(|e| self.cannot_write(e))?;
+            f.sync_all().map_err(|e| self.cannot_write(e))?;
             drop(f);
             if replace {
                 return std::fs::rename(&tmp, &path).map_err(|e| Error::io(&path, e));
@@ -561,7 +607,17 @@ impl VoiceStore {
     /// Creates the voices folder, saying so plainly when `voices.dir` (or a folder above it) is a
     /// file.
     fn create_dir(&self) -> Result<()> {
-        std::fs::create_dir_all(&self.dir).map_err(|e| self.not_a_folder().unwrap_or_else(|| Error::io(&self.dir, e)))
+        std::fs::create_dir_all(&self.dir).map_err(|e| self.not_a_folder().unwrap_or_else(|| self.cannot_write(e)))
+    }
+
+    /// The error for a voices folder that cannot be written (read-only, full, not ours): it
+    /// names the folder and the fix, never the temporary file a save goes through.
+    fn cannot_write(&self, e: std::io::Error) -> Error {
+        Error::invalid(format!(
+            "voices folder {} cannot be written ({e}); make it writable, or set voices.dir to a folder you can write \
+             (--set voices.dir=PATH, COSY_VOICES or config.toml)",
+            self.dir.display()
+        ))
     }
 
     /// Refuses a `voices.dir` that is (or lies under) a file; an absent folder is fine (it is
@@ -653,7 +709,7 @@ impl VoiceStore {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     #[test]
@@ -662,6 +718,62 @@ mod tests {
         assert_eq!(rfc3339_from_unix(951_782_400), "2000-02-29T00:00:00Z");
         assert_eq!(rfc3339_from_unix(1_700_000_000), "2023-11-14T22:13:20Z");
         assert_eq!(rfc3339_from_unix(4_107_542_399), "2100-02-28T23:59:59Z");
+    }
+
+    /// A voice with plausible features (within what the frontend makes), for tests.
+    pub(crate) fn voice(name: &str) -> SavedVoice {
+        SavedVoice {
+            name: name.into(),
+            transcript: "Hello.".into(),
+            speech_token: vec![0, 6560, 3],
+            prompt_feat: Array2::from_shape_fn((6, 80), |(i, j)| -11.51 + (i * 80 + j) as f32 * 0.03),
+            embedding: (0..192).map(|i| (i as f32 - 96.0) / 40.0).collect(),
+            model_key: "ab".repeat(32),
+            model: "/m".into(),
+            frontend_precision: "fp32".into(),
+            source_wav: "a.wav".into(),
+            created: "2024-01-02T03:04:05Z".into(),
+            cosy_version: "0".into(),
+        }
+    }
+
+    /// A voice file whose features are off by orders of magnitude (an exponent bit flipped) or
+    /// whose tokens are negative is refused as damaged, naming the file and how to make it again
+    /// (issue 30: they were used, giving noise or an error deep in the LLM).
+    #[test]
+    fn features_outside_what_the_frontend_makes_are_refused_naming_the_file() {
+        let path = Path::new("/v/anna.safetensors");
+        let good = voice("anna");
+        assert_eq!(SavedVoice::from_bytes(&good.to_bytes().unwrap(), path).unwrap(), good, "plausible values load");
+        let flip = |v: f32| f32::from_bits(v.to_bits() ^ (1 << 29));
+        let mut embedding = good.clone();
+        embedding.embedding[5] = flip(embedding.embedding[5]);
+        let mut feat = good.clone();
+        // -0.5 with its top exponent bit set: -8.5e37.
+        feat.prompt_feat[[2, 7]] = f32::from_bits((-0.5f32).to_bits() ^ (1 << 30));
+        let mut token = good.clone();
+        token.speech_token[1] = -3;
+        for (bad, needle) in [(embedding, "speaker embedding has a value of"), (feat, "prompt mel (prompt_feat) has a value of"), (token, "hold -3")] {
+            let e = SavedVoice::from_bytes(&bad.to_bytes().unwrap(), path).expect_err(needle);
+            let text = e.to_string();
+            assert!(text.contains("/v/anna.safetensors") && text.contains(needle), "{text}");
+            assert!(text.contains("cosy voice add anna --wav FILE --text TEXT --force"), "{text}");
+        }
+        // Tokens are checked against the model's speech tokens (its first stop id).
+        assert!(good.check_tokens(6561).is_ok());
+        let e = good.check_tokens(6000).expect_err("6560 is past 6000 speech tokens").to_string();
+        assert!(e.contains("voice \"anna\": its speech token 6560 is outside this model's 6000 speech tokens") && e.contains("cosy voice add anna"), "{e}");
+    }
+
+    /// A voices folder that cannot be written is named with the fix, not the temporary file a
+    /// save goes through (sysfs refuses new files even to root, so this holds as any user).
+    #[test]
+    fn an_unwritable_voices_folder_is_named_not_its_temporary_file() {
+        let store = VoiceStore::new("/sys");
+        let e = store.save(&voice("anna"), false).expect_err("sysfs takes no voice file");
+        let text = e.to_string();
+        assert!(text.starts_with("voices folder /sys cannot be written") && text.contains("voices.dir"), "{text}");
+        assert!(!text.contains(".tmp"), "{text}");
     }
 
     #[test]

@@ -538,7 +538,8 @@ fn valid_voice(rng: &mut Rng) -> SavedVoice {
         name: "fuzz".into(),
         transcript: gen::text(rng, 40),
         speech_token: (0..l).map(|_| rng.below(6561) as i64).collect(),
-        prompt_feat: ndarray::Array2::from_shape_fn((2 * l, mels), |(i, j)| (i * 31 + j) as f32 * 0.01 - 5.0),
+        // Within what a prompt mel may hold (`PROMPT_FEAT_RANGE`), so that the unmutated voice loads.
+        prompt_feat: ndarray::Array2::from_shape_fn((2 * l, mels), |(i, j)| ((i * 31 + j) % 1700) as f32 * 0.01 - 5.0),
         embedding: (0..192).map(|i| i as f32 * 0.001).collect(),
         model_key: "0123456789abcdef".repeat(4),
         model: "models/x".into(),

@@ -176,11 +176,15 @@ pub fn check_prompt_text(param: &'static str, text: &str, limit: usize) -> Resul
     if n <= limit {
         return Ok(());
     }
-    let what = if param == "instructions" { "instruction" } else { "prompt transcript" };
+    let (what, fix) = if param == "instructions" {
+        ("instruction", "give a shorter instruction")
+    } else {
+        ("prompt transcript", "give the words the recording says")
+    };
     Err(Error::input(
         InputCode::TextTooLong,
         Some(param),
-        format!("the {what} has {n} characters, more than the limit of {limit} (limits.max_prompt_text_chars); give the words the recording says"),
+        format!("the {what} has {n} characters, more than the limit of {limit} (limits.max_prompt_text_chars); {fix}"),
     ))
 }
 
@@ -411,12 +415,25 @@ impl Voices {
         out
     }
 
-    /// A saved voice by name, checked against `model_key` when given.
+    /// A saved voice by name, checked against `model_key` when given, and its transcript against
+    /// `limits.max_prompt_text_chars` as a request's would be ([`check_prompt_text`]: a file
+    /// saved under a higher limit, or edited, is held to the same rule).
     pub fn load_saved(&self, name: &str, model_key: Option<&str>) -> Result<SavedVoice> {
         let saved = self.store.load(name)?;
         if let Some(key) = model_key {
             saved.check_model(key, &self.model_dir)?;
         }
+        check_prompt_text("ref_text", &saved.transcript, self.max_prompt_text_chars).map_err(|e| match e {
+            Error::Input { code, message, .. } => Error::Input {
+                code,
+                param: Some("voice"),
+                message: format!(
+                    "saved voice {name:?} ({}): {message}; make it again with a shorter transcript (`cosy voice add {name} --wav FILE --text TEXT --force`)",
+                    self.store.path_of(name).display()
+                ),
+            },
+            other => other,
+        })?;
         Ok(saved)
     }
 
@@ -523,5 +540,15 @@ mod tests {
         too_long(voices.check_new("anna", &long, false).expect_err("longer than the limit"), "ref_text");
         assert!(check_prompt_text("ref_text", &"é".repeat(10), 10).is_ok(), "at the limit");
         assert!(voices.check_new("anna", &"é".repeat(10), false).is_ok());
+        // A saved voice's transcript too (a file saved under a higher limit, or edited), naming
+        // the voice and its file.
+        let saved = SavedVoice { transcript: long.clone(), ..crate::voice::tests::voice("anna") };
+        voices.store().save(&saved, false).unwrap();
+        let e = voices.load_saved("anna", None).expect_err("a saved transcript past the limit");
+        assert!(matches!(&e, Error::Input { code: InputCode::TextTooLong, param: Some("voice"), .. }), "{e:?}");
+        let text = e.to_string();
+        assert!(text.contains("saved voice \"anna\"") && text.contains("anna.safetensors") && text.contains("11 characters"), "{text}");
+        let choice = VoiceChoice { name: Some("anna".into()), ..VoiceChoice::default() };
+        assert!(voices.resolve(choice, None).is_err(), "resolving it is refused the same way");
     }
 }

@@ -269,11 +269,11 @@ pub struct ProfileArgs {
     /// Profile the offline schedule even when streaming.enabled is true.
     #[arg(long)]
     pub no_stream: bool,
-    /// Measured runs (the median run's breakdown is reported; p50/p95 pool every run).
-    #[arg(long, default_value_t = 3, allow_negative_numbers = true, value_parser = parse_count)]
+    /// Measured runs, at most 1000 (the median run's breakdown is reported; p50/p95 pool every run).
+    #[arg(long, default_value_t = 3, allow_negative_numbers = true, value_parser = parse_runs)]
     pub runs: usize,
-    /// Unmeasured runs first (allocator and thread-pool warm-up).
-    #[arg(long, default_value_t = 1, allow_negative_numbers = true, value_parser = parse_count)]
+    /// Unmeasured runs first (allocator and thread-pool warm-up), at most 100.
+    #[arg(long, default_value_t = 1, allow_negative_numbers = true, value_parser = parse_warmup)]
     pub warmup: usize,
     /// Write the report as JSON to this file (`-` = stdout, the table then goes to stderr).
     #[arg(long, value_name = "PATH")]
@@ -322,6 +322,32 @@ fn parse_seed(s: &str) -> Result<u64, String> {
 /// A count (`--runs`, `--warmup`): an integer >= 0, said so for `-1` too.
 fn parse_count(s: &str) -> Result<usize, String> {
     s.trim().parse::<usize>().map_err(|_| format!("{s:?} is not a count: give an integer >= 0"))
+}
+
+/// The most measured runs `cosy profile --runs` takes: p95 over 1000 runs is as exact as it gets;
+/// more would only run for hours (each run is a whole synthesis).
+pub const MAX_PROFILE_RUNS: usize = 1000;
+/// The most warm-up runs `cosy profile --warmup` takes: allocators and thread pools are warm after
+/// one or two; a million ran until killed.
+pub const MAX_WARMUP_RUNS: usize = 100;
+
+/// `--runs`: a count of at most [`MAX_PROFILE_RUNS`].
+fn parse_runs(s: &str) -> Result<usize, String> {
+    parse_count_at_most(s, MAX_PROFILE_RUNS)
+}
+
+/// `--warmup`: a count of at most [`MAX_WARMUP_RUNS`].
+fn parse_warmup(s: &str) -> Result<usize, String> {
+    parse_count_at_most(s, MAX_WARMUP_RUNS)
+}
+
+/// A count of at most `cap`, the cap named when it is passed.
+fn parse_count_at_most(s: &str, cap: usize) -> Result<usize, String> {
+    let n = parse_count(s)?;
+    if n > cap {
+        return Err(format!("{n} is more than the cap of {cap}; give at most {cap}"));
+    }
+    Ok(n)
 }
 
 /// The text `cosy profile` speaks when given none.
@@ -485,10 +511,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
     match &cli.command {
         Command::File(args) => file_command(&config, args).map_err(name_the_flag),
         Command::Say(args) => say_command(&config, args).map_err(name_the_flag),
-        Command::Voice { action: action @ VoiceAction::Add { .. } } => {
-            voice_command(&config, action).map_err(|e| name_the_flag_with(e, voice_add_flag_of))
-        }
-        Command::Voice { action } => voice_command(&config, action).map_err(name_the_flag),
+        Command::Voice { action } => voice_command(&config, action).map_err(|e| name_the_flag_with(e, voice_flag_of)),
         Command::Profile(args) => profile_command(&config, args).map_err(name_the_flag),
         Command::Doctor { quick } => {
             let report = crate::doctor::run(&config, &crate::doctor::DoctorOptions { quick: *quick });
@@ -588,8 +611,10 @@ fn flag_of(param: &str) -> Option<&'static str> {
     })
 }
 
-/// `cosy voice add`'s names for the same parameters.
-fn voice_add_flag_of(param: &str) -> Option<&'static str> {
+/// `cosy voice`'s names for the same parameters: its commands take the voice as the argument
+/// NAME (`voice add NAME`, `voice rm NAME`, `voice default NAME`), never `--voice`; `add` takes
+/// the recording and its transcript as `--wav` and `--text`.
+fn voice_flag_of(param: &str) -> Option<&'static str> {
     match param {
         "ref_audio" => Some("--wav"),
         "ref_text" => Some("--text"),
@@ -710,18 +735,16 @@ fn asked_streaming(stream: bool, no_stream: bool) -> Option<bool> {
     (stream || no_stream).then_some(stream)
 }
 
-/// All of standard input, without a byte-order mark at its start.
+/// All of standard input, without a byte-order mark at its start ([`cosy::frontend::text::read_text`]).
 fn read_stdin() -> Result<String, Error> {
-    let mut s = String::new();
-    std::io::Read::read_to_string(&mut std::io::stdin(), &mut s).map_err(|e| Error::io("<stdin>", e))?;
-    Ok(cosy::frontend::text::strip_bom(s))
+    cosy::frontend::text::read_text(std::io::stdin().lock(), "<stdin>")
 }
 
-/// A text file named by `flag` (`--input`), without a byte-order mark at its start.
+/// A text file named by `flag` (`--input`), read as standard input is.
 fn read_text_file(flag: &str, path: &std::path::Path) -> Result<String, Error> {
-    std::fs::read_to_string(path)
-        .map(cosy::frontend::text::strip_bom)
-        .map_err(|e| Error::invalid(format!("{flag} {}: {e}", path.display())))
+    let what = format!("{flag} {}", path.display());
+    let file = std::fs::File::open(path).map_err(|e| Error::invalid(format!("{what}: {e}")))?;
+    cosy::frontend::text::read_text(file, &what)
 }
 
 /// One utterance of `cosy file`: its text, where its audio goes, and which line it was.
@@ -799,7 +822,7 @@ fn plan_file_jobs(args: &FileArgs) -> Result<Vec<FileJob>, Error> {
     }
     cosy::output::check_folder("-o", &folder, false)?;
     let mut jobs = Vec::new();
-    let lines = text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty());
+    let lines = cosy::frontend::text::split_lines(&text).enumerate().filter(|(_, l)| !l.trim().is_empty());
     for (index, (line, text)) in lines.enumerate() {
         let out = folder.join(render_name(&args.name_template, index)?);
         jobs.push(FileJob { index, text: text.to_string(), out: Some(out), line: Some(line + 1) });

@@ -305,7 +305,16 @@ fn measure_runs(engine: &cosy::engine::Engine, profiler: &Profiler, plan: &Profi
     let rate = f64::from(engine.sample_rate());
     let mut runs = Vec::with_capacity(plan.runs);
     let mut events = Vec::new();
+    // One tick per run (drawn on stderr only when it is a terminal), so a long profile shows
+    // where it is.
+    let progress = indicatif::ProgressBar::new((plan.warmup + plan.runs) as u64);
+    progress.set_style(
+        indicatif::ProgressStyle::with_template("{bar:30} run {pos}/{len} ({elapsed}, {eta} left) {msg}")
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+    );
     for i in 0..plan.warmup + plan.runs {
+        progress.set_message(if i < plan.warmup { "warm-up" } else { "measured" });
+        progress.set_position(i as u64);
         profiler.take_events();
         let t0 = Instant::now();
         let mut first_chunk: Option<f64> = None;
@@ -324,6 +333,7 @@ fn measure_runs(engine: &cosy::engine::Engine, profiler: &Profiler, plan: &Profi
         runs.push(run_report(&summary, summarize(&run_events), timing));
         events.extend(run_events);
     }
+    progress.finish_and_clear();
     Ok((runs, events))
 }
 

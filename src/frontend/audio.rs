@@ -41,6 +41,16 @@ pub const MIN_SAMPLE_RATE: u32 = 16_000;
 pub const MAX_TOKENIZER_SECONDS: f64 = 30.0;
 /// A file whose peak stays below one 16-bit step is treated as silent.
 const SILENCE_PEAK: f32 = 1.0 / 32768.0;
+/// The quietest signal a prompt may have, in dBFS (RMS about its mean, full scale = 1): −60 dBFS
+/// is 33 steps of 16 bits; speech recorded for a prompt sits around −20 to −30 dBFS, and a whole
+/// recording of a few words in 30 s of room noise stays far above −60. Below it there is no
+/// speech to take a voice from (a DC offset, a hum of a few steps, a muted microphone), and the
+/// frontend would make a voice of the noise floor without a word.
+pub const MIN_PROMPT_LEVEL_DBFS: f64 = -60.0;
+/// The largest sample magnitude a prompt may have: full scale is 1; a float file may go past it
+/// by a few dB (a mix that clips), never by 24 dB (16×). A float sample of 1e30 is a damaged file
+/// or not audio, and would make the features overflow.
+pub const MAX_PROMPT_PEAK: f32 = 16.0;
 /// Highest accepted sample rate: 384 kHz, the top rate of audio interfaces and formats (DXD
 /// 352.8 kHz, 384 kHz). Speech has nothing above 12 kHz that the model hears, and a header
 /// claiming more (e.g. 4294967295 Hz) is damaged or made up.
@@ -133,22 +143,17 @@ pub fn decode_bytes(label: &Path, bytes: Vec<u8>) -> Result<Audio> {
 }
 
 /// Mono samples already decoded (in [-1, 1]) at `sample_rate`, checked as [`load_audio`] checks a
-/// decoded file: a rate of 16 to 384 kHz, not empty, finite, not silent.
+/// decoded file: a rate of 16 to 384 kHz, not empty, a usable level (`check_level`).
 pub fn from_pcm(label: &Path, samples: Vec<f32>, sample_rate: u32) -> Result<Audio> {
     check_rate(label, sample_rate)?;
     if samples.is_empty() {
         return Err(input_err(label, "contains no samples; record a few seconds of speech"));
     }
-    if samples.iter().any(|x| !x.is_finite()) {
-        return Err(input_err(label, "contains NaN or infinite samples; re-export it"));
-    }
     let max_samples = (MAX_PROMPT_FILE_BYTES / 4) as usize;
     if samples.len() > max_samples {
         return Err(too_large(label, Some(samples.len() as u64 * 4)));
     }
-    if samples.iter().fold(0.0f32, |m, &x| m.max(x.abs())) < SILENCE_PEAK {
-        return Err(input_err(label, "is silent; give a recording with audible speech"));
-    }
+    check_level(label, &samples)?;
     Ok(Audio { samples, sample_rate })
 }
 
@@ -424,15 +429,43 @@ fn check_decoded(path: &Path, decoded: DecodedMono, expected_frames: Option<u64>
             format!("sample rate {sample_rate} Hz is below {MIN_SAMPLE_RATE} Hz; record or export at 16 kHz or more"),
         ));
     }
-    let peak = mono.iter().fold(0.0f32, |m, &x| m.max(x.abs()));
-    // `max` skips NaN, so the peak alone does not see a NaN sample (a float wav can hold them).
-    if mono.iter().any(|x| !x.is_finite()) {
-        return Err(input_err(path, "contains NaN or infinite samples; re-export it"));
-    }
-    if peak < SILENCE_PEAK {
-        return Err(input_err(path, "is silent; give a recording with audible speech"));
-    }
+    check_level(path, &mono)?;
     Ok(Audio { samples: mono, sample_rate })
+}
+
+/// Whether decoded samples carry a signal a voice can be taken from: all finite, not silent
+/// (peak under one 16-bit step), not far too quiet (under [`MIN_PROMPT_LEVEL_DBFS`]), no sample
+/// past [`MAX_PROMPT_PEAK`]. The one rule for files, uploads and PCM alike.
+fn check_level(label: &Path, samples: &[f32]) -> Result<()> {
+    // `max` skips NaN, so the peak alone does not see a NaN sample (a float wav can hold them).
+    if samples.iter().any(|x| !x.is_finite()) {
+        return Err(input_err(label, "contains NaN or infinite samples; re-export it"));
+    }
+    let peak = samples.iter().fold(0.0f32, |m, &x| m.max(x.abs()));
+    if peak < SILENCE_PEAK {
+        return Err(input_err(label, "is silent; give a recording with audible speech"));
+    }
+    if peak > MAX_PROMPT_PEAK {
+        return Err(input_err(
+            label,
+            format!("has a sample of {peak:e}, far past full scale (1.0; at most {MAX_PROMPT_PEAK} is taken): the file is damaged or not a recording; re-export it"),
+        ));
+    }
+    let n = samples.len() as f64;
+    let mean = samples.iter().map(|&x| f64::from(x)).sum::<f64>() / n;
+    let rms = (samples.iter().map(|&x| (f64::from(x) - mean).powi(2)).sum::<f64>() / n).sqrt();
+    let level = 20.0 * rms.log10();
+    if level < MIN_PROMPT_LEVEL_DBFS {
+        let shown = if level.is_finite() { format!("{level:.0} dBFS") } else { "no signal at all, only a constant value".to_string() };
+        return Err(input_err(
+            label,
+            format!(
+                "is nearly silent ({shown}; a prompt needs at least {MIN_PROMPT_LEVEL_DBFS} dBFS): there is no speech to take a voice from; \
+                 record closer to the microphone or with more gain"
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// Refuses a sample rate outside 16 kHz..=384 kHz (checked before decoding, so that neither a
@@ -528,4 +561,29 @@ pub fn to_rate(audio: &Audio, target_rate: u32, max_seconds: Option<f64>, path: 
 pub fn load_at(path: &Path, target_rate: u32, max_seconds: Option<f64>) -> Result<Vec<f32>> {
     let audio = load_audio(path)?;
     to_rate(&audio, target_rate, max_seconds, path)
+}
+
+#[cfg(test)]
+mod level_tests {
+    use super::*;
+
+    /// Well-formed samples with no usable signal are refused wherever audio comes in (issue 30):
+    /// far too quiet, a constant offset, far past full scale; speech-like levels pass.
+    #[test]
+    fn samples_far_too_quiet_or_past_full_scale_are_refused() {
+        let label = Path::new("upload.wav");
+        let tone = |amplitude: f32| (0..24_000).map(|i| (i as f32 * 0.05).sin() * amplitude).collect::<Vec<f32>>();
+        let refused = |samples: Vec<f32>, needle: &str| {
+            let e = from_pcm(label, samples, 24_000).expect_err(needle).to_string();
+            assert!(e.contains("upload.wav") && e.contains(needle), "{e}");
+        };
+        refused(tone(2.0 / 32768.0), "is nearly silent (-87 dBFS; a prompt needs at least -60 dBFS)");
+        refused(vec![0.25; 24_000], "is nearly silent (no signal at all");
+        let mut spike = tone(0.3);
+        spike[100] = 1e30;
+        refused(spike, "has a sample of 1e30, far past full scale");
+        // −60 dBFS (RMS) passes, and so do a few dB over full scale in a float file.
+        assert!(from_pcm(label, tone(0.0015), 24_000).is_ok());
+        assert!(from_pcm(label, tone(2.0), 24_000).is_ok());
+    }
 }

@@ -228,14 +228,14 @@ pub struct Normalized {
 /// text and `<|…|>` markup all return the text unchanged as a single segment.
 /// Where the last settled sentence end in `text` is (the byte index just past it), for text that
 /// is still arriving: `.`, `!`, `?`, `;` count once a blank follows them (a final `.` may yet be a
-/// decimal point), `。！？；` and line breaks at once.
+/// decimal point), `。！？；` and line breaks (`\n`, and a lone `\r` as [`split_lines`] takes it) at once.
 pub fn settled_end(text: &str) -> Option<usize> {
     let mut end = None;
     let mut chars = text.char_indices().peekable();
     while let Some((i, c)) = chars.next() {
         let after = i + c.len_utf8();
         match c {
-            '。' | '！' | '？' | '；' | '\n' => end = Some(after),
+            '。' | '！' | '？' | '；' | '\n' | '\r' => end = Some(after),
             '.' | '!' | '?' | ';' if chars.peek().is_some_and(|(_, n)| n.is_whitespace()) => end = Some(after),
             _ => {}
         }
@@ -333,6 +333,40 @@ pub fn read_pieces(mut reader: impl std::io::Read, what: &str, mut on_piece: imp
     Ok(offset)
 }
 
+/// All of `reader`'s text, the same way as [`read_pieces`] reads it (a byte-order mark at its
+/// start dropped; invalid UTF-8 an input error naming `what` and the byte offset): the one rule
+/// for a whole text read from standard input or a file, so that both answer alike.
+pub fn read_text(reader: impl std::io::Read, what: &str) -> crate::Result<String> {
+    let mut text = String::new();
+    read_pieces(reader, what, |piece| {
+        text.push_str(&piece);
+        Ok(())
+    })?;
+    Ok(text)
+}
+
+/// The lines of `text`, each without its line end: `\n`, `\r\n` and a lone `\r` (old Mac files,
+/// some terminals) all end a line, so that a file with CR line ends is one utterance per line
+/// as any other.
+pub fn split_lines(text: &str) -> impl Iterator<Item = &str> {
+    let mut rest = (!text.is_empty()).then_some(text);
+    std::iter::from_fn(move || {
+        let r = rest?;
+        match r.find(['\n', '\r']) {
+            Some(i) => {
+                let skip = if r[i..].starts_with("\r\n") { 2 } else { 1 };
+                let next = &r[i + skip..];
+                rest = (!next.is_empty()).then_some(next);
+                Some(&r[..i])
+            }
+            None => {
+                rest = None;
+                Some(r)
+            }
+        }
+    })
+}
+
 pub fn normalize(text: &str, enabled: bool, normalizer: &dyn Normalizer, token_len: &dyn Fn(&str) -> usize) -> Normalized {
     if !enabled || text.is_empty() || bypasses_frontend(text) {
         return Normalized { text: text.to_string(), segments: vec![text.to_string()] };
@@ -419,6 +453,33 @@ mod piece_tests {
         assert_eq!(settled_end("It costs 3.5 dollars! And"), Some(21));
         assert_eq!(settled_end("你好。世界"), Some("你好。".len()));
         assert_eq!(settled_end("line one\nline"), Some(9));
+        assert_eq!(settled_end("line one\rline"), Some(9), "a lone CR ends a line too");
+    }
+
+    /// `\n`, `\r\n` and a lone `\r` each end a line (issue 30: a file with CR line ends was
+    /// one utterance).
+    #[test]
+    fn lines_end_at_lf_crlf_and_a_lone_cr() {
+        fn lines(t: &str) -> Vec<&str> {
+            split_lines(t).collect()
+        }
+        assert_eq!(lines("one\rtwo\rthree"), ["one", "two", "three"]);
+        assert_eq!(lines("one\r\ntwo\nthree\r"), ["one", "two", "three"]);
+        assert_eq!(lines("one\n\ntwo\n"), ["one", "", "two"]);
+        assert_eq!(lines(""), Vec::<&str>::new());
+        assert_eq!(lines("\n"), [""]);
+        for t in ["a\nb\n", "a\r\nb", "x", "a\n\n\nb\n\n"] {
+            assert_eq!(lines(t), t.lines().collect::<Vec<_>>(), "as str::lines where it has no lone CR: {t:?}");
+        }
+    }
+
+    /// A whole text read at once says what [`read_pieces`] says of the same bytes.
+    #[test]
+    fn whole_texts_are_read_as_pieces_are() {
+        assert_eq!(read_text(&b"\xef\xbb\xbfhello"[..], "<stdin>").unwrap(), "hello");
+        let err = read_text(&b"ok\xff"[..], "--input x.txt").expect_err("not UTF-8");
+        assert!(matches!(err, crate::Error::Input { .. }), "an input error: {err:?}");
+        assert_eq!(err.to_string(), "--input x.txt: invalid UTF-8 at byte 2; send UTF-8 text");
     }
 
     #[test]

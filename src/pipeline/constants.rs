@@ -41,6 +41,10 @@ pub struct ModelConstants {
     pub sample_rate: u32,
     pub mel_dim: usize,
     pub max_prompt_seconds: f64,
+    /// Mel frames of the flow noise as the manifest states them (`constants.noise_frames`;
+    /// `None` in folders exported without it): the side file's `flow.noise` must have exactly
+    /// these ([`super::limits::check_noise_frames`]).
+    pub noise_frames: Option<usize>,
     pub sine_noise_offset: u64,
 }
 
@@ -147,6 +151,7 @@ impl ModelConstants {
             sample_rate: u32::try_from(c("sample_rate")?).unwrap_or(u32::MAX),
             mel_dim: c("flow.mel_dim")?,
             max_prompt_seconds: kf("max_prompt_seconds")?,
+            noise_frames: k.get("noise_frames").map(|_| ku("noise_frames")).transpose()?,
             sine_noise_offset: r.get(&m.sine_noise, "sine_noise", "offset")?.as_u64().ok_or_else(|| {
                 Error::model(&dir.root, "manifest.json: sine_noise.offset is not a count")
             })?,
@@ -254,6 +259,10 @@ impl ModelConstants {
                 format!("n_timesteps {} cfg_rate {}", self.cfm.n_timesteps, self.cfm.cfg_rate),
                 "n_timesteps 1..=1000, finite cfg_rate",
             );
+        }
+        // The noise must hold a prompt and a sentence: without frames every request would fail.
+        if self.noise_frames == Some(0) {
+            return bad("constants.noise_frames", "0".into(), "the flow noise's mel frames, at least 1");
         }
         if !(self.max_prompt_seconds.is_finite() && self.max_prompt_seconds > 0.0) {
             return bad("constants.max_prompt_seconds", self.max_prompt_seconds.to_string(), "a positive number");

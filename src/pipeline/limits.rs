@@ -51,7 +51,22 @@ pub fn model_prompt_limit(dir: &ModelDir) -> Result<f64> {
         &[_, n] => n,
         other => return Err(Error::model(&dir.root, format!("side flow.noise has shape {other:?}, expected [80, frames]"))),
     };
+    check_noise_frames(dir, &constants, noise)?;
     Ok(prompt_limit_seconds(&constants, noise))
+}
+
+/// Refuses a flow noise of `frames` mel frames (the side file's `flow.noise`) that holds nothing,
+/// or that differs from the manifest's `constants.noise_frames`: one of the two is damaged, and
+/// the prompt limit and every sentence's room are computed from it.
+pub(super) fn check_noise_frames(dir: &ModelDir, constants: &ModelConstants, frames: usize) -> Result<()> {
+    let problem = match constants.noise_frames {
+        _ if frames == 0 => "side.safetensors: flow.noise has no frames".to_string(),
+        Some(stated) if stated != frames => {
+            format!("manifest.json: constants.noise_frames = {stated}, but side.safetensors's flow.noise has {frames} frames")
+        }
+        _ => return Ok(()),
+    };
+    Err(Error::model(&dir.root, format!("{problem}; re-export the model")))
 }
 
 impl Synthesizer {

@@ -177,6 +177,7 @@ impl ModelData {
                 .map_err(|e| model_err(&dir, format!("flow.noise: {e}")))?,
             other => return Err(model_err(&dir, format!("side flow.noise has shape {other:?}, expected [80, frames]"))),
         };
+        limits::check_noise_frames(&dir, &constants, noise.ncols())?;
         let f0 = load_f0(&side)?;
         let lw = side.f32("hift.source.l_linear.weight")?;
         let lb = side.f32("hift.source.l_linear.bias")?;

@@ -65,6 +65,7 @@ impl Synthesizer {
         match voice {
             Voice::Saved { voice, .. } => {
                 voice.check_model(&self.data.voice_key, &self.data.model.root)?;
+                voice.check_tokens(self.data.constants.llm.stop_token_min)?;
                 if voice.prompt_feat.ncols() != self.data.constants.mel_dim || voice.speech_token.is_empty() {
                     return Err(Error::invalid(format!("voice {:?}: stored features do not fit this model", voice.name)));
                 }

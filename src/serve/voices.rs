@@ -149,16 +149,14 @@ async fn create_voice(state: &Arc<AppState>, req: Request, notes: &mut Notes) ->
     let Some(transcript) = form.ref_text else {
         return Err(ApiError::bad_request("missing_ref_text", "`ref_text` (what the recording says) is missing").param("ref_text"));
     };
-    if transcript.chars().count() > state.config.limits.max_text_chars {
-        return Err(ApiError::bad_request("text_too_long", "ref_text is longer than limits.max_text_chars").param("ref_text"));
-    }
     let Some(bytes) = upload else {
         return Err(ApiError::bad_request("missing_audio", "the recording is missing: send it as the multipart file `audio_sample`")
             .param("audio_sample"));
     };
     let overwrite = form.overwrite.unwrap_or(false);
     let make_default = form.default.unwrap_or(false);
-    // Name, transcript and a taken name are refused before the upload is decoded.
+    // Name, transcript (its length: limits.max_prompt_text_chars, as every prompt text) and a
+    // taken name are refused before the upload is decoded.
     state.voices.check_new(&name, &transcript, overwrite).map_err(ApiError::from_engine)?;
     let st = state.clone();
     let made = tokio::task::spawn_blocking(move || -> Result<serde_json::Value, ApiError> {

@@ -8,6 +8,7 @@ mod doctor;
 mod install;
 mod outputs;
 mod pipeline;
+mod probe;
 mod profile;
 mod bistream;
 mod official;

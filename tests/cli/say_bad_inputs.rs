@@ -71,6 +71,19 @@ fn bad_prompts(dir: &Path) -> Vec<(&'static str, PathBuf, &'static str)> {
     write_wav(&silent, 24_000, &vec![0; 48_000]);
     let zero_bytes = mk("zero.wav");
     std::fs::write(&zero_bytes, b"").unwrap();
+    // Well-formed recordings with no usable signal (issue 30): a hum of two 16-bit steps, a
+    // constant offset, a float sample of 1e30.
+    let quiet = mk("quiet.wav");
+    write_wav(&quiet, 24_000, &tone(24_000, 2.0).iter().map(|s| s / 4000).collect::<Vec<_>>());
+    let offset = mk("offset.wav");
+    write_wav(&offset, 24_000, &vec![5000; 48_000]);
+    let huge = mk("huge.wav");
+    let spec = hound::WavSpec { channels: 1, sample_rate: 24_000, bits_per_sample: 32, sample_format: hound::SampleFormat::Float };
+    let mut w = hound::WavWriter::create(&huge, spec).unwrap();
+    for (i, s) in tone(24_000, 2.0).into_iter().enumerate() {
+        w.write_sample(if i == 100 { 1e30 } else { f32::from(s) / 32768.0 }).unwrap();
+    }
+    w.finalize().unwrap();
     vec![
         ("unreadable prompt", unreadable, "not a readable audio file"),
         ("empty prompt", empty, "no samples"),
@@ -81,6 +94,9 @@ fn bad_prompts(dir: &Path) -> Vec<(&'static str, PathBuf, &'static str)> {
         ("30.01 s prompt", over30, "is 30.01 s long; this model takes at most 29.2 s of prompt"),
         ("29.9 s prompt", over_model, "is 29.9 s long; this model takes at most 29.2 s of prompt"),
         ("silent prompt", silent, "silent"),
+        ("quiet prompt", quiet, "is nearly silent (-"),
+        ("constant prompt", offset, "is nearly silent (no signal at all"),
+        ("1e30 sample", huge, "has a sample of 1e30, far past full scale"),
         ("missing prompt", mk("absent.wav"), "cannot open"),
     ]
 }

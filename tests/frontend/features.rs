@@ -105,12 +105,13 @@ fn expect_input_error(path: &Path, needle: &str) {
 fn stereo_is_averaged() {
     let dir = tempfile::tempdir().unwrap();
     let p = dir.path().join("stereo.wav");
-    // Interleaved L/R: L = 16384 (0.5), R = -8192 (-0.25) → mean 0.125.
-    let samples: Vec<i16> = (0..2000).flat_map(|_| [16384i16, -8192]).collect();
+    // Interleaved L/R: L = ±16384 (±0.5), R = ∓8192 (∓0.25) → mean ±0.125 (the sign alternates
+    // frame by frame: a constant is no signal, refused since issue 30).
+    let samples: Vec<i16> = (0..2000).flat_map(|i| if i % 2 == 0 { [16384i16, -8192] } else { [-16384, 8192] }).collect();
     write_wav_i16(&p, 16000, 2, &samples);
     let a = load_audio(&p).unwrap();
     assert_eq!(a.samples.len(), 2000);
-    assert!(a.samples.iter().all(|&x| (x - 0.125).abs() < 1e-7));
+    assert!(a.samples.iter().enumerate().all(|(i, &x)| (x - if i % 2 == 0 { 0.125 } else { -0.125 }).abs() < 1e-7));
 }
 
 #[test]

@@ -215,6 +215,18 @@ fn bad_requests_get_clear_errors_and_the_server_keeps_serving() {
     let server = start_server(&["limits.max_text_chars=300", "server.max_body_bytes=3000000"]);
     let prompt = crate::common::fixture_prompt();
     let long_audio = data_url_of(&tone_wav(31.0, 16_000));
+    // Issue 30: a prompt text past limits.max_prompt_text_chars, a recording of a 2-step hum.
+    let long_text = "a".repeat(21_000);
+    let faint = {
+        let mut cursor = std::io::Cursor::new(Vec::new());
+        let spec = hound::WavSpec { channels: 1, sample_rate: 16_000, bits_per_sample: 16, sample_format: hound::SampleFormat::Int };
+        let mut w = hound::WavWriter::new(&mut cursor, spec).unwrap();
+        for i in 0..32_000 {
+            w.write_sample(((i as f32 * 0.1).sin() * 2.0) as i16).unwrap();
+        }
+        w.finalize().unwrap();
+        data_url_of(&cursor.into_inner())
+    };
     let json_ct = ("Content-Type", "application/json");
     let speech = |body: serde_json::Value| (body.to_string().into_bytes(), vec![json_ct]);
     type Case = (&'static str, &'static str, &'static str, (Vec<u8>, Vec<(&'static str, &'static str)>), u16, &'static str);
@@ -260,6 +272,15 @@ fn bad_requests_get_clear_errors_and_the_server_keeps_serving() {
         ("WebSocket route over plain HTTP", "GET", "/v1/audio/speech/stream", (Vec::new(), vec![]), 400, "WebSocket endpoint"),
         ("voice silent audio", "POST", "/v1/audio/voices",
             speech(json!({"name": "quiet", "ref_text": "Hi.", "ref_audio": data_url_of(&tone_wav(0.0, 16_000))})), 400, "audio_sample"),
+        ("ref_text too long", "POST", "/v1/audio/speech",
+            speech(json!({"input": "Hi.", "ref_audio": data_url(&prompt), "ref_text": long_text.as_str()})), 400, "limits.max_prompt_text_chars"),
+        ("instructions too long", "POST", "/v1/audio/speech",
+            speech(json!({"input": "Hi.", "ref_audio": data_url(&prompt), "instructions": long_text.as_str()})), 400, "limits.max_prompt_text_chars"),
+        ("voice ref_text too long", "POST", "/v1/audio/voices",
+            speech(json!({"name": "wordy", "ref_text": long_text.as_str(), "ref_audio": data_url(&prompt)})), 400, "limits.max_prompt_text_chars"),
+        ("only <|endofprompt|>", "POST", "/v1/audio/speech", speech(json!({"input": "<|endofprompt|>"})), 400, "nothing to speak"),
+        ("voice far too quiet audio", "POST", "/v1/audio/voices",
+            speech(json!({"name": "faint", "ref_text": "Hi.", "ref_audio": faint})), 400, "nearly silent"),
     ];
     assert!(cases.len() >= 20);
     for (what, method, path, (body, headers), status, needle) in cases {
@@ -270,7 +291,9 @@ fn bad_requests_get_clear_errors_and_the_server_keeps_serving() {
         assert!(!message.contains('\n'), "{what}: one line");
         good(&server);
     }
-    assert!(!server.voices_dir().join("quiet.safetensors").exists(), "no voice file from a refused upload");
+    for refused in ["quiet", "wordy", "faint"] {
+        assert!(!server.voices_dir().join(format!("{refused}.safetensors")).exists(), "no voice file from a refused upload ({refused})");
+    }
     // A truncated request (the client promised more than it sent, then hung up).
     {
         use std::io::Write;
