@@ -23,7 +23,6 @@ use anyhow::{Context, Result};
 use cosy::app::voices::Voices;
 use cosy::config::Config;
 
-use crate::cli::SpeechDispatcherAction;
 
 /// The module's name: `spd-say -o cosy`.
 pub const MODULE: &str = "cosy";
@@ -43,28 +42,37 @@ const GENERIC_DIRS: &[&str] = &[
     "/usr/local/lib/speech-dispatcher-modules",
 ];
 
-pub fn run(config: &Config, action: &SpeechDispatcherAction) -> Result<()> {
-    let conf = || module_config(config, &std::env::current_exe().context("the cosy executable's path")?);
-    match action {
-        SpeechDispatcherAction::Config => print!("{}", conf()?),
-        SpeechDispatcherAction::Remove => {
-            for path in [default_config_dir().join("modules").join(format!("{MODULE}.conf")), user_module_dir().join(format!("sd_{MODULE}"))] {
-                match std::fs::remove_file(&path) {
-                    Ok(()) => println!("removed {}", path.display()),
-                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                    Err(e) => return Err(e).with_context(|| format!("cannot remove {}", path.display())),
-                }
-            }
-        }
-        SpeechDispatcherAction::Install { config_dir } => {
-            let config_dir = config_dir.clone().unwrap_or_else(default_config_dir);
-            let module_dir = user_module_dir();
-            let (conf_path, link) = install(&conf()?, &config_dir, &module_dir, &find_generic()?)?;
-            println!("speech-dispatcher module `{MODULE}`: {} and {}", conf_path.display(), link.display());
-            println!("restart speech-dispatcher (`killall speech-dispatcher`; it starts again on use), then: spd-say -o {MODULE} \"Hello\"");
+/// `cosy speech-dispatcher config`: the module's configuration on standard output.
+pub fn print_config(config: &Config) -> Result<()> {
+    print!("{}", module_config(config, &current_exe()?)?);
+    Ok(())
+}
+
+/// `cosy speech-dispatcher install`: the module in the user's folders (`config_dir`: another
+/// speech-dispatcher folder).
+pub fn install_for_user(config: &Config, config_dir: Option<&Path>) -> Result<()> {
+    let conf = module_config(config, &current_exe()?)?;
+    let config_dir = config_dir.map(Path::to_path_buf).unwrap_or_else(default_config_dir);
+    let (conf_path, link) = install(&conf, &config_dir, &user_module_dir(), &find_generic()?)?;
+    println!("speech-dispatcher module `{MODULE}`: {} and {}", conf_path.display(), link.display());
+    println!("restart speech-dispatcher (`killall speech-dispatcher`; it starts again on use), then: spd-say -o {MODULE} \"Hello\"");
+    Ok(())
+}
+
+/// `cosy speech-dispatcher remove`: the module's two files, where they are.
+pub fn remove_for_user() -> Result<()> {
+    for path in [default_config_dir().join("modules").join(format!("{MODULE}.conf")), user_module_dir().join(format!("sd_{MODULE}"))] {
+        match std::fs::remove_file(&path) {
+            Ok(()) => println!("removed {}", path.display()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e).with_context(|| format!("cannot remove {}", path.display())),
         }
     }
     Ok(())
+}
+
+fn current_exe() -> Result<PathBuf> {
+    std::env::current_exe().context("the cosy executable's path")
 }
 
 /// The user's speech-dispatcher folder.

@@ -526,7 +526,11 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Engines { action } => engines(&config, action),
         Command::Model { action } => model_command(&config, action).map_err(name_the_flag),
-        Command::SpeechDispatcher { action } => crate::speechd::run(&config, action),
+        Command::SpeechDispatcher { action } => match action {
+            SpeechDispatcherAction::Config => crate::speechd::print_config(&config),
+            SpeechDispatcherAction::Install { config_dir } => crate::speechd::install_for_user(&config, config_dir.as_deref()),
+            SpeechDispatcherAction::Remove => crate::speechd::remove_for_user(),
+        },
         Command::Completions { .. } | Command::Manpage => Ok(()),
         Command::Serve(args) => crate::serve::run(config, server, args.bind.clone(), args.wyoming.clone()),
     }
