@@ -183,6 +183,8 @@ impl AppState {
             stages: self.profiler.totals(),
             llm,
             dit,
+            model_loaded: self.engine.get().is_some_and(|e| e.model_state() == cosy::engine::ModelState::Loaded),
+            model_reloads: self.engine.get().map_or(0, |e| e.reloads()),
         }
     }
 }
@@ -561,7 +563,8 @@ async fn health() -> Response {
 
 async fn ready(State(state): State<Arc<AppState>>) -> Response {
     match state.engine() {
-        Ok(_) => axum::Json(serde_json::json!({ "status": "ready" })).into_response(),
+        // Ready while the model is unloaded too (`engine.idle_unload_s`): a request loads it.
+        Ok(engine) => axum::Json(serde_json::json!({ "status": "ready", "model": engine.model_state().as_str() })).into_response(),
         Err(e) => e.into_response(),
     }
 }
