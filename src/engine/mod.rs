@@ -43,7 +43,7 @@ use std::time::Duration;
 pub use dit_batch::{DitBatchStats, DitBatcher, RemoteEstimator};
 pub use llm_batch::{DecodeHold, LlmBatchStats, LlmScheduler, RemoteLlm};
 pub use load::StageLoad;
-pub use residency::ModelState;
+pub use residency::{ModelState, UnloadHook};
 
 use crate::config::Config;
 use crate::error::{Error, Result};
@@ -166,6 +166,7 @@ pub struct EngineBuilder<'c> {
     warm_up: Option<Request>,
     llm_gather_first: usize,
     test_hooks: bool,
+    unload_hook: Option<UnloadHook>,
 }
 
 impl EngineBuilder<'_> {
@@ -197,6 +198,14 @@ impl EngineBuilder<'_> {
         self
     }
 
+    /// Test hook: `hook` runs on the idle-unload thread (`engine.idle_unload_s`) each time the
+    /// model is marked unloading, before it is dropped, so that a test can send a request while
+    /// the unload is under way. For tests only: the unload waits for the hook.
+    pub fn unload_hook(mut self, hook: UnloadHook) -> Self {
+        self.unload_hook = Some(hook);
+        self
+    }
+
     /// Loads the model (its data, then every stage's session and the batching threads).
     pub fn build(self) -> Result<Engine> {
         let config = self.config;
@@ -204,6 +213,7 @@ impl EngineBuilder<'_> {
             config: config.clone(),
             profiler: self.profiler,
             llm_gather_first: self.llm_gather_first,
+            unload_hook: self.unload_hook,
         })?;
         let Some(loaded) = residency.current() else { return Err(Error::Runtime("the model is not loaded after loading it".into())) };
         let mut engine = Engine {
@@ -283,7 +293,7 @@ pub fn max_prompt_seconds_of(dir: &std::path::Path) -> Result<f64> {
 impl Engine {
     /// A builder over `config` (profiler, warm-up, test hooks); [`EngineBuilder::build`] loads.
     pub fn builder(config: &Config) -> EngineBuilder<'_> {
-        EngineBuilder { config, profiler: Profiler::disabled(), warm_up: None, llm_gather_first: 0, test_hooks: false }
+        EngineBuilder { config, profiler: Profiler::disabled(), warm_up: None, llm_gather_first: 0, test_hooks: false, unload_hook: None }
     }
 
     /// Loads the model of `config` with the default options.
@@ -357,6 +367,11 @@ impl Engine {
     /// How many times the model was loaded again after an idle unload.
     pub fn reloads(&self) -> u64 {
         self.residency.reloads()
+    }
+
+    /// Requests (with a slot) waiting for the model to be dropped or loaded before they start.
+    pub fn waiting_for_model(&self) -> usize {
+        self.residency.waiting()
     }
 
     /// Requests synthesising now.

@@ -39,7 +39,13 @@ pub(super) struct HowToLoad {
     pub config: Config,
     pub profiler: Profiler,
     pub llm_gather_first: usize,
+    /// Test hook: runs on the idle watcher's thread once the model is marked unloading, before
+    /// it is dropped ([`super::EngineBuilder::unload_hook`]).
+    pub unload_hook: Option<UnloadHook>,
 }
+
+/// A test hook run while the model is being unloaded ([`super::EngineBuilder::unload_hook`]).
+pub type UnloadHook = Arc<dyn Fn() + Send + Sync>;
 
 /// Where the model is now (`cosy_model_loaded`, `/ready`'s `model`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -86,6 +92,8 @@ struct State {
     retired: (LlmBatchStats, DitBatchStats),
     /// The engine is being dropped: the idle watcher ends.
     stopped: bool,
+    /// Leases waiting for the model to be dropped or loaded first.
+    waiting: usize,
 }
 
 /// The model's residency: its state, the leases on it, and how to load it again.
@@ -160,6 +168,7 @@ impl Residency {
                 reloads: 0,
                 retired: Default::default(),
                 stopped: false,
+                waiting: 0,
             }),
             changed: Condvar::new(),
         }))
@@ -184,7 +193,11 @@ impl Residency {
                     s.users += 1;
                     return Ok(Lease { loaded, residency: self.clone(), load_seconds: None });
                 }
-                Phase::Loading | Phase::Unloading => s = self.wait(s),
+                Phase::Loading | Phase::Unloading => {
+                    s.waiting += 1;
+                    s = self.wait(s);
+                    s.waiting -= 1;
+                }
                 Phase::Unloaded => break,
             }
         }
@@ -229,6 +242,11 @@ impl Residency {
     /// Times the model was loaded again after an idle unload.
     pub(super) fn reloads(&self) -> u64 {
         self.lock().reloads
+    }
+
+    /// Requests waiting for the model to be dropped or loaded before they can start.
+    pub(super) fn waiting(&self) -> usize {
+        self.lock().waiting
     }
 
     /// The loaded model if it is in memory now (reports; loads nothing).
@@ -287,8 +305,12 @@ impl Residency {
             s.retired = (s.retired.0.plus(&loaded.llm.stats()), s.retired.1.plus(&loaded.dit.stats()));
             let waited = s.last_used.elapsed().as_secs_f64();
             drop(s);
+            if let Some(hook) = &self.how.unload_hook {
+                hook();
+            }
             // The last hold on the model (no lease is out): its sessions and threads end here.
             drop(loaded);
+            give_back_freed_memory();
             tracing::info!("model unloaded after {waited:.0} s without requests (engine.idle_unload_s); the next request loads it again");
             let mut s = self.lock();
             s.phase = Phase::Unloaded;
@@ -300,5 +322,16 @@ impl Residency {
     pub(super) fn stop(&self) {
         self.lock().stopped = true;
         self.changed.notify_all();
+    }
+}
+
+/// Hands the heap the model used back to the system: glibc keeps freed memory in its arenas
+/// (many small tensors and buffers of the sessions), so without this the resident size would not
+/// fall although the model is gone.
+fn give_back_freed_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim only releases free memory of the allocator; it takes no pointer.
+    unsafe {
+        libc::malloc_trim(0);
     }
 }
