@@ -42,6 +42,7 @@ impl Default for Settings {
                 max_header_bytes: 64 << 10,
                 max_payload_bytes: 1 << 20,
                 normalize: true,
+                zeroconf: None,
             },
         }
     }
@@ -135,6 +136,10 @@ pub struct WyomingSettings {
     /// Streamed text (`synthesize-chunk`): normalise each settled sentence (numbers, units,
     /// symbols) before the model reads it; false = the exact text.
     pub normalize: bool,
+    /// The name the Wyoming server announces itself under over mDNS (`_wyoming._tcp.local.`,
+    /// as wyoming-piper's `--zeroconf`), so that Home Assistant finds it; `None` = no
+    /// announcement (the default).
+    pub zeroconf: Option<String>,
 }
 
 /// The entries of [`KEYS`].
@@ -275,7 +280,28 @@ pub static KEYS: &[Key<Settings>] = &[
         Ok(())
     })
     .doc("Normalise streamed text sentence by sentence."),
+    K::new("wyoming.zeroconf", "false", ZEROCONF_ALLOWED, |s, v| {
+        s.wyoming.zeroconf = match v.boolean() {
+            Ok(true) => Some(ZEROCONF_NAME.to_string()),
+            Ok(false) => None,
+            Err(_) => {
+                let name = v.text_or_invalid()?;
+                // A DNS-SD instance name is one DNS label: at most 63 bytes, printable.
+                if name.len() > 63 || name.chars().any(char::is_control) {
+                    return Err(v.invalid());
+                }
+                (!name.is_empty()).then_some(name)
+            }
+        };
+        Ok(())
+    })
+    .env("COSY_WYOMING_ZEROCONF")
+    .doc("Announce the Wyoming server over mDNS/zeroconf (_wyoming._tcp), under this name."),
 ];
+
+/// The name `wyoming.zeroconf = true` (and a bare `--zeroconf`) announces.
+pub const ZEROCONF_NAME: &str = "cosy";
+const ZEROCONF_ALLOWED: &str = "true (announce as \"cosy\"), false, or the name to announce (at most 63 bytes)";
 
 /// `HOST:PORT` with a numeric port: an IP address, `[v6]`, or a host name such as `localhost`.
 fn valid_bind(s: &str) -> bool {
