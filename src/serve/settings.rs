@@ -447,6 +447,21 @@ mod tests {
         assert!(bind("70000").is_err() && bind("host:").is_err());
     }
 
+    /// `wyoming.zeroconf` is off unless set; `true` (and `--zeroconf` alone) is the name "cosy".
+    #[test]
+    fn the_zeroconf_announcement_is_off_unless_set() {
+        assert_eq!(Settings::default().wyoming.zeroconf, None);
+        let zeroconf = |value: &str| flag("wyoming.zeroconf", value).map(|s| s.wyoming.zeroconf);
+        assert_eq!(zeroconf("true").unwrap().as_deref(), Some(ZEROCONF_NAME));
+        assert_eq!(zeroconf("false").unwrap(), None);
+        assert_eq!(zeroconf("").unwrap(), None);
+        assert_eq!(zeroconf("kitchen cosy").unwrap().as_deref(), Some("kitchen cosy"));
+        let m = zeroconf(&"x".repeat(64)).expect_err("too long").to_string();
+        assert!(m.contains("at most 63 bytes"), "{m}");
+        let (_, s) = load(&LoadOptions { env: vec![("COSY_WYOMING_ZEROCONF".into(), "piper-like".into())], ..Default::default() }).unwrap();
+        assert_eq!(s.wyoming.zeroconf.as_deref(), Some("piper-like"));
+    }
+
     #[test]
     fn bad_values_are_refused_with_key_value_and_allowed_set() {
         let d = tempfile::tempdir().unwrap();
@@ -468,7 +483,7 @@ mod tests {
         let e = flag("server.api_key", "two words").expect_err("a space").to_string();
         assert!(e.ends_with("flag server.api_key: server.api_key: the key has spaces or control characters; use printable characters only"), "{e}");
         let m = load(&LoadOptions { env: vec![("COSY_BINDS".into(), "x".into())], ..Default::default() }).expect_err("unknown").to_string();
-        assert!(m.contains("known: COSY_MODEL") && m.contains("COSY_BIND, COSY_API_KEY, COSY_WYOMING, COSY_CONFIG, COSY_LOG"), "{m}");
+        assert!(m.contains("known: COSY_MODEL") && m.contains("COSY_BIND, COSY_API_KEY, COSY_WYOMING, COSY_WYOMING_ZEROCONF, COSY_CONFIG, COSY_LOG"), "{m}");
     }
 
     #[test]
