@@ -103,6 +103,9 @@ if [ "$unit" = 1 ]; then
     "" \
     "[Service]" \
     "ExecStart=$cosy serve" \
+    "# A desktop server gives its memory back when idle: the model is dropped after 5 minutes" \
+    "# without requests and loaded again by the next one (engine.idle_unload_s; 0 = keep it)." \
+    "Environment=COSY_IDLE_UNLOAD_S=300" \
     "Restart=on-failure" \
     "# On SIGTERM cosy drains for server.shutdown_grace_s (30 s by default) before it exits." \
     "TimeoutStopSec=45" \

@@ -252,6 +252,9 @@ pub struct SentenceSpan {
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct StageTimes {
     pub queue: f64,
+    /// Seconds the request waited for the model to be loaded again after an idle unload
+    /// (`engine.idle_unload_s`); 0 when it was in memory.
+    pub load: f64,
     pub frontend: f64,
     pub llm: f64,
     pub flow: f64,
@@ -263,6 +266,7 @@ impl StageTimes {
     pub fn of(profiler: &crate::profile::Profiler) -> StageTimes {
         StageTimes {
             queue: 0.0,
+            load: 0.0,
             frontend: profiler.request_seconds("frontend"),
             llm: profiler.request_seconds("llm"),
             flow: profiler.request_seconds("flow"),

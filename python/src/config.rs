@@ -14,7 +14,7 @@ use cosy::config::{About, Config, KeyTable, LoadOptions, Origin, RawValue, Renam
 
 /// The variables of `cosy serve`'s keys (config.toml's `[server]` and `[wyoming]`; the package's
 /// tests hold this list against that file).
-const SERVER_VARIABLES: &[&str] = &["COSY_BIND", "COSY_API_KEY", "COSY_WYOMING"];
+const SERVER_VARIABLES: &[&str] = &["COSY_BIND", "COSY_API_KEY", "COSY_WYOMING", "COSY_WYOMING_ZEROCONF"];
 
 /// `[server]` and `[wyoming]`: any key, accepted and left alone.
 struct ServerSections;

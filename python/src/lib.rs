@@ -278,6 +278,7 @@ pub(crate) fn summary_dict<'py>(py: Python<'py>, s: &Summary, sample_rate: u32) 
     d.set_item("chunks", s.chunks)?;
     let stages = PyDict::new(py);
     stages.set_item("queue", s.stages.queue)?;
+    stages.set_item("load", s.stages.load)?;
     stages.set_item("frontend", s.stages.frontend)?;
     stages.set_item("llm", s.stages.llm)?;
     stages.set_item("flow", s.stages.flow)?;

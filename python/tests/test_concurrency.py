@@ -93,12 +93,14 @@ import sys, time, cosy
 engine = cosy.Engine(sys.argv[1], runtime={"providers": "cpu"}, debug={"test_hooks": True})
 # The request holds after its first chunk until it is cancelled: the wait for the second chunk
 # lasts until Ctrl-C, whatever the machine's speed.
-stream = engine.stream("Stopped halfway. And never finished.", prompt_wav=sys.argv[2], prompt_text=sys.argv[3],
-                       _test_hold_after_first_audio=True)
+# `with`: wherever the KeyboardInterrupt lands (in the engine's wait or between two chunks),
+# leaving the block cancels the request.
 try:
-    for i, chunk in enumerate(stream):
-        if i == 0:
-            print("first chunk", flush=True)
+    with engine.stream("Stopped halfway. And never finished.", prompt_wav=sys.argv[2], prompt_text=sys.argv[3],
+                       _test_hold_after_first_audio=True) as stream:
+        for i, chunk in enumerate(stream):
+            if i == 0:
+                print("first chunk", flush=True)
 except KeyboardInterrupt:
     print("interrupted", flush=True)
     deadline = time.monotonic() + 120

@@ -49,7 +49,7 @@ def test_synthesize_equals_cosy_file(engine: cosy.Engine, home: Home) -> None:
     s = audio.summary
     assert s["samples"] == len(audio.samples) and s["sample_rate"] == 24000
     assert s["usage"]["output_tokens"] > 0 and s["usage"]["input_tokens"] > 0
-    assert set(s["stages"]) == {"queue", "frontend", "llm", "flow", "hift"}
+    assert set(s["stages"]) == {"queue", "load", "frontend", "llm", "flow", "hift"}
 
 
 def test_stream_chunks_equal_the_streaming_cosy_file(engine: cosy.Engine, home: Home) -> None:

@@ -311,6 +311,10 @@ pub struct ServeArgs {
     /// is printed as `cosy serve: wyoming on tcp://...`.
     #[arg(long, value_name = "ADDR")]
     pub wyoming: Option<String>,
+    /// Announce the Wyoming server over mDNS/zeroconf (`_wyoming._tcp`) so that Home Assistant
+    /// finds it, as NAME ("cosy" when none is given) (wyoming.zeroconf). Needs --wyoming.
+    #[arg(long, value_name = "NAME", num_args = 0..=1, default_missing_value = "true")]
+    pub zeroconf: Option<String>,
 }
 
 /// `--seed`: clap's own message for `-1` would suggest `-- -1` (which makes -1 the text); this
@@ -532,7 +536,11 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
             SpeechDispatcherAction::Remove => crate::speechd::remove_for_user(),
         },
         Command::Completions { .. } | Command::Manpage => Ok(()),
-        Command::Serve(args) => crate::serve::run(config, server, args.bind.clone(), args.wyoming.clone()),
+        Command::Serve(args) => crate::serve::run(
+            config,
+            server,
+            crate::serve::ServeFlags { bind: args.bind.clone(), wyoming: args.wyoming.clone(), zeroconf: args.zeroconf.clone() },
+        ),
     }
 }
 

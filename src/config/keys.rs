@@ -248,6 +248,12 @@ pub static KEYS: &[Key<Config>] = &[
         Ok(())
     })
     .doc("`cosy file --input`: lines synthesised at once."),
+    K::new("engine.idle_unload_s", "0", "a number of seconds from 0 (never) to 31536000", |c, v| {
+        c.engine.idle_unload_s = v.int_in(0..=31_536_000)?;
+        Ok(())
+    })
+    .env("COSY_IDLE_UNLOAD_S")
+    .doc("Seconds without requests after which the model is dropped until the next one (0 = never)."),
     K::new("text.normalizer", "\"auto\"", NormalizerChoice::ALLOWED, |c, v| {
         c.text.normalizer = v.text().and_then(|s| NormalizerChoice::parse(&s)).ok_or_else(|| v.invalid())?;
         Ok(())

@@ -228,6 +228,9 @@ pub struct EngineSettings {
     pub first_audio_priority: CpuSwitch,
     /// `cosy file --input`: lines synthesised at once.
     pub file_concurrency: usize,
+    /// Seconds without requests after which the engine drops the model (its sessions) until the
+    /// next request loads it again; 0 = never (`engine::residency`).
+    pub idle_unload_s: u64,
 }
 
 impl EngineSettings {
@@ -347,7 +350,7 @@ impl Default for Config {
             output: OutputSettings { device: "default".into() },
             voices: VoiceSettings { dir: paths::voices_dir(), default: None, aliases: BTreeMap::new() },
             limits: LimitSettings { max_text_chars: 5000, max_prompt_text_chars: 2000 },
-            engine: EngineSettings { max_batch: 16, max_in_flight: 16, max_queue: 64, dit_max_batch: 8, prompt_cache_bytes: 2 << 30, prompt_cache: CpuSwitch::Auto, prompt_cache_disk_bytes: 4 << 30, first_audio_priority: CpuSwitch::Auto, file_concurrency: 4 },
+            engine: EngineSettings { max_batch: 16, max_in_flight: 16, max_queue: 64, dit_max_batch: 8, prompt_cache_bytes: 2 << 30, prompt_cache: CpuSwitch::Auto, prompt_cache_disk_bytes: 4 << 30, first_audio_priority: CpuSwitch::Auto, file_concurrency: 4, idle_unload_s: 0 },
             text: TextSettings { normalizer: NormalizerChoice::Auto },
             debug: DebugSettings::default(),
             source_file: None,

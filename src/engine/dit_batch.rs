@@ -43,6 +43,17 @@ pub struct DitBatchStats {
     pub max_requests: usize,
 }
 
+impl DitBatchStats {
+    /// Both counters together (the loads an idle unload dropped, and the one in memory).
+    pub fn plus(&self, other: &DitBatchStats) -> DitBatchStats {
+        DitBatchStats {
+            calls: self.calls + other.calls,
+            requests: self.requests + other.requests,
+            max_requests: self.max_requests.max(other.max_requests),
+        }
+    }
+}
+
 /// A call's use of the prompt-prefix cache (docs/model-format.md "dit prompt cache").
 #[derive(Clone)]
 enum CallPrefix {

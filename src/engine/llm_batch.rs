@@ -62,6 +62,21 @@ pub struct LlmBatchStats {
     pub held_steps: u64,
 }
 
+impl LlmBatchStats {
+    /// Both counters together (the loads an idle unload dropped, and the one in memory).
+    pub fn plus(&self, other: &LlmBatchStats) -> LlmBatchStats {
+        LlmBatchStats {
+            decode_calls: self.decode_calls + other.decode_calls,
+            decode_rows: self.decode_rows + other.decode_rows,
+            max_rows: self.max_rows.max(other.max_rows),
+            prefills: self.prefills + other.prefills,
+            decode_seconds: self.decode_seconds + other.decode_seconds,
+            prefill_seconds: self.prefill_seconds + other.prefill_seconds,
+            held_steps: self.held_steps + other.held_steps,
+        }
+    }
+}
+
 type Reply = Sender<Result<Vec<f32>>>;
 
 enum Msg {

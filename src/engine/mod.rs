@@ -25,10 +25,15 @@
 //! `engine.max_queue` wait for a slot; [`Engine::submit`] refuses more with [`Error::Busy`]
 //! (the server's 429). Dropping a [`RequestHandle`] (or [`RequestHandle::cancel`]) stops its
 //! request at the next token or chunk, or takes it out of the queue, and frees its place.
+//!
+//! Residency, in one place ([`residency`]): with `engine.idle_unload_s` the model is dropped
+//! after that long without requests and loaded again by the next one, which waits for it (its
+//! summary's `stages.load`); [`Engine::model_state`] says where it is.
 
 pub mod dit_batch;
 pub mod llm_batch;
 mod load;
+mod residency;
 mod worker;
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -38,11 +43,12 @@ use std::time::Duration;
 pub use dit_batch::{DitBatchStats, DitBatcher, RemoteEstimator};
 pub use llm_batch::{DecodeHold, LlmBatchStats, LlmScheduler, RemoteLlm};
 pub use load::StageLoad;
+pub use residency::{ModelState, UnloadHook};
 
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::frontend::audio::Audio;
-use crate::pipeline::{ModelData, Synthesizer};
+use crate::pipeline::Synthesizer;
 use crate::profile::Profiler;
 use crate::request::{Request, SentenceRecord, Summary, SynthesisObserver};
 use crate::voice::SavedVoice;
@@ -139,11 +145,15 @@ impl Drop for Running {
 
 /// One loaded model shared by every request (`Send + Sync`).
 pub struct Engine {
-    synth: Arc<Synthesizer>,
+    /// The model, in memory or not (`engine.idle_unload_s`).
+    residency: Arc<residency::Residency>,
+    /// The thread that drops the model when idle (`None` when `engine.idle_unload_s` is 0).
+    idle_watch: Option<std::thread::JoinHandle<()>>,
     admission: Arc<Admission>,
-    llm: Arc<LlmScheduler>,
-    dit: Arc<DitBatcher>,
-    load_times: Vec<StageLoad>,
+    /// The model's output rate, voice key and prompt limit, kept while it is not in memory.
+    sample_rate: u32,
+    voice_key: String,
+    max_prompt_seconds: f64,
     test_hooks: bool,
     /// `limits.max_text_chars`: what a [`TextFeed`] takes at most.
     max_text_chars: usize,
@@ -156,6 +166,7 @@ pub struct EngineBuilder<'c> {
     warm_up: Option<Request>,
     llm_gather_first: usize,
     test_hooks: bool,
+    unload_hook: Option<UnloadHook>,
 }
 
 impl EngineBuilder<'_> {
@@ -187,23 +198,36 @@ impl EngineBuilder<'_> {
         self
     }
 
+    /// Test hook: `hook` runs on the idle-unload thread (`engine.idle_unload_s`) each time the
+    /// model is marked unloading, before it is dropped, so that a test can send a request while
+    /// the unload is under way. For tests only: the unload waits for the hook.
+    pub fn unload_hook(mut self, hook: UnloadHook) -> Self {
+        self.unload_hook = Some(hook);
+        self
+    }
+
     /// Loads the model (its data, then every stage's session and the batching threads).
     pub fn build(self) -> Result<Engine> {
         let config = self.config;
-        let data = ModelData::load(config)?;
-        let opened = load::open_stages(config, data.model.clone(), &data.constants, self.llm_gather_first)?;
-        let synth = Synthesizer::new(config, data, opened.stages, self.profiler)?;
-        let engine = Engine {
-            synth: Arc::new(synth),
+        let residency = residency::Residency::load(residency::HowToLoad {
+            config: config.clone(),
+            profiler: self.profiler,
+            llm_gather_first: self.llm_gather_first,
+            unload_hook: self.unload_hook,
+        })?;
+        let Some(loaded) = residency.current() else { return Err(Error::Runtime("the model is not loaded after loading it".into())) };
+        let mut engine = Engine {
+            sample_rate: loaded.synth.constants().sample_rate,
+            voice_key: loaded.synth.voice_key().to_string(),
+            max_prompt_seconds: loaded.synth.max_prompt_seconds(),
+            residency,
+            idle_watch: None,
             admission: Arc::new(Admission {
                 counts: Mutex::new(Counts::default()),
                 freed: Condvar::new(),
                 max_running: config.engine.max_in_flight.max(1),
                 max_queue: config.engine.max_queue,
             }),
-            llm: opened.llm,
-            dit: opened.dit,
-            load_times: opened.load_times,
             test_hooks: self.test_hooks || config.debug.test_hooks,
             max_text_chars: config.limits.max_text_chars,
         };
@@ -213,6 +237,11 @@ impl EngineBuilder<'_> {
                 Ok(_) => tracing::info!("warmed up in {:.2} s", started.elapsed().as_secs_f64()),
                 Err(e) => tracing::warn!("warm-up failed (the model is still usable): {e}"),
             }
+        }
+        drop(loaded);
+        // Started after the warm-up, so that the idle time counts from a ready model.
+        if config.engine.idle_unload_s > 0 {
+            engine.idle_watch = Some(engine.residency.watch_idle(Duration::from_secs(config.engine.idle_unload_s))?);
         }
         Ok(engine)
     }
@@ -264,7 +293,7 @@ pub fn max_prompt_seconds_of(dir: &std::path::Path) -> Result<f64> {
 impl Engine {
     /// A builder over `config` (profiler, warm-up, test hooks); [`EngineBuilder::build`] loads.
     pub fn builder(config: &Config) -> EngineBuilder<'_> {
-        EngineBuilder { config, profiler: Profiler::disabled(), warm_up: None, llm_gather_first: 0, test_hooks: false }
+        EngineBuilder { config, profiler: Profiler::disabled(), warm_up: None, llm_gather_first: 0, test_hooks: false, unload_hook: None }
     }
 
     /// Loads the model of `config` with the default options.
@@ -274,17 +303,17 @@ impl Engine {
 
     /// The output sample rate (Hz) of the model.
     pub fn sample_rate(&self) -> u32 {
-        self.synth.constants().sample_rate
+        self.sample_rate
     }
 
     /// The key saved voices of this model carry ([`crate::voice::model_key`]).
     pub fn voice_key(&self) -> &str {
-        self.synth.voice_key()
+        &self.voice_key
     }
 
     /// The longest prompt recording this model takes, in seconds.
     pub fn max_prompt_seconds(&self) -> f64 {
-        self.synth.max_prompt_seconds()
+        self.max_prompt_seconds
     }
 
     /// Computes a saved voice from a recording and its transcript: the frontend graphs run on the
@@ -292,32 +321,57 @@ impl Engine {
     /// count against `engine.max_in_flight` and `engine.max_queue`).
     pub fn make_voice(&self, name: &str, audio: &Audio, label: &std::path::Path, transcript: &str) -> Result<SavedVoice> {
         let _slot = self.admission.enter()?.run(&AtomicBool::new(false))?;
-        self.synth.make_voice_from(name, audio, label, transcript)
+        let model = self.residency.acquire()?;
+        model.synth.make_voice_from(name, audio, label, transcript)
     }
 
     /// The normalising option of text-in streaming on its own: `pieces` regrouped into settled
-    /// sentences, each normalised ([`Synthesizer::normalize_sentences`]).
+    /// sentences, each normalised ([`Synthesizer::normalize_sentences`]). The iterator holds the
+    /// model in memory (loading it first if it was unloaded; a failed load is its one item).
     pub fn normalize_sentences<'a, I>(&'a self, pieces: I) -> impl Iterator<Item = Result<String>> + 'a
     where
         I: IntoIterator<Item = Result<String>>,
         I::IntoIter: 'a,
     {
-        self.synth.normalize_sentences(pieces)
+        let sentences: Box<dyn Iterator<Item = Result<String>> + 'a> = match self.residency.acquire() {
+            Ok(model) => Box::new(crate::pipeline::normalize_sentences_in(residency::LeasedSynthesizer(model), pieces)),
+            Err(e) => Box::new(std::iter::once(Err(e))),
+        };
+        sentences
     }
 
-    /// How each stage's session was opened, and how long it took.
-    pub fn load_times(&self) -> &[StageLoad] {
-        &self.load_times
+    /// How each stage's session was opened, and how long it took, at the last load (none while
+    /// the model is unloaded).
+    pub fn load_times(&self) -> Vec<StageLoad> {
+        self.residency.current().map(|l| l.load_times.clone()).unwrap_or_default()
     }
 
-    /// What the LLM scheduler and the DiT batcher have done so far (how much was batched).
+    /// What the LLM scheduler and the DiT batcher have done so far (how much was batched), over
+    /// every load of the model.
     pub fn batch_stats(&self) -> (LlmBatchStats, DitBatchStats) {
-        (self.llm.stats(), self.dit.stats())
+        self.residency.batch_stats()
     }
 
-    /// The DiT prompt-prefix cache's counters (`None` when it is not used).
+    /// The DiT prompt-prefix cache's counters (`None` when it is not used, or while the model
+    /// is unloaded: the in-memory cache goes with it).
     pub fn prompt_cache_stats(&self) -> Option<crate::pipeline::PrefixStats> {
-        self.dit.prefix_store().map(|s| s.stats())
+        self.residency.current().and_then(|l| l.dit.prefix_store().map(|s| s.stats()))
+    }
+
+    /// Whether the model is in memory now (`engine.idle_unload_s` drops it when idle; the next
+    /// request loads it again).
+    pub fn model_state(&self) -> ModelState {
+        self.residency.state()
+    }
+
+    /// How many times the model was loaded again after an idle unload.
+    pub fn reloads(&self) -> u64 {
+        self.residency.reloads()
+    }
+
+    /// Requests (with a slot) waiting for the model to be dropped or loaded before they start.
+    pub fn waiting_for_model(&self) -> usize {
+        self.residency.waiting()
     }
 
     /// Requests synthesising now.
@@ -420,7 +474,7 @@ impl Engine {
         let cancel = Arc::new(AtomicBool::new(false));
         // Audio waits here for the caller; a slow reader holds its request back (not the others).
         let (tx, rx) = flume::bounded::<Event>(16);
-        let synth = self.synth.clone();
+        let residency = self.residency.clone();
         let observer = RequestObserver { cancel: cancel.clone(), inner: observer };
         let submitted = std::time::Instant::now();
         std::thread::Builder::new()
@@ -429,6 +483,8 @@ impl Engine {
                 let result = queued.run(&observer.cancel).and_then(|_slot| {
                     // The request's time in the queue (its summary's `stages.queue`).
                     let queue = submitted.elapsed().as_secs_f64();
+                    // The model, loaded again first if it was dropped when idle (`stages.load`).
+                    let model = residency.acquire()?;
                     let mut first = true;
                     let mut on_chunk = |chunk: &[f32]| {
                         tx.send(Event::Audio(chunk.to_vec())).map_err(|_| Error::Cancelled)?;
@@ -438,8 +494,9 @@ impl Engine {
                         }
                         Ok(())
                     };
-                    job(&synth, &observer, &mut on_chunk).map(|mut summary| {
+                    job(&model.synth, &observer, &mut on_chunk).map(|mut summary| {
                         summary.stages.queue = queue;
+                        summary.stages.load = model.load_seconds.unwrap_or(0.0);
                         summary
                     })
                 });
@@ -635,6 +692,15 @@ impl CancelToken {
     /// Whether the request was cancelled.
     pub fn is_cancelled(&self) -> bool {
         self.0.load(Ordering::Relaxed)
+    }
+}
+
+impl Drop for Engine {
+    fn drop(&mut self) {
+        self.residency.stop();
+        if let Some(watch) = self.idle_watch.take() {
+            let _ = watch.join();
+        }
     }
 }
 

@@ -194,6 +194,39 @@ impl ModelData {
     }
 }
 
+/// [`Synthesizer::normalize_sentences`] over any hold on the pipeline that the iterator keeps
+/// (the engine's keeps the model in memory while the iterator lives).
+pub fn normalize_sentences_in<'a, S, I>(synth: S, pieces: I) -> impl Iterator<Item = Result<String>> + 'a
+where
+    S: std::ops::Deref<Target = Synthesizer> + 'a,
+    I: IntoIterator<Item = Result<String>>,
+    I::IntoIter: 'a,
+{
+    let mut pieces = pieces.into_iter();
+    let mut buffer = crate::frontend::text::SentenceBuffer::default();
+    let mut done = false;
+    std::iter::from_fn(move || loop {
+        if done {
+            return None;
+        }
+        if let Some(settled) = buffer.take_settled() {
+            return Some(Ok(synth.normalize_span(&settled)));
+        }
+        match pieces.next() {
+            Some(Ok(piece)) => buffer.push(&piece),
+            Some(Err(e)) => return Some(Err(e)),
+            None => {
+                done = true;
+                let rest = buffer.take_rest();
+                if rest.trim().is_empty() {
+                    return None;
+                }
+                return Some(Ok(synth.normalize_span(&rest)));
+            }
+        }
+    })
+}
+
 impl Synthesizer {
     /// The pipeline over a model's data and its open stages; spans of every request go to
     /// `profiler` (pass [`Profiler::disabled`] for none).
@@ -428,35 +461,14 @@ impl Synthesizer {
         I: IntoIterator<Item = Result<String>>,
         I::IntoIter: 'a,
     {
-        let mut pieces = pieces.into_iter();
-        let mut buffer = crate::frontend::text::SentenceBuffer::default();
-        let mut done = false;
-        let count = move |s: &str| self.data.tokenizer.count(s);
-        // Normalised, keeping the blank between sentences that the normaliser trims.
-        let normalized = move |span: &str| {
-            let lead = if span.starts_with(char::is_whitespace) { " " } else { "" };
-            format!("{lead}{}", normalize(span, true, self.data.normalizer.as_ref(), &count).text)
-        };
-        std::iter::from_fn(move || loop {
-            if done {
-                return None;
-            }
-            if let Some(settled) = buffer.take_settled() {
-                return Some(Ok(normalized(&settled)));
-            }
-            match pieces.next() {
-                Some(Ok(piece)) => buffer.push(&piece),
-                Some(Err(e)) => return Some(Err(e)),
-                None => {
-                    done = true;
-                    let rest = buffer.take_rest();
-                    if rest.trim().is_empty() {
-                        return None;
-                    }
-                    return Some(Ok(normalized(&rest)));
-                }
-            }
-        })
+        normalize_sentences_in(self, pieces)
+    }
+
+    /// One settled span normalised, keeping the blank between sentences that the normaliser trims.
+    fn normalize_span(&self, span: &str) -> String {
+        let count = |s: &str| self.data.tokenizer.count(s);
+        let lead = if span.starts_with(char::is_whitespace) { " " } else { "" };
+        format!("{lead}{}", normalize(span, true, self.data.normalizer.as_ref(), &count).text)
     }
 
     fn encode(&self, text: &str) -> Result<Vec<i64>> {

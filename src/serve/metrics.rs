@@ -94,6 +94,10 @@ pub struct Gauges {
     pub stages: Vec<(String, u64, f64)>,
     pub llm: Option<cosy::engine::LlmBatchStats>,
     pub dit: Option<cosy::engine::DitBatchStats>,
+    /// Whether the model is in memory now (`engine.idle_unload_s` drops it when idle).
+    pub model_loaded: bool,
+    /// Times it was loaded again after an idle unload.
+    pub model_reloads: u64,
 }
 
 impl Metrics {
@@ -133,6 +137,7 @@ impl Metrics {
         };
         gauge(&mut out, "cosy_ready", "1 when the model is loaded and warmed up", f64::from(u8::from(g.ready)));
         gauge(&mut out, "cosy_draining", "1 while shutting down", f64::from(u8::from(g.draining)));
+        gauge(&mut out, "cosy_model_loaded", "1 while the model is in memory (engine.idle_unload_s drops it when idle)", f64::from(u8::from(g.model_loaded)));
         gauge(&mut out, "cosy_requests_in_flight", "Syntheses running now", g.in_flight as f64);
         gauge(&mut out, "cosy_queue_depth", "Requests waiting for a synthesis slot", g.queued as f64);
         gauge(&mut out, "cosy_open_connections", "Connections open now (WebSocket sessions included)", g.connections as f64);
@@ -155,6 +160,7 @@ impl Metrics {
         let counter = |out: &mut String, name: &str, help: &str, value: f64| {
             let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter\n{name} {value}");
         };
+        counter(&mut out, "cosy_model_loads_total", "Times the model was loaded again after an idle unload", g.model_reloads as f64);
         counter(&mut out, "cosy_audio_seconds_total", "Seconds of audio produced", self.audio_micros.load(Ordering::Relaxed) as f64 * 1e-6);
         counter(&mut out, "cosy_requests_cancelled_total", "Syntheses stopped because the client went away", self.cancelled.load(Ordering::Relaxed) as f64);
         counter(&mut out, "cosy_requests_rejected_total", "Requests answered 429 (slots and queue full)", self.rejected.load(Ordering::Relaxed) as f64);

@@ -183,6 +183,8 @@ impl AppState {
             stages: self.profiler.totals(),
             llm,
             dit,
+            model_loaded: self.engine.get().is_some_and(|e| e.model_state() == cosy::engine::ModelState::Loaded),
+            model_reloads: self.engine.get().map_or(0, |e| e.reloads()),
         }
     }
 }
@@ -196,13 +198,28 @@ impl Drop for ActiveGuard {
     }
 }
 
+/// `cosy serve`'s own flags (each sets its key, above the config file and the variables).
+#[derive(Debug, Default)]
+pub struct ServeFlags {
+    /// `--bind` (`server.bind`).
+    pub bind: Option<String>,
+    /// `--wyoming` (`wyoming.bind`).
+    pub wyoming: Option<String>,
+    /// `--zeroconf [NAME]` (`wyoming.zeroconf`).
+    pub zeroconf: Option<String>,
+}
+
 /// `cosy serve`: runs until SIGTERM or Ctrl-C and the drain that follows.
-pub fn run(mut config: Config, mut settings: Settings, bind: Option<String>, wyoming: Option<String>) -> anyhow::Result<()> {
-    for (key, flag, value) in [("server.bind", "--bind", bind), ("wyoming.bind", "--wyoming", wyoming)] {
+pub fn run(mut config: Config, mut settings: Settings, flags: ServeFlags) -> anyhow::Result<()> {
+    let ServeFlags { bind, wyoming, zeroconf } = flags;
+    for (key, flag, value) in [("server.bind", "--bind", bind), ("wyoming.bind", "--wyoming", wyoming), ("wyoming.zeroconf", "--zeroconf", zeroconf)] {
         if let Some(value) = value {
             let origin = cosy::config::Origin::Flag(flag.into());
             config.set_with(&mut [&mut settings.keys()], key, &cosy::config::RawValue::Text(value), &origin, None)?;
         }
+    }
+    if settings.wyoming.zeroconf.is_some() && settings.wyoming.bind.is_none() {
+        return Err(cosy::Error::Config("wyoming.zeroconf announces the Wyoming server, which is off: set wyoming.bind (--wyoming ADDR) too".into()).into());
     }
     // What can be checked at once is, before the port opens (loading the graphs comes after).
     encode::AudioFormat::parse_setting(&settings.server.default_format).map_err(cosy::Error::Config)?;
@@ -249,6 +266,11 @@ async fn serve(config: Config, settings: Settings) -> anyhow::Result<()> {
         eprintln!("cosy serve: wyoming on tcp://{wyoming_addr}");
         wyoming_server = Some((wyoming_addr, listener));
     }
+    // Withdrawn (mDNS goodbye) when the server starts to shut down, below.
+    let mut announcement = match (&state.wyoming.zeroconf, &wyoming_server) {
+        (Some(name), Some((wyoming_addr, _))) => Some(wyoming::zeroconf::Announcement::start(name, *wyoming_addr)?),
+        _ => None,
+    };
 
     let (loaded_tx, loaded_rx) = tokio::sync::oneshot::channel();
     let loader = state.clone();
@@ -279,6 +301,7 @@ async fn serve(config: Config, settings: Settings) -> anyhow::Result<()> {
     }
     tracing::info!("shutting down: no new connections; waiting for the work in flight (at most {} s)", state.server.shutdown_grace_s);
     state.draining.store(true, Ordering::SeqCst);
+    announcement.take();
     let _ = stop_tx.send(true);
     let deadline = Instant::now() + Duration::from_secs(state.server.shutdown_grace_s);
     // HTTP connections end first (axum waits for them), then WebSocket sessions and the engine
@@ -561,7 +584,8 @@ async fn health() -> Response {
 
 async fn ready(State(state): State<Arc<AppState>>) -> Response {
     match state.engine() {
-        Ok(_) => axum::Json(serde_json::json!({ "status": "ready" })).into_response(),
+        // Ready while the model is unloaded too (`engine.idle_unload_s`): a request loads it.
+        Ok(engine) => axum::Json(serde_json::json!({ "status": "ready", "model": engine.model_state().as_str() })).into_response(),
         Err(e) => e.into_response(),
     }
 }

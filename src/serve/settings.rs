@@ -42,6 +42,7 @@ impl Default for Settings {
                 max_header_bytes: 64 << 10,
                 max_payload_bytes: 1 << 20,
                 normalize: true,
+                zeroconf: None,
             },
         }
     }
@@ -135,6 +136,10 @@ pub struct WyomingSettings {
     /// Streamed text (`synthesize-chunk`): normalise each settled sentence (numbers, units,
     /// symbols) before the model reads it; false = the exact text.
     pub normalize: bool,
+    /// The name the Wyoming server announces itself under over mDNS (`_wyoming._tcp.local.`,
+    /// as wyoming-piper's `--zeroconf`), so that Home Assistant finds it; `None` = no
+    /// announcement (the default).
+    pub zeroconf: Option<String>,
 }
 
 /// The entries of [`KEYS`].
@@ -275,7 +280,28 @@ pub static KEYS: &[Key<Settings>] = &[
         Ok(())
     })
     .doc("Normalise streamed text sentence by sentence."),
+    K::new("wyoming.zeroconf", "false", ZEROCONF_ALLOWED, |s, v| {
+        s.wyoming.zeroconf = match v.boolean() {
+            Ok(true) => Some(ZEROCONF_NAME.to_string()),
+            Ok(false) => None,
+            Err(_) => {
+                let name = v.text_or_invalid()?;
+                // A DNS-SD instance name is one DNS label: at most 63 bytes, printable.
+                if name.len() > 63 || name.chars().any(char::is_control) {
+                    return Err(v.invalid());
+                }
+                (!name.is_empty()).then_some(name)
+            }
+        };
+        Ok(())
+    })
+    .env("COSY_WYOMING_ZEROCONF")
+    .doc("Announce the Wyoming server over mDNS/zeroconf (_wyoming._tcp), under this name."),
 ];
+
+/// The name `wyoming.zeroconf = true` (and a bare `--zeroconf`) announces.
+pub const ZEROCONF_NAME: &str = "cosy";
+const ZEROCONF_ALLOWED: &str = "true (announce as \"cosy\"), false, or the name to announce (at most 63 bytes)";
 
 /// `HOST:PORT` with a numeric port: an IP address, `[v6]`, or a host name such as `localhost`.
 fn valid_bind(s: &str) -> bool {
@@ -421,6 +447,21 @@ mod tests {
         assert!(bind("70000").is_err() && bind("host:").is_err());
     }
 
+    /// `wyoming.zeroconf` is off unless set; `true` (and `--zeroconf` alone) is the name "cosy".
+    #[test]
+    fn the_zeroconf_announcement_is_off_unless_set() {
+        assert_eq!(Settings::default().wyoming.zeroconf, None);
+        let zeroconf = |value: &str| flag("wyoming.zeroconf", value).map(|s| s.wyoming.zeroconf);
+        assert_eq!(zeroconf("true").unwrap().as_deref(), Some(ZEROCONF_NAME));
+        assert_eq!(zeroconf("false").unwrap(), None);
+        assert_eq!(zeroconf("").unwrap(), None);
+        assert_eq!(zeroconf("kitchen cosy").unwrap().as_deref(), Some("kitchen cosy"));
+        let m = zeroconf(&"x".repeat(64)).expect_err("too long").to_string();
+        assert!(m.contains("at most 63 bytes"), "{m}");
+        let (_, s) = load(&LoadOptions { env: vec![("COSY_WYOMING_ZEROCONF".into(), "piper-like".into())], ..Default::default() }).unwrap();
+        assert_eq!(s.wyoming.zeroconf.as_deref(), Some("piper-like"));
+    }
+
     #[test]
     fn bad_values_are_refused_with_key_value_and_allowed_set() {
         let d = tempfile::tempdir().unwrap();
@@ -442,7 +483,7 @@ mod tests {
         let e = flag("server.api_key", "two words").expect_err("a space").to_string();
         assert!(e.ends_with("flag server.api_key: server.api_key: the key has spaces or control characters; use printable characters only"), "{e}");
         let m = load(&LoadOptions { env: vec![("COSY_BINDS".into(), "x".into())], ..Default::default() }).expect_err("unknown").to_string();
-        assert!(m.contains("known: COSY_MODEL") && m.contains("COSY_BIND, COSY_API_KEY, COSY_WYOMING, COSY_CONFIG, COSY_LOG"), "{m}");
+        assert!(m.contains("known: COSY_MODEL") && m.contains("COSY_BIND, COSY_API_KEY, COSY_WYOMING, COSY_WYOMING_ZEROCONF, COSY_CONFIG, COSY_LOG"), "{m}");
     }
 
     #[test]

@@ -260,7 +260,8 @@ impl Finish {
 impl Finish {
     /// Where the request's time went, as the final events carry it (SSE `speech.audio.done`,
     /// the WebSocket's `audio.done`): the engine's per-request stage times
-    /// ([`cosy::request::StageTimes`]: queue, frontend, LLM, flow, HiFT; when streaming the stages
+    /// ([`cosy::request::StageTimes`]: queue, the model's load after an idle unload, frontend,
+    /// LLM, flow, HiFT; when streaming the stages
     /// overlap), the first audio and the whole request as the server saw them, and the real-time
     /// factor (wall time / audio time). A header cannot carry this on a streamed body.
     pub fn timing(&self, summary: Option<&cosy::request::Summary>, samples: usize) -> serde_json::Value {
@@ -269,6 +270,7 @@ impl Finish {
         let audio = samples as f64 / f64::from(self.state.sample_rate());
         serde_json::json!({
             "queue_s": stages.queue,
+            "load_s": stages.load,
             "frontend_s": stages.frontend,
             "llm_s": stages.llm,
             "flow_s": stages.flow,

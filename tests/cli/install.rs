@@ -177,6 +177,7 @@ fn installed_into_a_prefix_it_runs_from_any_folder() {
     }
     let unit = std::fs::read_to_string(prefix.join("share/systemd/user/cosy.service")).unwrap();
     assert!(unit.contains(&format!("ExecStart={}/bin/cosy serve", std::fs::canonicalize(&prefix).unwrap().display())), "{unit}");
+    assert!(unit.contains("Environment=COSY_IDLE_UNLOAD_S=300"), "the user service gives memory back when idle: {unit}");
     assert!(std::fs::read_to_string(prefix.join("share/man/man1/cosy.1")).unwrap().contains(".TH cosy"), "a man page");
 
     check_installed(&user, &prefix);

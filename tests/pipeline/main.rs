@@ -7,3 +7,4 @@ mod golden;
 mod reference;
 mod bistream;
 mod engine_concurrency;
+mod idle_unload;

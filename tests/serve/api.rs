@@ -456,10 +456,12 @@ fn serve_refuses_bad_settings_before_listening() {
     // A port that is taken: the Wyoming port is opened before the server says it listens.
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let taken = taken.local_addr().unwrap().to_string();
-    let cases: [(&[&str], &str); 8] = [
+    let cases: [(&[&str], &str); 9] = [
         (&["--model", "/nonexistent-model", "serve", "--bind", "127.0.0.1:0"], "model folder"),
         (&["serve", "--bind", "127.0.0.1:0", "--wyoming", "home-assistant"], "wyoming.bind"),
         (&["serve", "--bind", "127.0.0.1:0", "--wyoming", &taken], "wyoming.bind"),
+        // The announcement needs the Wyoming server it announces.
+        (&["serve", "--bind", "127.0.0.1:0", "--zeroconf"], "wyoming.zeroconf announces the Wyoming server, which is off"),
         (&["serve", "--bind", "nonsense"], "server.bind"),
         (&["--set", "engine.max_in_flight=0", "serve"], "engine.max_in_flight"),
         // The old name of the same limit is still read, and its errors name what was written.

@@ -7,6 +7,7 @@ mod serve;
 
 mod api;
 mod formats;
+mod idle;
 mod limits;
 mod openai;
 mod web;

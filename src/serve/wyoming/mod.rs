@@ -17,6 +17,7 @@
 //! write that fails or waits past `server.send_timeout_s`) cancels its synthesis.
 
 mod event;
+pub mod zeroconf;
 
 use std::collections::VecDeque;
 use std::sync::Arc;
