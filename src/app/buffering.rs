@@ -140,12 +140,11 @@ impl Buffering {
     /// The player ran dry at `played` while the gate was open: hold there, and resume only as
     /// the rule says.
     pub fn underrun(&mut self, at: Duration, played: u64) -> Option<Decision> {
-        let before = self.gate;
-        if before == Gate::Open && !self.done {
-            self.gate = Gate::HoldAt(played.min(self.received));
-        }
-        // Reopened at once (the audio keeps up): nothing changed for the caller.
-        self.decide(at, played).filter(|d| d.gate != before || d.waiting)
+        let from = match self.gate {
+            Gate::Open if !self.done => Gate::HoldAt(played.min(self.received)),
+            gate => gate,
+        };
+        self.decide_from(from, at, played)
     }
 
     /// The request ended: everything that arrived plays.
@@ -155,8 +154,14 @@ impl Buffering {
     }
 
     fn decide(&mut self, at: Duration, played: u64) -> Option<Decision> {
+        self.decide_from(self.gate, at, played)
+    }
+
+    /// The rule applied from gate `from`; a decision when the gate moves from where it was (an
+    /// underrun that reopens at once changes nothing for the caller) or waiting starts.
+    fn decide_from(&mut self, from: Gate, at: Duration, played: u64) -> Option<Decision> {
         let rate = self.rate(at);
-        let (gate, reason) = match self.gate {
+        let (gate, reason) = match from {
             _ if self.done => (Gate::Open, Reason::Done),
             // Once playing, only an underrun closes the gate again.
             Gate::Open => (Gate::Open, self.reason),
