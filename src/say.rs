@@ -35,7 +35,7 @@ use std::time::{Duration, Instant};
 
 use crate::interrupt::cancel_on_ctrl_c;
 use crate::playback::{CancelHandle, Flow, GateHandle, PlaybackEvents, Player, MODEL_SAMPLE_RATE};
-use cosy::app::buffering::{Buffering, Decision, Gate};
+use cosy::app::buffering::{Buffering, Decision, Gate, Reason};
 use cosy::error::{Error, Result};
 use cosy::llm::Termination;
 use cosy::request::{Request, SynthesisObserver};
@@ -229,7 +229,11 @@ impl Buffer {
 
     fn apply(&self, state: &mut BufferState, decision: Option<Decision>) {
         let Some(d) = decision else { return };
-        self.gate.set(d.gate);
+        // At the end the gate is left to `Player::finish`, which opens it as it marks the
+        // producer done: opened here first, the device would run dry in between and count it.
+        if d.reason != Reason::Done {
+            self.gate.set(d.gate);
+        }
         if let Some(log) = &self.log {
             match d.gate {
                 Gate::Open => log.log(&format!("buffer_open {} {:.3}", d.reason.as_str(), d.rate)),
