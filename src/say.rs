@@ -198,7 +198,9 @@ impl Buffer {
             return;
         }
         let mut state = self.lock();
-        while state.pushed < end && !state.closed {
+        // While playback is open the end changes nothing now: synthesis goes on at once (the
+        // push of the last chunk may be waiting for the device).
+        while state.rule.gate() != Gate::Open && state.pushed < end && !state.closed {
             state = self.pushed.wait_timeout(state, Duration::from_millis(50)).unwrap_or_else(|e| e.into_inner()).0;
         }
         let decision = state.rule.sentence_end(self.now(), end, self.gate.played());
