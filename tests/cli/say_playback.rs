@@ -376,3 +376,37 @@ fn say_releases_the_first_chunk_at_once_when_synthesis_keeps_up() {
         assert_eq!((decision.1.as_str(), decision.2[1].as_str()), ("buffer_hold", "slow"), "rate {rate}: {ev:?}");
     }
 }
+
+/// Ctrl-C while playback is held for a slow synthesis (the synthesis thread may be waiting for a
+/// sentence's last chunk to be pushed): exit 130, the notice and the one `stopped` line.
+#[test]
+fn ctrl_c_while_buffering_is_only_stopped() {
+    let h = home(NULL_DEFAULT);
+    let log = h.path().join("events.txt");
+    let p = prompt();
+    let args = [
+        "--set", "debug.test_hooks=true", "say", "--prompt-wav", p.to_str().unwrap(), "--prompt-text", TRANSCRIPT,
+        "--slow-to-rtf", "3", "--min-tokens", "30", "--event-log", log.to_str().unwrap(), "--", SENTENCES,
+    ];
+    let mut child = cosy_cmd(h.path(), &args).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().expect("spawn");
+    // The deadline only keeps a broken build from hanging the suite; nothing here measures speed.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while !std::fs::read_to_string(&log).is_ok_and(|t| t.contains("buffer_hold")) {
+        if let Some(status) = child.try_wait().unwrap() {
+            panic!("cosy ended before holding: {status:?}");
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("hang guard: no buffer_hold in the event log");
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert!(Command::new("kill").args(["-INT", &child.id().to_string()]).status().expect("kill").success());
+    let out = child.wait_with_output().expect("wait");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(130), "{err}");
+    let lines: Vec<&str> = err.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert_eq!(lines.last(), Some(&"cosy: stopped (Ctrl-C)"), "{err}");
+    assert!(lines.len() <= 2 && lines.iter().all(|l| l.starts_with("cosy: ")), "{err}");
+    assert!(first(&events(&log), "playback_done").is_none());
+}
