@@ -183,10 +183,23 @@ fn interrupt(extra: &[&str], wait_for: &str, gaps: &[Duration]) -> (Output, Vec<
     opts.extend_from_slice(extra);
     let args = say_args(p.to_str().unwrap(), &opts);
     let mut child = cosy_cmd(h.path(), &args).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().expect("spawn");
+    wait_for_log(&mut child, &log, wait_for);
+    for gap in gaps {
+        std::thread::sleep(*gap);
+        let st = Command::new("kill").args(["-INT", &child.id().to_string()]).status().expect("kill");
+        assert!(st.success());
+    }
+    let out = child.wait_with_output().expect("wait");
+    let ev = events(&log);
+    (out, ev)
+}
+
+/// Waits until the event log `log` of the running `child` holds `wait_for` (`""`: until it exists).
+fn wait_for_log(child: &mut std::process::Child, log: &Path, wait_for: &str) {
     // The deadline only keeps a broken build from hanging the suite; nothing here measures speed.
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
-        let text = std::fs::read_to_string(&log);
+        let text = std::fs::read_to_string(log);
         if text.is_ok_and(|t| t.contains(wait_for)) {
             break;
         }
@@ -199,14 +212,6 @@ fn interrupt(extra: &[&str], wait_for: &str, gaps: &[Duration]) -> (Output, Vec<
         }
         std::thread::sleep(Duration::from_millis(5));
     }
-    for gap in gaps {
-        std::thread::sleep(*gap);
-        let st = Command::new("kill").args(["-INT", &child.id().to_string()]).status().expect("kill");
-        assert!(st.success());
-    }
-    let out = child.wait_with_output().expect("wait");
-    let ev = events(&log);
-    (out, ev)
 }
 
 /// Exit 130 and exactly the one line `cosy: stopped (Ctrl-C)` on stderr: never an ONNX Runtime
@@ -389,18 +394,7 @@ fn ctrl_c_while_buffering_is_only_stopped() {
         "--slow-to-rtf", "3", "--min-tokens", "30", "--event-log", log.to_str().unwrap(), "--", SENTENCES,
     ];
     let mut child = cosy_cmd(h.path(), &args).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().expect("spawn");
-    // The deadline only keeps a broken build from hanging the suite; nothing here measures speed.
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while !std::fs::read_to_string(&log).is_ok_and(|t| t.contains("buffer_hold")) {
-        if let Some(status) = child.try_wait().unwrap() {
-            panic!("cosy ended before holding: {status:?}");
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("hang guard: no buffer_hold in the event log");
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    wait_for_log(&mut child, &log, "buffer_hold");
     assert!(Command::new("kill").args(["-INT", &child.id().to_string()]).status().expect("kill").success());
     let out = child.wait_with_output().expect("wait");
     let err = String::from_utf8_lossy(&out.stderr);
