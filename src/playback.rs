@@ -13,6 +13,11 @@
 //! * Cancel: [`Player::cancel`] / [`CancelHandle::cancel`] (e.g. from Ctrl-C via
 //!   `interrupt::cancel_on_ctrl_c`) empties the queue, silences the output and makes `push` return
 //!   [`Flow::Cancelled`] at once.
+//! * Gate: [`GateHandle::set`] lets the device play only up to a position (the buffering rule of
+//!   `cosy::app::buffering` decides it); audio held behind the gate does not count against the
+//!   queue's capacity, so a producer can buffer a whole sentence. Silence the device pulls after
+//!   playback started because the queue ran dry inside what the gate allowed is an *underrun*
+//!   ([`PlaybackEvents::underrun_frames`]); waiting at the gate is a planned gap, not counted.
 //! * Events: [`PlaybackEvents`] counts callbacks and frames and records, on a sequence counter shared
 //!   with the producer, when the first real samples were pulled, so tests can check the *order* of
 //!   events (first audio before the last chunk) instead of timings.
@@ -43,6 +48,7 @@ use std::time::{Duration, Instant};
 use cpal::traits::{DeviceTrait, HostTrait, StreamTrait};
 use cpal::{FromSample, SampleFormat, SizedSample, SupportedStreamConfigRange};
 
+use cosy::app::buffering::Gate;
 use cosy::audio::Resampler;
 use cosy::error::{Error, Result};
 
@@ -131,6 +137,7 @@ pub struct PlaybackEvents {
     callbacks: AtomicU64,
     frames_played: AtomicU64,
     silence_frames: AtomicU64,
+    underrun_frames: AtomicU64,
     frames_queued: AtomicU64,
 }
 
@@ -143,6 +150,7 @@ impl Default for PlaybackEvents {
             callbacks: AtomicU64::new(0),
             frames_played: AtomicU64::new(0),
             silence_frames: AtomicU64::new(0),
+            underrun_frames: AtomicU64::new(0),
             frames_queued: AtomicU64::new(0),
         }
     }
@@ -184,6 +192,11 @@ impl PlaybackEvents {
     pub fn silence_frames(&self) -> u64 {
         self.silence_frames.load(Ordering::SeqCst)
     }
+    /// Frames of silence the device had to play after playback started because the queue ran dry
+    /// inside what the gate allowed (not the start, not a wait at the gate, not the drain tail).
+    pub fn underrun_frames(&self) -> u64 {
+        self.underrun_frames.load(Ordering::SeqCst)
+    }
     // Read by the playback tests (tests/audio_*.rs compile this file), not by `cosy say`.
     #[allow(dead_code)]
     /// Frames queued by `push`/`finish` (after resampling), cancelled ones included.
@@ -200,6 +213,20 @@ struct Queue {
     /// Silence frames pulled after `producer_done` with the queue empty.
     tail_silence: u64,
     device_error: Option<String>,
+    /// `None`: play whatever is queued; `Some(n)`: play up to device frame `n` from the start.
+    gate: Option<u64>,
+    /// Samples given to `push`, at the input rate.
+    pushed: u64,
+}
+
+impl Queue {
+    /// Queued frames the gate lets the device play, with `played` frames played so far.
+    fn released(&self, played: u64) -> usize {
+        match self.gate {
+            None => self.samples.len(),
+            Some(mark) => usize::try_from(mark.saturating_sub(played)).unwrap_or(usize::MAX).min(self.samples.len()),
+        }
+    }
 }
 
 struct Shared {
@@ -298,6 +325,8 @@ impl Player {
                 producer_done: false,
                 tail_silence: 0,
                 device_error: None,
+                gate: None,
+                pushed: 0,
             }),
             changed: Condvar::new(),
             cancelled: AtomicBool::new(false),
@@ -347,6 +376,11 @@ impl Player {
         self.shared.events.clone()
     }
 
+    /// A handle that moves this player's gate from another thread.
+    pub fn gate_handle(&self) -> GateHandle {
+        GateHandle { shared: self.shared.clone(), input_rate: self.config.input_rate, device_rate: self.config.device_rate }
+    }
+
     /// A handle that can cancel this player from another thread or a signal handler.
     pub fn cancel_handle(&self) -> CancelHandle {
         CancelHandle(self.shared.clone())
@@ -369,6 +403,7 @@ impl Player {
             return Ok(Flow::Cancelled);
         }
         let converted = self.resampler.process(chunk);
+        self.shared.lock().pushed += chunk.len() as u64;
         self.enqueue(&converted)
     }
 
@@ -381,6 +416,8 @@ impl Player {
         let mut queue = self.shared.lock();
         queue.producer_done = true;
         queue.tail_silence = 0;
+        // Everything left plays out.
+        queue.gate = None;
         let mut watch = StallWatch::new(&self.shared.events, self.stall_timeout);
         loop {
             if self.is_cancelled() {
@@ -421,7 +458,9 @@ impl Player {
             if let Some(e) = &queue.device_error {
                 return Err(device_error(&self.config.device, e));
             }
-            let room = queue.capacity.saturating_sub(queue.samples.len());
+            // Audio held behind the gate does not count: a whole sentence can wait there.
+            let played = self.shared.events.frames_played();
+            let room = queue.capacity.saturating_sub(queue.released(played));
             if room == 0 {
                 watch.check(&self.config.device)?;
                 queue = self.wait(queue);
@@ -445,6 +484,45 @@ impl Drop for Player {
         if let Some(stream) = self.stream.take() {
             let _ = stream.pause();
         }
+    }
+}
+
+/// A clonable handle on a [`Player`]'s gate, in samples at the input rate.
+#[derive(Clone)]
+pub struct GateHandle {
+    shared: Arc<Shared>,
+    input_rate: u32,
+    device_rate: u32,
+}
+
+impl GateHandle {
+    /// Lets the device play up to `gate` (input samples from the start), or everything.
+    pub fn set(&self, gate: Gate) {
+        let mut queue = self.shared.lock();
+        queue.gate = match gate {
+            Gate::Open => None,
+            // Up to all that was pushed: every frame queued so far (whatever the resampler kept).
+            Gate::HoldAt(mark) if mark >= queue.pushed => Some(self.shared.events.frames_queued()),
+            Gate::HoldAt(mark) => Some(self.to_device(mark)),
+        };
+        drop(queue);
+        self.shared.changed.notify_all();
+    }
+
+    /// Samples played so far, at the input rate.
+    pub fn played(&self) -> u64 {
+        let frames = self.shared.events.frames_played();
+        if self.input_rate == self.device_rate {
+            return frames;
+        }
+        (u128::from(frames) * u128::from(self.input_rate) / u128::from(self.device_rate.max(1))) as u64
+    }
+
+    fn to_device(&self, samples: u64) -> u64 {
+        if self.input_rate == self.device_rate {
+            return samples;
+        }
+        (u128::from(samples) * u128::from(self.device_rate) / u128::from(self.input_rate.max(1))) as u64
     }
 }
 
@@ -514,11 +592,14 @@ where
 fn fill_output<T: SizedSample + FromSample<f32>>(shared: &Shared, data: &mut [T], channels: usize) {
     let frames = data.len() / channels;
     let mut queue = shared.lock();
-    let take = if shared.cancelled.load(Ordering::Relaxed) {
-        0
-    } else {
-        frames.min(queue.samples.len())
-    };
+    let events = &shared.events;
+    let cancelled = shared.cancelled.load(Ordering::Relaxed);
+    let played = events.frames_played.load(Ordering::SeqCst);
+    let released = queue.released(played);
+    let take = if cancelled { 0 } else { frames.min(released) };
+    // Ran dry inside what the gate allows (not waiting at the gate) after playback started.
+    let gate_allows_more = queue.gate.is_none_or(|mark| mark.saturating_sub(played) > released as u64);
+    let started = events.first_samples_seq.load(Ordering::SeqCst) != u64::MAX;
     for (frame, sample) in data.chunks_exact_mut(channels).zip(queue.samples.drain(..take)) {
         frame.fill(T::from_sample(sample));
     }
@@ -526,9 +607,10 @@ fn fill_output<T: SizedSample + FromSample<f32>>(shared: &Shared, data: &mut [T]
     let silent = (frames - take) as u64;
     if queue.producer_done {
         queue.tail_silence += silent;
+    } else if started && !cancelled && gate_allows_more {
+        events.underrun_frames.fetch_add(silent, Ordering::SeqCst);
     }
     // Counters are updated under the lock so that `finish` sees them complete when it returns.
-    let events = &shared.events;
     events.callbacks.fetch_add(1, Ordering::SeqCst);
     events.frames_played.fetch_add(take as u64, Ordering::SeqCst);
     events.silence_frames.fetch_add(silent, Ordering::SeqCst);
@@ -771,6 +853,8 @@ mod tests {
                 producer_done,
                 tail_silence: 0,
                 device_error: None,
+                gate: None,
+                pushed: 0,
             }),
             changed: Condvar::new(),
             cancelled: AtomicBool::new(false),
@@ -801,6 +885,35 @@ mod tests {
             (2, 2, 3)
         );
         assert_eq!(shared.lock().tail_silence, 3);
+    }
+
+    #[test]
+    fn callback_waits_at_the_gate_and_counts_only_running_dry_inside_it_as_underrun() {
+        let shared = shared_with(&[0.5; 4], false);
+        shared.lock().gate = Some(2);
+        let mut out = [1.0f32; 3];
+        // Plays up to the gate; the silence after it is a wait, not an underrun.
+        fill_output(&shared, &mut out, 1);
+        assert_eq!(out, [0.5, 0.5, 0.0]);
+        fill_output(&shared, &mut out, 1);
+        assert_eq!(out, [0.0; 3]);
+        let events = &shared.events;
+        assert_eq!((events.frames_played(), events.underrun_frames()), (2, 0));
+        // Held audio does not fill the queue: only the released part counts against capacity.
+        assert_eq!(shared.lock().released(2), 0);
+        // Opened: the two queued samples play, then the queue runs dry: one underrun frame.
+        shared.lock().gate = None;
+        fill_output(&shared, &mut out, 1);
+        assert_eq!(out, [0.5, 0.5, 0.0]);
+        assert_eq!((events.frames_played(), events.underrun_frames()), (4, 1));
+        // A gate beyond what is queued runs dry inside it: an underrun too.
+        shared.lock().gate = Some(10);
+        fill_output(&shared, &mut out, 1);
+        assert_eq!(events.underrun_frames(), 4);
+        // Silence before the first real samples is the start, not an underrun.
+        let fresh = shared_with(&[], false);
+        fill_output(&fresh, &mut out, 1);
+        assert_eq!(fresh.events.underrun_frames(), 0);
     }
 
     #[test]

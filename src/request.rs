@@ -61,6 +61,9 @@ pub trait SynthesisObserver: Sync {
     fn llm_token(&self, _sentence: usize, _index: usize, _token: i64) {}
     /// The LLM finished sentence `sentence` after `tokens` tokens.
     fn llm_done(&self, _sentence: usize, _tokens: usize, _termination: Termination) {}
+    /// All audio of sentence `sentence` has been handed to the request's consumer; it ends at
+    /// sample `end` of the request (a player buffering whole sentences releases up to there).
+    fn sentence_audio_done(&self, _sentence: usize, _end: usize) {}
     /// Polled after every token and before every flow call; `true` stops the LLM and the
     /// token-to-wav worker, and the synthesis returns [`Error::Cancelled`].
     fn cancelled(&self) -> bool {
@@ -169,12 +172,16 @@ pub struct TestHooks {
     /// stop token there: text-in streaming then ends before its text does (an early end, as the
     /// model's own), whatever the weights sample; a whole-text request's sentences each end there.
     pub max_tokens: Option<usize>,
+    /// Slow synthesis down to this real-time factor: each audio chunk is handed over no sooner
+    /// than this many times its own duration after the previous one (the first: after the request
+    /// started), so a test of playback under slow synthesis does not depend on the machine's speed.
+    pub slow_to_rtf: Option<u32>,
 }
 
 impl TestHooks {
     /// Whether any hook is asked for.
     pub fn is_set(&self) -> bool {
-        self.hold_after_first_audio || self.min_tokens.is_some() || self.max_tokens.is_some()
+        self.hold_after_first_audio || self.min_tokens.is_some() || self.max_tokens.is_some() || self.slow_to_rtf.is_some()
     }
 
     /// The hooks' own rules: `max_tokens` is at least 1 and not below `min_tokens`.

@@ -6,6 +6,11 @@
 //! while the LLM thread keeps decoding, so the first audio plays before the LLM is done. `push`
 //! blocks while the player's queue is full, which paces synthesis by the device.
 //!
+//! Playback that never stutters: unless `--no-buffering`, playback starts (or resumes after an
+//! underrun) only as [`cosy::app::buffering`] allows: at once when the audio arrives at least as
+//! fast as it plays, else a whole sentence at a time (with a one-line notice on stderr the first
+//! time it waits, none with `-q`).
+//!
 //! Ctrl-C cancels the player (queue dropped, output silenced); the synthesis observer sees the
 //! cancel and stops the LLM loop (its token callback returns false) and the token-to-wav worker,
 //! and the command ends with [`Error::Cancelled`] (exit status 130). A second Ctrl-C exits at once.
@@ -16,16 +21,21 @@
 //! first samples" against the producer's steps. Events: `llm_token SENTENCE INDEX TOKEN`,
 //! `llm_done SENTENCE TOKENS TERMINATION`, `chunk_ready N SAMPLES` (taken before the chunk is
 //! queued), `chunk_pushed N SAMPLES` (after), `device_first_samples`, `playback_done`,
-//! `cancelled`. Lines are written as they happen (flushed), `device_first_samples` as soon as a
+//! `cancelled`, `sentence_audio_done SENTENCE END`, the buffering rule's decisions
+//! `buffer_open REASON RATE` and `buffer_hold MARK REASON RATE` (RATE: the audio's arrival rate ×
+//! real time; MARK: the sample playback holds at), and `underrun_frames N` before `playback_done`.
+//! Lines are written as they happen (flushed), `device_first_samples` as soon as a
 //! later event notices it, so the file is useful even when the process is interrupted.
 
 use std::io::Write;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
 
 use crate::interrupt::cancel_on_ctrl_c;
-use crate::playback::{CancelHandle, Flow, PlaybackEvents, Player, MODEL_SAMPLE_RATE};
+use crate::playback::{CancelHandle, Flow, GateHandle, PlaybackEvents, Player, MODEL_SAMPLE_RATE};
+use cosy::app::buffering::{Buffering, Decision, Gate, Reason};
 use cosy::error::{Error, Result};
 use cosy::llm::Termination;
 use cosy::request::{Request, SynthesisObserver};
@@ -108,10 +118,145 @@ impl cosy::app::text_stream::ReadNotes for EventLog {
     }
 }
 
-/// Observer of a `say` synthesis: cancellation from the player, events into the log.
+/// How `say` plays, besides where.
+#[derive(Debug, Clone, Copy)]
+pub struct PlayOptions {
+    /// Apply the buffering rule (`--no-buffering` turns it off: play as soon as audio comes).
+    pub buffering: bool,
+    /// Print the one-line notice when playback waits for audio (off with `-q`).
+    pub notices: bool,
+}
+
+/// The buffering rule ([`Buffering`]) applied to a player's gate. Shared by the thread that
+/// pushes the chunks and the synthesis thread that reports where sentences end.
+struct Buffer {
+    state: Mutex<BufferState>,
+    /// Signalled when a chunk was pushed or the request ended.
+    pushed: Condvar,
+    clock: Instant,
+    gate: GateHandle,
+    events: Arc<PlaybackEvents>,
+    log: Option<Arc<EventLog>>,
+    notices: bool,
+    /// Whether sentence ends count (not with text from stdin, whose requests each count from 0).
+    sentence_ends: bool,
+}
+
+struct BufferState {
+    rule: Buffering,
+    /// Samples pushed to the player.
+    pushed: u64,
+    underruns_seen: u64,
+    /// The request ended (or failed): nobody waits for more audio.
+    closed: bool,
+    noticed: bool,
+}
+
+impl Buffer {
+    /// Starts holding `player` until the rule lets it play; the rate is measured from now.
+    fn start(player: &Player, rate: u32, options: PlayOptions, log: Option<Arc<EventLog>>, sentence_ends: bool) -> Buffer {
+        let gate = player.gate_handle();
+        gate.set(Gate::HoldAt(0));
+        Buffer {
+            state: Mutex::new(BufferState { rule: Buffering::new(rate, Duration::ZERO), pushed: 0, underruns_seen: 0, closed: false, noticed: false }),
+            pushed: Condvar::new(),
+            clock: Instant::now(),
+            gate,
+            events: player.events(),
+            log,
+            notices: options.notices,
+            sentence_ends,
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, BufferState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A chunk of `samples` that arrived at `arrived` (from [`Buffer::now`]) is in the player.
+    fn chunk_pushed(&self, arrived: Duration, samples: usize) {
+        let mut state = self.lock();
+        state.pushed += samples as u64;
+        let played = self.gate.played();
+        let underruns = self.events.underrun_frames();
+        if underruns > state.underruns_seen {
+            state.underruns_seen = underruns;
+            let decision = state.rule.underrun(arrived, played);
+            self.apply(&mut state, decision);
+        }
+        let decision = state.rule.audio(arrived, samples, played);
+        self.apply(&mut state, decision);
+        drop(state);
+        self.pushed.notify_all();
+    }
+
+    /// A sentence's audio ends at sample `end`: once it is all in the player, the rule may release
+    /// it. Called on the synthesis thread right after it handed over the sentence's last chunk,
+    /// so it waits for this side to push that chunk (the request ending stops the wait).
+    fn sentence_end(&self, end: u64) {
+        if !self.sentence_ends {
+            return;
+        }
+        let mut state = self.lock();
+        // While playback is open the end changes nothing now: synthesis goes on at once (the
+        // push of the last chunk may be waiting for the device).
+        while state.rule.gate() != Gate::Open && state.pushed < end && !state.closed {
+            state = self.pushed.wait_timeout(state, Duration::from_millis(50)).unwrap_or_else(|e| e.into_inner()).0;
+        }
+        let decision = state.rule.sentence_end(self.now(), end, self.gate.played());
+        self.apply(&mut state, decision);
+    }
+
+    /// The request ended: everything plays, and nobody waits for more.
+    fn done(&self) {
+        let mut state = self.lock();
+        let decision = state.rule.done(self.now(), self.gate.played());
+        self.apply(&mut state, decision);
+        self.close_locked(&mut state);
+    }
+
+    fn close(&self) {
+        let mut state = self.lock();
+        self.close_locked(&mut state);
+    }
+
+    fn close_locked(&self, state: &mut BufferState) {
+        state.closed = true;
+        self.pushed.notify_all();
+    }
+
+    fn now(&self) -> Duration {
+        self.clock.elapsed()
+    }
+
+    fn apply(&self, state: &mut BufferState, decision: Option<Decision>) {
+        let Some(d) = decision else { return };
+        // At the end the gate is left to `Player::finish`, which opens it as it marks the
+        // producer done: opened here first, the device would run dry in between and count it.
+        if d.reason != Reason::Done {
+            self.gate.set(d.gate);
+        }
+        if let Some(log) = &self.log {
+            match d.gate {
+                Gate::Open => log.log(&format!("buffer_open {} {:.3}", d.reason.as_str(), d.rate)),
+                Gate::HoldAt(mark) => log.log(&format!("buffer_hold {mark} {} {:.3}", d.reason.as_str(), d.rate)),
+            }
+        }
+        if d.waiting && self.notices && !std::mem::replace(&mut state.noticed, true) {
+            eprintln!(
+                "cosy: synthesis runs at {:.2}x real time here; buffering each sentence before it plays (--no-buffering plays at once)",
+                d.rate
+            );
+        }
+    }
+}
+
+/// Observer of a `say` synthesis: cancellation from the player, events into the log, sentence
+/// ends to the buffering rule.
 struct SayObserver {
     cancel: Option<CancelHandle>,
     log: Option<Arc<EventLog>>,
+    buffer: Option<Arc<Buffer>>,
 }
 
 impl SynthesisObserver for SayObserver {
@@ -128,6 +273,14 @@ impl SynthesisObserver for SayObserver {
                 Termination::Cancelled => "cancelled",
             };
             log.log(&format!("llm_done {sentence} {tokens} {why}"));
+        }
+    }
+    fn sentence_audio_done(&self, sentence: usize, end: usize) {
+        if let Some(log) = &self.log {
+            log.log(&format!("sentence_audio_done {sentence} {end}"));
+        }
+        if let Some(buffer) = &self.buffer {
+            buffer.sentence_end(end as u64);
         }
     }
     fn cancelled(&self) -> bool {
@@ -154,10 +307,11 @@ pub fn say(
     req: &Request,
     text: SayText,
     output: &Output,
+    options: PlayOptions,
     event_log: Option<&Path>,
 ) -> Result<()> {
     crate::interrupt::install()?;
-    let result = say_until_stopped(config, req, text, output, event_log);
+    let result = say_until_stopped(config, req, text, output, options, event_log);
     if crate::interrupt::requested() {
         return Err(Error::Cancelled);
     }
@@ -169,6 +323,7 @@ fn say_until_stopped(
     req: &Request,
     text: SayText,
     output: &Output,
+    options: PlayOptions,
     event_log: Option<&Path>,
 ) -> Result<()> {
     let mut player = match output {
@@ -202,11 +357,18 @@ fn say_until_stopped(
             player = Some(reopened);
         }
     }
-    let observer = Arc::new(SayObserver { cancel: cancel.clone(), log: log.clone() });
+    // The rate is measured from here, as the request is sent.
+    let sentence_ends = matches!(text, SayText::Whole);
+    let buffer = match &player {
+        Some(p) if options.buffering => Some(Arc::new(Buffer::start(p, rate, options, log.clone(), sentence_ends))),
+        _ => None,
+    };
+    let observer = Arc::new(SayObserver { cancel: cancel.clone(), log: log.clone(), buffer: buffer.clone() });
     let mut chunks = 0u64;
     let mut play = |chunk: &[f32]| -> Result<()> {
         chunks += 1;
         let n = chunks;
+        let arrived = buffer.as_ref().map(|b| b.now());
         if let Some(log) = &log {
             log.log(&format!("chunk_ready {n} {}", chunk.len()));
         }
@@ -214,6 +376,9 @@ fn say_until_stopped(
             if p.push(chunk)? == Flow::Cancelled {
                 return Err(Error::Cancelled);
             }
+        }
+        if let (Some(b), Some(arrived)) = (&buffer, arrived) {
+            b.chunk_pushed(arrived, chunk.len());
         }
         if let Some(log) = &log {
             log.log(&format!("chunk_pushed {n} {}", chunk.len()));
@@ -231,6 +396,13 @@ fn say_until_stopped(
             cosy::app::text_stream::speak_read(stream, std::io::stdin(), "<stdin>", notes, &mut sink)
         }
     };
+    // Whatever the end, the synthesis side no longer waits for audio to be pushed.
+    if let Some(b) = &buffer {
+        if result.is_ok() {
+            b.done();
+        }
+        b.close();
+    }
     let cancelled = observer.cancelled();
     if cancelled || matches!(result, Err(Error::Cancelled)) {
         if let Some(log) = &log {
@@ -239,11 +411,16 @@ fn say_until_stopped(
         return Err(Error::Cancelled);
     }
     let summary = result?;
+    // The player in use (reopened at the model's rate or not) counted the underruns.
+    let player_events = player.as_ref().map(Player::events);
     if let Some(p) = player {
         p.finish()?;
     }
     if let Some(log) = &log {
         log.note_first_samples();
+        if let Some(e) = &player_events {
+            log.log(&format!("underrun_frames {}", e.underrun_frames()));
+        }
         log.log("playback_done");
     }
     if observer.cancelled() {

@@ -9,6 +9,8 @@
 //! * [`text_stream`]: text that arrives in pieces, spoken segment by segment as it comes (text-in
 //!   streaming, or sentence by sentence), a new segment when the speech ends before the text, so
 //!   no text is dropped: one sans-I/O session owns every rule of streamed text.
+//! * [`buffering`]: when live playback may play (the rate audio arrives at against what is
+//!   buffered), so it never stutters; sans I/O.
 //! * [`drain`]: run a request's handle into a sink (a file, stdout, a player, a report).
 //! * [`models`]: the user's models folder: list, add an exported folder, choose the default.
 //! * [`dump`]: `--dump DIR`, every sentence's intermediates as `.npy`, through the engine's observer.
@@ -18,6 +20,7 @@
 //! answer (exit code, HTTP status); it decides nothing itself. This layer sits above the engine
 //! and never imports a front end.
 
+pub mod buffering;
 pub mod drain;
 pub mod dump;
 pub mod models;

@@ -222,6 +222,10 @@ pub struct SayArgs {
     /// List the output devices and exit.
     #[arg(long)]
     pub list_devices: bool,
+    /// Play each chunk as soon as it comes, even when synthesis runs slower than real time and
+    /// playback stutters (by default playback waits until what is buffered lasts).
+    #[arg(long)]
+    pub no_buffering: bool,
     /// Debug/test: write one line per event (LLM tokens, chunks, first device samples) to PATH.
     #[arg(long, value_name = "PATH", hide = true)]
     pub event_log: Option<PathBuf>,
@@ -233,6 +237,9 @@ pub struct SayArgs {
     /// until it is stopped (a test of stopping cosy from outside).
     #[arg(long, hide = true)]
     pub hold_after_first_audio: bool,
+    /// Test only (needs debug.test_hooks): slow synthesis down to this real-time factor.
+    #[arg(long, value_name = "RTF", hide = true, value_parser = clap::value_parser!(u32).range(1..))]
+    pub slow_to_rtf: Option<u32>,
 }
 
 /// `cosy speech-dispatcher …` (docs/desktop.md).
@@ -514,7 +521,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
     let config = cli.load_config(&mut [&mut server.keys()])?;
     match &cli.command {
         Command::File(args) => file_command(&config, args).map_err(name_the_flag),
-        Command::Say(args) => say_command(&config, args).map_err(name_the_flag),
+        Command::Say(args) => say_command(&config, args, cli.global.quiet == 0).map_err(name_the_flag),
         Command::Voice { action } => voice_command(&config, action).map_err(|e| name_the_flag_with(e, voice_flag_of)),
         Command::Profile(args) => profile_command(&config, args).map_err(name_the_flag),
         Command::Doctor { quick } => {
@@ -1020,7 +1027,8 @@ fn resolve_voice(config: &Config, c: &VoiceArgs) -> Result<cosy::request::Voice,
     Ok(resolved.voice)
 }
 
-fn say_command(config: &Config, args: &SayArgs) -> anyhow::Result<()> {
+/// `notices`: whether `say` may tell on stderr that it waits for audio (not with `-q`).
+fn say_command(config: &Config, args: &SayArgs, notices: bool) -> anyhow::Result<()> {
     if args.list_devices {
         for d in crate::playback::list_devices()? {
             let mark = if d.is_default { " (default)" } else { "" };
@@ -1060,6 +1068,7 @@ fn say_command(config: &Config, args: &SayArgs) -> anyhow::Result<()> {
     o.seed = args.seed;
     o.min_tokens = args.min_tokens;
     o.test_hooks.hold_after_first_audio = args.hold_after_first_audio;
+    o.test_hooks.slow_to_rtf = args.slow_to_rtf;
     let req = if streaming_stdin {
         cosy::app::speech::build_streaming_request(o)?
     } else {
@@ -1070,7 +1079,8 @@ fn say_command(config: &Config, args: &SayArgs) -> anyhow::Result<()> {
     } else {
         crate::say::SayText::Whole
     };
-    crate::say::say(config, &req, source, &output, args.event_log.as_deref())?;
+    let play = crate::say::PlayOptions { buffering: !args.no_buffering, notices };
+    crate::say::say(config, &req, source, &output, play, args.event_log.as_deref())?;
     Ok(())
 }
 

@@ -264,6 +264,11 @@ impl SynthesisObserver for RequestObserver {
             o.llm_done(sentence, tokens, termination);
         }
     }
+    fn sentence_audio_done(&self, sentence: usize, end: usize) {
+        if let Some(o) = &self.inner {
+            o.sentence_audio_done(sentence, end);
+        }
+    }
     fn cancelled(&self) -> bool {
         self.cancel.load(Ordering::Relaxed) || self.inner.as_ref().is_some_and(|o| o.cancelled())
     }
@@ -486,7 +491,11 @@ impl Engine {
                     // The model, loaded again first if it was dropped when idle (`stages.load`).
                     let model = residency.acquire()?;
                     let mut first = true;
+                    let mut slow = hooks.slow_to_rtf.map(|rtf| SlowToRtf::new(rtf, synth.constants().sample_rate));
                     let mut on_chunk = |chunk: &[f32]| {
+                        if let Some(slow) = slow.as_mut() {
+                            slow.wait(chunk.len(), &observer.cancel);
+                        }
                         tx.send(Event::Audio(chunk.to_vec())).map_err(|_| Error::Cancelled)?;
                         if std::mem::take(&mut first) && hooks.hold_after_first_audio {
                             hold_until_cancelled(&observer.cancel);
@@ -515,6 +524,33 @@ impl Engine {
 fn hold_until_cancelled(cancel: &AtomicBool) {
     while !cancel.load(Ordering::Relaxed) {
         std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// The test hook [`crate::request::TestHooks::slow_to_rtf`]: each chunk is handed over no sooner
+/// than `rtf` times its duration after the previous one, so the audio arrives at most at 1/`rtf`
+/// of real time whatever the machine. Test-only: it sleeps, in short steps that notice a cancel.
+struct SlowToRtf {
+    rtf: u32,
+    sample_rate: u32,
+    last: std::time::Instant,
+}
+
+impl SlowToRtf {
+    fn new(rtf: u32, sample_rate: u32) -> SlowToRtf {
+        SlowToRtf { rtf, sample_rate: sample_rate.max(1), last: std::time::Instant::now() }
+    }
+
+    fn wait(&mut self, samples: usize, cancel: &AtomicBool) {
+        let due = Duration::from_secs_f64(f64::from(self.rtf) * samples as f64 / f64::from(self.sample_rate));
+        while !cancel.load(Ordering::Relaxed) {
+            let left = due.saturating_sub(self.last.elapsed());
+            if left.is_zero() {
+                break;
+            }
+            std::thread::sleep(left.min(Duration::from_millis(20)));
+        }
+        self.last = std::time::Instant::now();
     }
 }
 

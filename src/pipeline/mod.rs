@@ -356,6 +356,7 @@ impl Synthesizer {
             let emitted = self.run_segment(seg, &mut run, trace.as_mut(), &mut on)?;
             summary.speech_tokens += emitted;
             summary.spans.push(SentenceSpan { text: segment.clone(), start, samples: summary.samples - start });
+            observer.sentence_audio_done(i, summary.samples);
             if let Some(trace) = trace {
                 observer.sentence_done(&SentenceRecord {
                     index: i,
@@ -446,6 +447,7 @@ impl Synthesizer {
         let emitted = self.run_segment(seg, &mut run, None, &mut on)?;
         summary.speech_tokens = emitted;
         summary.spans.push(SentenceSpan { text: streamed_text, start: 0, samples: summary.samples });
+        observer.sentence_audio_done(0, summary.samples);
         summary.stages = StageTimes::of(&profiler);
         Ok(summary)
     }

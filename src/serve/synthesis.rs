@@ -113,7 +113,7 @@ pub struct TestHooksParams {
 /// The test hooks of a request; the engine refuses them (one rule, one message) unless the server
 /// runs with `debug.test_hooks`.
 pub fn test_hooks_of(p: Option<TestHooksParams>) -> TestHooks {
-    p.map(|p| TestHooks { hold_after_first_audio: p.hold_after_first_audio, min_tokens: p.min_tokens, max_tokens: p.max_tokens })
+    p.map(|p| TestHooks { hold_after_first_audio: p.hold_after_first_audio, min_tokens: p.min_tokens, max_tokens: p.max_tokens, ..TestHooks::default() })
         .unwrap_or_default()
 }
 
