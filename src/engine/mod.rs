@@ -491,7 +491,7 @@ impl Engine {
                     // The model, loaded again first if it was dropped when idle (`stages.load`).
                     let model = residency.acquire()?;
                     let mut first = true;
-                    let mut slow = hooks.slow_to_rtf.map(|rtf| SlowToRtf::new(rtf, synth.constants().sample_rate));
+                    let mut slow = hooks.slow_to_rtf.map(|rtf| SlowToRtf::new(rtf, model.synth.constants().sample_rate));
                     let mut on_chunk = |chunk: &[f32]| {
                         if let Some(slow) = slow.as_mut() {
                             slow.wait(chunk.len(), &observer.cancel);
