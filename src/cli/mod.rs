@@ -186,6 +186,9 @@ pub struct FileArgs {
     /// With --bistream: normalise each settled sentence instead of the exact text.
     #[arg(long, requires = "bistream")]
     pub normalize_sentences: bool,
+    /// Load the model here even when a `cosy serve` runs (say.server, COSY_SERVER).
+    #[arg(long)]
+    pub local: bool,
 }
 
 /// Arguments of `cosy say`.
@@ -223,6 +226,9 @@ pub struct SayArgs {
     /// sentence.
     #[arg(long, value_name = "N", hide = true, allow_negative_numbers = true, value_parser = parse_count)]
     pub min_tokens: Option<usize>,
+    /// Load the model here even when a `cosy serve` runs (say.server, COSY_SERVER).
+    #[arg(long)]
+    pub local: bool,
 }
 
 /// Arguments of `cosy profile`.
@@ -456,8 +462,8 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
     let mut server = crate::serve::settings::Settings::default();
     let config = cli.load_config(&mut [&mut server.keys()])?;
     match &cli.command {
-        Command::File(args) => file_command(&config, args).map_err(name_the_flag),
-        Command::Say(args) => say_command(&config, args).map_err(name_the_flag),
+        Command::File(args) => file_command(&config, &server, args).map_err(name_the_flag),
+        Command::Say(args) => say_command(&config, &server, args).map_err(name_the_flag),
         Command::Voice { action: action @ VoiceAction::Add { .. } } => {
             voice_command(&config, action).map_err(|e| name_the_flag_with(e, voice_add_flag_of))
         }
@@ -710,7 +716,7 @@ struct FileJob {
 /// A request of `cosy file` for one utterance's text.
 type FileRequest<'a> = dyn Fn(String) -> Result<cosy::request::Request, Error> + 'a;
 
-fn file_command(config: &Config, args: &FileArgs) -> anyhow::Result<()> {
+fn file_command(config: &Config, settings: &crate::serve::settings::Settings, args: &FileArgs) -> anyhow::Result<()> {
     use cosy::audio::OutputFormat;
 
     cosy::request::check_speed(args.speed)?;
@@ -721,6 +727,17 @@ fn file_command(config: &Config, args: &FileArgs) -> anyhow::Result<()> {
     let jobs = plan_file_jobs(args)?;
     // Everything that can be checked is checked before the model is loaded.
     check_file_jobs(config, args, &jobs)?;
+    let local_only = [
+        ("--input", args.input.is_some()),
+        ("--dump", args.dump.is_some()),
+        ("--min-tokens", args.min_tokens.is_some()),
+        ("--no-text-frontend", args.no_text_frontend),
+    ]
+    .into_iter()
+    .find_map(|(flag, given)| given.then_some(flag));
+    if let Some(client) = server_for(settings, args.local, local_only)? {
+        return file_from_server(config, &client, args, jobs, format);
+    }
     let voice = resolve_voice(config, &args.voice)?;
     if let Some(d) = &args.dump {
         cosy::output::check_folder("--dump", d, true)?;
@@ -740,6 +757,80 @@ fn file_command(config: &Config, args: &FileArgs) -> anyhow::Result<()> {
         Some(dump_root) => write_file_jobs_dumped(&engine, jobs, dump_root, format, &request),
         None => write_file_jobs(config, &engine, jobs, format, &request),
     }
+}
+
+/// `cosy file TEXT` through a running server: the one text, written as without it.
+fn file_from_server(
+    config: &Config,
+    client: &crate::client::Client,
+    args: &FileArgs,
+    jobs: Vec<FileJob>,
+    format: cosy::audio::OutputFormat,
+) -> anyhow::Result<()> {
+    for job in jobs {
+        // The schedule this command would use (sent as `stream`: the server then uses the same).
+        let stream = cosy::app::speech::check_all_but_the_voice(config, &job.text, asked_streaming(args.stream, args.no_stream), config.streaming.enabled, args.speed)?;
+        let request = server_request(&job.text, &args.voice, args.speed, args.seed, stream)?;
+        let mut audio = client.speak(request)?;
+        let samples = collect_audio(job.out.is_none(), |sink| {
+            while let Some(chunk) = audio.next_chunk()? {
+                sink.audio(&chunk)?;
+            }
+            Ok(())
+        })?;
+        if let Some(path) = job.out {
+            cosy::audio::write_audio_atomic(&path, &samples, client.sample_rate, format)?;
+            tracing::info!("wrote {} ({:.2} s)", path.display(), samples.len() as f64 / f64::from(client.sample_rate));
+        }
+    }
+    Ok(())
+}
+
+/// The running server `say` or `file` uses (`say.server`, `COSY_SERVER`): none with --local, nor
+/// when a flag needs the model here (`local_only`, named in a note when a server runs).
+fn server_for(
+    settings: &crate::serve::settings::Settings,
+    local: bool,
+    local_only: Option<&str>,
+) -> Result<Option<crate::client::Client>, Error> {
+    if local {
+        return Ok(None);
+    }
+    if let Some(flag) = local_only {
+        if let Some(at) = crate::client::listening(&settings.say.server) {
+            eprintln!("note: {flag} is not served by a cosy server: loading the model here, not using the one at {at}");
+        }
+        return Ok(None);
+    }
+    crate::client::find(&settings.say.server, settings.server.api_key.as_deref())
+}
+
+/// The speech request (the HTTP API's fields) for `text` from the command line's options: the
+/// voice as the flags give it (a saved voice's name, or the recording itself), the server's
+/// default voice and seed when none is given.
+fn server_request(text: &str, voice: &VoiceArgs, speed: f64, seed: Option<u64>, stream: bool) -> Result<serde_json::Value, Error> {
+    use base64::Engine as _;
+    let mut request = serde_json::json!({ "input": text, "stream": stream });
+    if speed != 1.0 {
+        request["speed"] = speed.into();
+    }
+    if let Some(seed) = seed {
+        request["seed"] = seed.into();
+    }
+    if let Some(name) = &voice.name {
+        request["voice"] = name.as_str().into();
+    }
+    if let Some(wav) = &voice.prompt_wav {
+        let bytes = std::fs::read(wav).map_err(|e| Error::invalid(format!("--prompt-wav {}: {e}", wav.display())))?;
+        request["ref_audio"] = base64::engine::general_purpose::STANDARD.encode(bytes).into();
+    }
+    if let Some(transcript) = &voice.prompt_text {
+        request["ref_text"] = transcript.as_str().into();
+    }
+    if let Some(instruction) = &voice.instruct {
+        request["instructions"] = instruction.as_str().into();
+    }
+    Ok(request)
 }
 
 /// The utterances of `cosy file` and where each goes: one per non-empty line of `--input` (into
@@ -957,7 +1048,7 @@ fn resolve_voice(config: &Config, c: &VoiceArgs) -> Result<cosy::request::Voice,
     Ok(resolved.voice)
 }
 
-fn say_command(config: &Config, args: &SayArgs) -> anyhow::Result<()> {
+fn say_command(config: &Config, settings: &crate::serve::settings::Settings, args: &SayArgs) -> anyhow::Result<()> {
     if args.list_devices {
         for d in crate::playback::list_devices()? {
             let mark = if d.is_default { " (default)" } else { "" };
@@ -977,6 +1068,23 @@ fn say_command(config: &Config, args: &SayArgs) -> anyhow::Result<()> {
     }
     cosy::request::check_speed(args.speed)?;
     let output = crate::say::Output::from_setting(args.device.as_deref(), &config.output.device)?;
+    // Text that arrives in pieces is not served by the HTTP route; no text is refused below.
+    let local_only = [
+        ("`say -` (text read as it arrives)", args.text.as_deref() == Some("-")),
+        ("--no-text-frontend", args.no_text_frontend),
+        ("--min-tokens", args.min_tokens.is_some()),
+    ]
+    .into_iter()
+    .find_map(|(flag, given)| given.then_some(flag));
+    if let (Some(text), Some(client)) = (args.text.as_deref(), server_for(settings, args.local || args.text.is_none(), local_only)?) {
+        // The rules that need no voice here; the server applies every one again. `stream: true`:
+        // the answer comes as it is made, in the schedule `say` uses (chunks at speed 1, else
+        // whole sentences).
+        cosy::app::speech::check_all_but_the_voice(config, text, None, true, args.speed)?;
+        let request = server_request(text, &args.voice, args.speed, args.seed, true)?;
+        crate::say::say(crate::say::Source::Server { client: &client, request }, &output, args.event_log.as_deref())?;
+        return Ok(());
+    }
     let voice = resolve_voice(config, &args.voice)?;
     // `say -` speaks standard input while it arrives (text-in streaming), when the voice allows
     // it (a transcript or an instruction) and no speed asks for whole sentences.
@@ -1006,7 +1114,7 @@ fn say_command(config: &Config, args: &SayArgs) -> anyhow::Result<()> {
     } else {
         crate::say::SayText::Whole
     };
-    crate::say::say(config, &req, source, &output, args.event_log.as_deref())?;
+    crate::say::say(crate::say::Source::Local { config, req: &req, text: source }, &output, args.event_log.as_deref())?;
     Ok(())
 }
 
