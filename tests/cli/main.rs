@@ -2,6 +2,8 @@
 
 #[path = "../common/mod.rs"]
 mod common;
+#[path = "../common/serve.rs"]
+mod serve;
 
 mod defaults;
 mod doctor;
@@ -14,3 +16,4 @@ mod official;
 mod say_bad_inputs;
 mod say_playback;
 mod say_voices;
+mod say_warm;
