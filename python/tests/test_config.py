@@ -17,7 +17,7 @@ CONFIG_TOML = REPO / "config.toml"
 
 
 def server_variables() -> List[str]:
-    """The variables config.toml documents for `[server]` and `[wyoming]` (`env COSY_X`)."""
+    """The variables config.toml documents for `[server]`, `[wyoming]` and `[say]` (`env COSY_X`)."""
     names: List[str] = []
     section = ""
     for line in CONFIG_TOML.read_text().splitlines():

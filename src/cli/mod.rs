@@ -396,7 +396,7 @@ impl Cli {
     }
 
     /// The configuration from file, environment and these flags, with the keys of the binary's
-    /// front ends (`front_ends`: the server's `[server]` and `[wyoming]`, which a shared config
+    /// front ends (`front_ends`: the server's `[server]` and `[wyoming]`, `say`'s `[say]`, which a shared config
     /// file may hold whatever the command).
     pub fn load_config(&self, front_ends: &mut [&mut dyn KeyTable]) -> cosy::Result<Config> {
         Config::load_with(&self.load_options()?, front_ends)
@@ -457,8 +457,8 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         std::io::stdout().write_all(&out)?;
         return Ok(());
     }
-    // The server's keys (`[server]`, `[wyoming]`) are read with the library's whatever the command:
-    // one config file serves every command.
+    // The binary's keys (`[server]`, `[wyoming]`, `[say]`) are read with the library's whatever the
+    // command: one config file serves every command.
     let mut server = crate::serve::settings::Settings::default();
     let config = cli.load_config(&mut [&mut server.keys()])?;
     match &cli.command {
