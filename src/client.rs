@@ -55,7 +55,7 @@ impl std::fmt::Display for Address {
 
 /// Why a request got no answer.
 enum NoAnswer {
-    /// Nothing listens there (no socket file, connection refused): no server.
+    /// No connection could be made (no socket file, nobody listening, no permission): no server.
     Absent(String),
     /// A server is there, and said no, or broke off.
     Failed(Error),
@@ -167,10 +167,9 @@ impl Client {
 
     /// One request on a new connection (the socket is local: a connection costs next to nothing).
     async fn send(&self, method: hyper::Method, path: &str, body: Body) -> std::result::Result<hyper::Response<hyper::body::Incoming>, NoAnswer> {
-        let absent = |e: std::io::Error| match e.kind() {
-            std::io::ErrorKind::NotFound | std::io::ErrorKind::ConnectionRefused => NoAnswer::Absent(e.to_string()),
-            _ => NoAnswer::Failed(self.broken(format!("cannot connect ({e})"))),
-        };
+        // Whatever stops the connection (no file, nobody listening, not ours to use), no server
+        // answers there: the default socket then means "load the model here".
+        let absent = |e: std::io::Error| NoAnswer::Absent(e.to_string());
         let (host, sender) = match &self.address {
             Address::Socket(path) => ("localhost".to_string(), self.handshake(tokio::net::UnixStream::connect(path).await.map_err(absent)?).await?),
             Address::Http(authority) => (authority.clone(), self.handshake(tokio::net::TcpStream::connect(authority).await.map_err(absent)?).await?),
