@@ -722,7 +722,7 @@ fn file_command(config: &Config, settings: &crate::serve::settings::Settings, ar
     cosy::request::check_speed(args.speed)?;
     let format: OutputFormat = args.format.parse()?;
     if args.bistream {
-        return file_bistream(config, args, format);
+        return file_bistream(config, settings, args, format);
     }
     let jobs = plan_file_jobs(args)?;
     // Everything that can be checked is checked before the model is loaded.
@@ -976,7 +976,12 @@ fn file_inputs(args: &FileArgs) -> Vec<(&'static str, &std::path::Path)> {
 
 /// `cosy file - --bistream`: text-in streaming from standard input, the audio to a file (or
 /// streamed pcm on stdout), the same audio `cosy say -` plays.
-fn file_bistream(config: &Config, args: &FileArgs, format: cosy::audio::OutputFormat) -> anyhow::Result<()> {
+fn file_bistream(
+    config: &Config,
+    settings: &crate::serve::settings::Settings,
+    args: &FileArgs,
+    format: cosy::audio::OutputFormat,
+) -> anyhow::Result<()> {
     if args.text.as_deref() != Some("-") || args.input.is_some() {
         return Err(Error::invalid("--bistream reads the text from standard input as it arrives: give `-` as the text").into());
     }
@@ -989,6 +994,8 @@ fn file_bistream(config: &Config, args: &FileArgs, format: cosy::audio::OutputFo
         cosy::output::check_not_an_input("-o", p, &file_inputs(args))?;
         cosy::output::check_file("-o", p)?;
     }
+    // Text that arrives in pieces is not served by the HTTP route: the model is loaded here.
+    server_for(settings, args.local, Some("--bistream"))?;
     let voice = resolve_voice(config, &args.voice)?;
     let mut o = cosy::app::speech::SpeechOptions::new(String::new(), voice, config.streaming.enabled);
     o.text_frontend = !args.no_text_frontend;
