@@ -175,3 +175,22 @@ fn without_a_server_say_loads_the_model_and_a_bad_cosy_server_is_one_line() {
     let err = ok(out, "file via http");
     assert!(err.contains(&format!("using the cosy server at {url}")), "{err}");
 }
+
+#[test]
+fn a_server_with_an_api_key_takes_say_s_key_and_names_it_when_missing() {
+    let user = User::new();
+    std::fs::create_dir_all(user.socket().parent().unwrap()).unwrap();
+    let server = start_server(&[&format!("server.socket={}", user.socket().display()), "server.api_key=sk-local"]);
+    // The socket serves the same routes with the same rules: no key, one line naming the setting.
+    let out = user.cosy(&server, &["say", "--device", "none", TEXT]).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert_eq!(err.trim(), format!("cosy: config: the cosy server at {} wants its API key: set server.api_key (COSY_API_KEY) to it, or use --local", user.socket().display()));
+    // The command's own configuration holds the key (one config file serves both).
+    ok(user.cosy(&server, &["file", "-o", "k.wav", TEXT]).env("COSY_API_KEY", "sk-local").output().unwrap(), "file with the key");
+    // A refusal of the request itself is the server's message, as one line.
+    let out = user.cosy(&server, &["file", "--voice", "nobody", "-o", "n.wav", TEXT]).env("COSY_API_KEY", "sk-local").output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.lines().count() == 1 && err.contains("nobody"), "{err}");
+}
