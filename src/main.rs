@@ -3,6 +3,7 @@
 //! the library (`cosy::…`).
 
 mod cli;
+mod client;
 mod doctor;
 mod engines;
 mod interrupt;

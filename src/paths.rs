@@ -11,6 +11,7 @@
 //! | voices | `$XDG_DATA_HOME/cosy/voices` |
 //! | ONNX Runtime | `<prefix>/lib/cosy/` beside the executable, then `$XDG_DATA_HOME/cosy/lib/` (see `runtime::env`) |
 //! | caches | `$XDG_CACHE_HOME/cosy/engines` (TensorRT engines, `graphs/` for optimised graphs) |
+//! | the local server's socket | `$XDG_RUNTIME_DIR/cosy/cosy.sock`, else `/tmp/cosy-UID/cosy.sock` (`cosy serve` listens there, `cosy say` looks there) |
 //!
 //! A config file's relative paths stay relative to that file (`config::toml_file::read_leaves`, `Setting::path`); so a
 //! checkout's `config.toml` keeps `models/`, `voices/` beside it. Nothing here is ever relative to
@@ -68,6 +69,19 @@ pub fn voices_dir() -> PathBuf {
 /// The default TensorRT engine cache (the optimised-graph cache is its `graphs/` folder).
 pub fn engine_cache_dir() -> PathBuf {
     cache_home().join("engines")
+}
+
+/// Where `cosy serve` listens for the user's own commands (`server.socket = "auto"`) and where
+/// `cosy say` and `cosy file` look for it (`say.server = ""`): `$XDG_RUNTIME_DIR/cosy/cosy.sock`
+/// (the session's private runtime folder), else `/tmp/cosy-UID/cosy.sock` (a folder of the user's
+/// own, mode 0700, which the server checks before it listens there).
+pub fn local_socket() -> PathBuf {
+    let folder = match std::env::var_os("XDG_RUNTIME_DIR").filter(|d| !d.is_empty()) {
+        Some(runtime) => PathBuf::from(runtime).join("cosy"),
+        // SAFETY: getuid has no preconditions and cannot fail.
+        None => std::env::temp_dir().join(format!("cosy-{}", unsafe { libc::getuid() })),
+    };
+    folder.join("cosy.sock")
 }
 
 /// The folder holding the running executable, symbolic links resolved (so `/usr/local/bin/cosy`

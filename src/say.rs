@@ -1,4 +1,5 @@
-//! `cosy say`: streaming synthesis played live.
+//! `cosy say`: streaming synthesis played live, made here or by a running `cosy serve`
+//! ([`Source`]; docs/desktop.md, "A warm model behind cosy say").
 //!
 //! The device is opened first (so a machine without one fails at once, with the player's one-line
 //! message pointing to `cosy file`), then the model is loaded and the request runs with the
@@ -23,7 +24,10 @@
 //! queued), `chunk_pushed N SAMPLES` (after), `device_first_samples`, `playback_done`,
 //! `cancelled`, `sentence_audio_done SENTENCE END`, the buffering rule's decisions
 //! `buffer_open REASON RATE` and `buffer_hold MARK REASON RATE` (RATE: the audio's arrival rate ×
-//! real time; MARK: the sample playback holds at), and `underrun_frames N` before `playback_done`.
+//! real time; MARK: the sample playback holds at), and `underrun_frames N` and `first_audio_ms MS`
+//! (the one time: from the start of the command's work to the device's first samples) before
+//! `playback_done`. Through a running server ([`Source::Server`]) there are no `llm_*` or
+//! `sentence_audio_done` events, and a chunk is a piece of the server's answer as it arrived.
 //! Lines are written as they happen (flushed), `device_first_samples` as soon as a
 //! later event notices it, so the file is useful even when the process is interrupted.
 
@@ -70,6 +74,8 @@ impl Output {
 
 /// The `--event-log` file and the counter it orders lines by.
 pub struct EventLog {
+    /// When the log was made (before the model loads or the server is asked): `first_audio_ms`.
+    started: std::time::Instant,
     file: Mutex<std::fs::File>,
     events: Arc<PlaybackEvents>,
     first_samples_logged: AtomicBool,
@@ -79,7 +85,7 @@ impl EventLog {
     pub fn create(path: &Path, events: Arc<PlaybackEvents>) -> Result<EventLog> {
         let file = std::fs::File::create(path)
             .map_err(|e| Error::invalid(format!("--event-log {}: cannot create ({e})", path.display())))?;
-        Ok(EventLog { file: Mutex::new(file), events, first_samples_logged: AtomicBool::new(false) })
+        Ok(EventLog { started: std::time::Instant::now(), file: Mutex::new(file), events, first_samples_logged: AtomicBool::new(false) })
     }
 
     /// Writes `line` under the next sequence number.
@@ -95,6 +101,14 @@ impl EventLog {
             if !self.first_samples_logged.swap(true, Ordering::SeqCst) {
                 self.write(seq, "device_first_samples");
             }
+        }
+    }
+
+    /// Logs `first_audio_ms MS`: from the log's making to the device's first samples, the one
+    /// time in the log (bench/say_warm.sh compares it with and without a server).
+    pub fn log_first_audio_time(&self) {
+        if let Some(at) = self.events.first_samples_at() {
+            self.log(&format!("first_audio_ms {}", at.saturating_duration_since(self.started).as_millis()));
         }
     }
 
@@ -288,12 +302,6 @@ impl SynthesisObserver for SayObserver {
     }
 }
 
-/// Plays `req` (its `stream` flag decides the schedule) on `output`. `event_log` as in the module
-/// docs. Returns [`Error::Cancelled`] after Ctrl-C.
-///
-/// Ctrl-C is caught from the start (with or without a player), and once it was pressed every
-/// way this ends is [`Error::Cancelled`]: whatever failed while the work was being stopped (a
-/// model stage, the player, the log) is a consequence of the stop, not something to report.
 /// Where `say` takes its text from.
 pub enum SayText {
     /// `req.text`, whole.
@@ -302,30 +310,30 @@ pub enum SayText {
     Stdin(cosy::engine::BistreamOptions),
 }
 
-pub fn say(
-    config: &cosy::config::Config,
-    req: &Request,
-    text: SayText,
-    output: &Output,
-    options: PlayOptions,
-    event_log: Option<&Path>,
-) -> Result<()> {
+/// Where `say`'s audio comes from.
+pub enum Source<'a> {
+    /// The model, loaded here: `req` (its `stream` flag decides the schedule) and its text.
+    Local { config: &'a cosy::config::Config, req: &'a Request, text: SayText },
+    /// A running `cosy serve` ([`crate::client`]), asked with this speech request (the API's fields).
+    Server { client: &'a crate::client::Client, request: serde_json::Value },
+}
+
+/// Plays what `source` makes on `output`, as `options` say. `event_log` as in the module docs.
+/// Returns [`Error::Cancelled`] after Ctrl-C.
+///
+/// Ctrl-C is caught from the start (with or without a player), and once it was pressed every
+/// way this ends is [`Error::Cancelled`]: whatever failed while the work was being stopped (a
+/// model stage, the player, the log) is a consequence of the stop, not something to report.
+pub fn say(source: Source<'_>, output: &Output, options: PlayOptions, event_log: Option<&Path>) -> Result<()> {
     crate::interrupt::install()?;
-    let result = say_until_stopped(config, req, text, output, options, event_log);
+    let result = say_until_stopped(source, output, options, event_log);
     if crate::interrupt::requested() {
         return Err(Error::Cancelled);
     }
     result
 }
 
-fn say_until_stopped(
-    config: &cosy::config::Config,
-    req: &Request,
-    text: SayText,
-    output: &Output,
-    options: PlayOptions,
-    event_log: Option<&Path>,
-) -> Result<()> {
+fn say_until_stopped(source: Source<'_>, output: &Output, options: PlayOptions, event_log: Option<&Path>) -> Result<()> {
     let mut player = match output {
         Output::Default => Some(Player::open(None, MODEL_SAMPLE_RATE)?),
         Output::Named(name) => Some(Player::open(Some(name), MODEL_SAMPLE_RATE)?),
@@ -346,9 +354,16 @@ fn say_until_stopped(
         tracing::info!("playing on {} ({} Hz, {} ch, {})", c.device, c.device_rate, c.channels, c.sample_format);
     }
 
-    // One request through the engine: its chunks arrive here as they are made.
-    let engine = cosy::engine::Engine::load(config)?;
-    let rate = engine.sample_rate();
+    // The model here (one request through the engine), or the server's answer: either way the
+    // chunks arrive as they are made.
+    let (engine, rate) = match &source {
+        Source::Local { config, .. } => {
+            let engine = cosy::engine::Engine::load(config)?;
+            let rate = engine.sample_rate();
+            (Some(engine), rate)
+        }
+        Source::Server { client, .. } => (None, client.sample_rate),
+    };
     if rate != MODEL_SAMPLE_RATE {
         if let Some(p) = &player {
             let device = p.config().device.clone();
@@ -358,7 +373,9 @@ fn say_until_stopped(
         }
     }
     // The rate is measured from here, as the request is sent.
-    let sentence_ends = matches!(text, SayText::Whole);
+    // Sentence ends are known for a whole text made here (not for text from stdin, whose
+    // requests each count from 0, nor for a server's answer).
+    let sentence_ends = matches!(source, Source::Local { text: SayText::Whole, .. });
     let buffer = match &player {
         Some(p) if options.buffering => Some(Arc::new(Buffer::start(p, rate, options, log.clone(), sentence_ends))),
         _ => None,
@@ -385,16 +402,26 @@ fn say_until_stopped(
         }
         Ok(())
     };
-    let mut sink = cosy::app::drain::FnSink(&mut play);
-    // A failed push drops the handle, which cancels the request.
-    let result = match text {
-        SayText::Whole => engine.submit_observed(req.clone(), Some(observer.clone())).and_then(|handle| cosy::app::drain::drain(handle, &mut sink)),
-        SayText::Stdin(options) => {
-            // Standard input is read as it arrives, each read a piece, while audio plays.
-            let stream = cosy::app::text_stream::TextStream::text_in(Arc::new(engine), config, req.clone(), options, Some(observer.clone()));
-            let notes = log.clone().map(|log| log as Arc<dyn cosy::app::text_stream::ReadNotes>);
-            cosy::app::text_stream::speak_read(stream, std::io::stdin(), "<stdin>", notes, &mut sink)
+    // A failed push drops the handle (or the server's answer), which cancels the request.
+    let result = match (source, engine) {
+        (Source::Local { config, req, text }, Some(engine)) => {
+            let mut sink = cosy::app::drain::FnSink(&mut play);
+            match text {
+                SayText::Whole => engine
+                    .submit_observed(req.clone(), Some(observer.clone()))
+                    .and_then(|handle| cosy::app::drain::drain(handle, &mut sink)),
+                SayText::Stdin(options) => {
+                    // Standard input is read as it arrives, each read a piece, while audio plays.
+                    let stream = cosy::app::text_stream::TextStream::text_in(Arc::new(engine), config, req.clone(), options, Some(observer.clone()));
+                    let notes = log.clone().map(|log| log as Arc<dyn cosy::app::text_stream::ReadNotes>);
+                    cosy::app::text_stream::speak_read(stream, std::io::stdin(), "<stdin>", notes, &mut sink)
+                }
+            }
+            .map(|summary| format!("{} sentence(s), {} chunk(s), {:.2} s", summary.sentences, summary.chunks, summary.samples as f64 / f64::from(rate)))
         }
+        (Source::Server { client, request }, _) => play_from_server(client, request, &observer, &mut play)
+            .map(|samples| format!("{samples} samples from the server, {:.2} s", samples as f64 / f64::from(rate))),
+        (Source::Local { .. }, None) => Err(Error::Runtime("say: no engine for a local synthesis".into())),
     };
     // Whatever the end, the synthesis side no longer waits for audio to be pushed.
     if let Some(b) = &buffer {
@@ -410,7 +437,7 @@ fn say_until_stopped(
         }
         return Err(Error::Cancelled);
     }
-    let summary = result?;
+    let said = result?;
     // The player in use (reopened at the model's rate or not) counted the underruns.
     let player_events = player.as_ref().map(Player::events);
     if let Some(p) = player {
@@ -421,16 +448,31 @@ fn say_until_stopped(
         if let Some(e) = &player_events {
             log.log(&format!("underrun_frames {}", e.underrun_frames()));
         }
+        log.log_first_audio_time();
         log.log("playback_done");
     }
     if observer.cancelled() {
         return Err(Error::Cancelled);
     }
-    tracing::info!(
-        "said {} sentence(s), {} chunk(s), {:.2} s",
-        summary.sentences,
-        summary.chunks,
-        summary.samples as f64 / f64::from(rate)
-    );
+    tracing::info!("said {said}");
     Ok(())
+}
+
+/// The server's audio for `request`, each piece played as it arrives; the samples played.
+fn play_from_server(
+    client: &crate::client::Client,
+    request: serde_json::Value,
+    observer: &SayObserver,
+    play: &mut dyn FnMut(&[f32]) -> Result<()>,
+) -> Result<u64> {
+    let mut audio = client.speak(request)?;
+    let mut samples = 0u64;
+    while let Some(chunk) = audio.next_chunk()? {
+        if observer.cancelled() {
+            return Err(Error::Cancelled);
+        }
+        samples += chunk.len() as u64;
+        play(&chunk)?;
+    }
+    Ok(samples)
 }

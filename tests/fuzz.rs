@@ -348,14 +348,14 @@ fn env_vars() -> Vec<(&'static str, &'static str)> {
     KEYS.iter().filter_map(|k| k.about.env.map(|var| (var, k.about.name))).collect()
 }
 
-/// config.toml without the tables of the server (`[server]`, `[wyoming]`), which only the binary
-/// reads (its own tests check them): the library's loader refuses them as unknown keys.
+/// config.toml without the tables of the binary (`[server]`, `[wyoming]`, `[say]`), which only the
+/// binary reads (its own tests check them): the library's loader refuses them as unknown keys.
 fn library_part(shipped: &str) -> String {
     let mut keep = true;
     let mut out = Vec::new();
     for line in shipped.lines() {
         if line.starts_with('[') {
-            keep = !(line.starts_with("[server]") || line.starts_with("[wyoming]"));
+            keep = !(line.starts_with("[server]") || line.starts_with("[wyoming]") || line.starts_with("[say]"));
         }
         if keep {
             out.push(line);

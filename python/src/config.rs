@@ -12,14 +12,14 @@ use std::path::PathBuf;
 
 use cosy::config::{About, Config, KeyTable, LoadOptions, Origin, RawValue, Renamed, Setting};
 
-/// The variables of `cosy serve`'s keys (config.toml's `[server]` and `[wyoming]`; the package's
-/// tests hold this list against that file).
-const SERVER_VARIABLES: &[&str] = &["COSY_BIND", "COSY_API_KEY", "COSY_WYOMING", "COSY_WYOMING_ZEROCONF"];
+/// The variables of the binary's own keys (config.toml's `[server]`, `[wyoming]` and `[say]`; the
+/// package's tests hold this list against that file).
+const SERVER_VARIABLES: &[&str] = &["COSY_BIND", "COSY_API_KEY", "COSY_WYOMING", "COSY_WYOMING_ZEROCONF", "COSY_SERVER"];
 
-/// `[server]` and `[wyoming]`: any key, accepted and left alone.
+/// `[server]`, `[wyoming]` and `[say]`: any key, accepted and left alone.
 struct ServerSections;
 
-static SERVER_KEYS: [About; 2] = [
+static SERVER_KEYS: [About; 3] = [
     About {
         name: "server.<key>",
         allowed: "any value (cosy serve's key, not read by the Python engine)",
@@ -35,6 +35,14 @@ static SERVER_KEYS: [About; 2] = [
         default_is: Some("cosy serve's"),
         env: None,
         doc: "cosy serve's Wyoming settings",
+    },
+    About {
+        name: "say.<key>",
+        allowed: "any value (the cosy command's key, not read by the Python engine)",
+        default: None,
+        default_is: Some("the cosy command's"),
+        env: None,
+        doc: "where cosy say and cosy file find a running cosy serve",
     },
 ];
 

@@ -17,14 +17,14 @@ CONFIG_TOML = REPO / "config.toml"
 
 
 def server_variables() -> List[str]:
-    """The variables config.toml documents for `[server]` and `[wyoming]` (`env COSY_X`)."""
+    """The variables config.toml documents for `[server]`, `[wyoming]` and `[say]` (`env COSY_X`)."""
     names: List[str] = []
     section = ""
     for line in CONFIG_TOML.read_text().splitlines():
         m = re.match(r"^\[([a-z_.]+)\]", line)
         if m:
             section = m.group(1)
-        if section.split(".")[0] in ("server", "wyoming"):
+        if section.split(".")[0] in ("server", "wyoming", "say"):
             names += re.findall(r"env (COSY_[A-Z_]+)", line)
     return names
 
@@ -41,9 +41,9 @@ def env(home: Home) -> Iterator[None]:
 
 def test_the_checkout_config_with_server_sections_and_variables_loads(home: Home, env: None) -> None:
     variables = server_variables()
-    assert {"COSY_BIND", "COSY_API_KEY", "COSY_WYOMING"} <= set(variables), variables
+    assert {"COSY_BIND", "COSY_API_KEY", "COSY_WYOMING", "COSY_SERVER"} <= set(variables), variables
     for name in variables:
-        os.environ[name] = "127.0.0.1:1" if name != "COSY_API_KEY" else "k"
+        os.environ[name] = {"COSY_API_KEY": "k", "COSY_SERVER": "http://127.0.0.1:1"}.get(name, "127.0.0.1:1")
     engine = cosy.Engine(MODEL, CONFIG_TOML, runtime={"providers": "cpu"})
     assert Path(engine.model_dir).resolve() == MODEL.resolve()
 

@@ -99,9 +99,7 @@ pub fn check_text(config: &Config, text: &str) -> Result<()> {
 
 /// A whole-text request, every rule checked (text, speed, streaming with a speed).
 pub fn build_request(config: &Config, o: SpeechOptions) -> Result<Request> {
-    let stream = choose_streaming(o.stream, o.default_stream, o.speed);
-    check_options(o.speed, stream)?;
-    check_text(config, &o.text)?;
+    let stream = check_all_but_the_voice(config, &o.text, o.stream, o.default_stream, o.speed)?;
     Ok(Request {
         text: o.text,
         voice: o.voice,
@@ -112,6 +110,17 @@ pub fn build_request(config: &Config, o: SpeechOptions) -> Result<Request> {
         ignore_stop_until: o.min_tokens,
         test_hooks: o.test_hooks,
     })
+}
+
+/// Every rule [`build_request`] applies but the voice's (the speed, the schedule, the text), and
+/// the schedule: whether the request streams (`asked`, else `default_stream` at speed 1). For a
+/// front end that hands the request to a server, which resolves the voice itself (`cosy say`
+/// through a running `cosy serve`).
+pub fn check_all_but_the_voice(config: &Config, text: &str, asked: Option<bool>, default_stream: bool, speed: f64) -> Result<bool> {
+    let stream = choose_streaming(asked, default_stream, speed);
+    check_options(speed, stream)?;
+    check_text(config, text)?;
+    Ok(stream)
 }
 
 /// Whether text that arrives in pieces can be spoken as it comes (text-in streaming): the voice

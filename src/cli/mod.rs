@@ -192,6 +192,9 @@ pub struct FileArgs {
     /// With --bistream: normalise each settled sentence instead of the exact text.
     #[arg(long, requires = "bistream")]
     pub normalize_sentences: bool,
+    /// Load the model here even when a `cosy serve` runs (say.server, COSY_SERVER).
+    #[arg(long)]
+    pub local: bool,
 }
 
 /// Arguments of `cosy say`.
@@ -240,6 +243,9 @@ pub struct SayArgs {
     /// Test only (needs debug.test_hooks): slow synthesis down to this real-time factor.
     #[arg(long, value_name = "RTF", hide = true, value_parser = clap::value_parser!(u32).range(1..))]
     pub slow_to_rtf: Option<u32>,
+    /// Load the model here even when a `cosy serve` runs (say.server, COSY_SERVER).
+    #[arg(long)]
+    pub local: bool,
 }
 
 /// `cosy speech-dispatcher …` (docs/desktop.md).
@@ -454,7 +460,7 @@ impl Cli {
     }
 
     /// The configuration from file, environment and these flags, with the keys of the binary's
-    /// front ends (`front_ends`: the server's `[server]` and `[wyoming]`, which a shared config
+    /// front ends (`front_ends`: the server's `[server]` and `[wyoming]`, `say`'s `[say]`, which a shared config
     /// file may hold whatever the command).
     pub fn load_config(&self, front_ends: &mut [&mut dyn KeyTable]) -> cosy::Result<Config> {
         Config::load_with(&self.load_options()?, front_ends)
@@ -515,13 +521,13 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         std::io::stdout().write_all(&out)?;
         return Ok(());
     }
-    // The server's keys (`[server]`, `[wyoming]`) are read with the library's whatever the command:
-    // one config file serves every command.
+    // The binary's keys (`[server]`, `[wyoming]`, `[say]`) are read with the library's whatever the
+    // command: one config file serves every command.
     let mut server = crate::serve::settings::Settings::default();
     let config = cli.load_config(&mut [&mut server.keys()])?;
     match &cli.command {
-        Command::File(args) => file_command(&config, args).map_err(name_the_flag),
-        Command::Say(args) => say_command(&config, args, cli.global.quiet == 0).map_err(name_the_flag),
+        Command::File(args) => file_command(&config, &server, args).map_err(name_the_flag),
+        Command::Say(args) => say_command(&config, &server, args, cli.global.quiet == 0).map_err(name_the_flag),
         Command::Voice { action } => voice_command(&config, action).map_err(|e| name_the_flag_with(e, voice_flag_of)),
         Command::Profile(args) => profile_command(&config, args).map_err(name_the_flag),
         Command::Doctor { quick } => {
@@ -780,17 +786,28 @@ struct FileJob {
 /// A request of `cosy file` for one utterance's text.
 type FileRequest<'a> = dyn Fn(String) -> Result<cosy::request::Request, Error> + 'a;
 
-fn file_command(config: &Config, args: &FileArgs) -> anyhow::Result<()> {
+fn file_command(config: &Config, settings: &crate::serve::settings::Settings, args: &FileArgs) -> anyhow::Result<()> {
     use cosy::audio::OutputFormat;
 
     cosy::request::check_speed(args.speed)?;
     let format: OutputFormat = args.format.parse()?;
     if args.bistream {
-        return file_bistream(config, args, format);
+        return file_bistream(config, settings, args, format);
     }
     let jobs = plan_file_jobs(args)?;
     // Everything that can be checked is checked before the model is loaded.
     check_file_jobs(config, args, &jobs)?;
+    let local_only = [
+        ("--input", args.input.is_some()),
+        ("--dump", args.dump.is_some()),
+        ("--min-tokens", args.min_tokens.is_some()),
+        ("--no-text-frontend", args.no_text_frontend),
+    ]
+    .into_iter()
+    .find_map(|(flag, given)| given.then_some(flag));
+    if let Some(client) = server_for(settings, args.local, local_only)? {
+        return file_from_server(config, &client, args, jobs, format);
+    }
     let voice = resolve_voice(config, &args.voice)?;
     if let Some(d) = &args.dump {
         cosy::output::check_folder("--dump", d, true)?;
@@ -810,6 +827,80 @@ fn file_command(config: &Config, args: &FileArgs) -> anyhow::Result<()> {
         Some(dump_root) => write_file_jobs_dumped(&engine, jobs, dump_root, format, &request),
         None => write_file_jobs(config, &engine, jobs, format, &request),
     }
+}
+
+/// `cosy file TEXT` through a running server: the one text, written as without it.
+fn file_from_server(
+    config: &Config,
+    client: &crate::client::Client,
+    args: &FileArgs,
+    jobs: Vec<FileJob>,
+    format: cosy::audio::OutputFormat,
+) -> anyhow::Result<()> {
+    for job in jobs {
+        // The schedule this command would use (sent as `stream`: the server then uses the same).
+        let stream = cosy::app::speech::check_all_but_the_voice(config, &job.text, asked_streaming(args.stream, args.no_stream), config.streaming.enabled, args.speed)?;
+        let request = server_request(&job.text, &args.voice, args.speed, args.seed, stream)?;
+        let mut audio = client.speak(request)?;
+        let samples = collect_audio(job.out.is_none(), |sink| {
+            while let Some(chunk) = audio.next_chunk()? {
+                sink.audio(&chunk)?;
+            }
+            Ok(())
+        })?;
+        if let Some(path) = job.out {
+            cosy::audio::write_audio_atomic(&path, &samples, client.sample_rate, format)?;
+            tracing::info!("wrote {} ({:.2} s)", path.display(), samples.len() as f64 / f64::from(client.sample_rate));
+        }
+    }
+    Ok(())
+}
+
+/// The running server `say` or `file` uses (`say.server`, `COSY_SERVER`): none with --local, nor
+/// when a flag needs the model here (`local_only`, named in a note when a server runs).
+fn server_for(
+    settings: &crate::serve::settings::Settings,
+    local: bool,
+    local_only: Option<&str>,
+) -> Result<Option<crate::client::Client>, Error> {
+    if local {
+        return Ok(None);
+    }
+    if let Some(flag) = local_only {
+        if let Some(at) = crate::client::listening(&settings.say.server) {
+            eprintln!("note: {flag} is not served by a cosy server: loading the model here, not using the one at {at}");
+        }
+        return Ok(None);
+    }
+    crate::client::find(&settings.say.server, settings.server.api_key.as_deref())
+}
+
+/// The speech request (the HTTP API's fields) for `text` from the command line's options: the
+/// voice as the flags give it (a saved voice's name, or the recording itself), the server's
+/// default voice and seed when none is given.
+fn server_request(text: &str, voice: &VoiceArgs, speed: f64, seed: Option<u64>, stream: bool) -> Result<serde_json::Value, Error> {
+    use base64::Engine as _;
+    let mut request = serde_json::json!({ "input": text, "stream": stream });
+    if speed != 1.0 {
+        request["speed"] = speed.into();
+    }
+    if let Some(seed) = seed {
+        request["seed"] = seed.into();
+    }
+    if let Some(name) = &voice.name {
+        request["voice"] = name.as_str().into();
+    }
+    if let Some(wav) = &voice.prompt_wav {
+        let bytes = std::fs::read(wav).map_err(|e| Error::invalid(format!("--prompt-wav {}: {e}", wav.display())))?;
+        request["ref_audio"] = base64::engine::general_purpose::STANDARD.encode(bytes).into();
+    }
+    if let Some(transcript) = &voice.prompt_text {
+        request["ref_text"] = transcript.as_str().into();
+    }
+    if let Some(instruction) = &voice.instruct {
+        request["instructions"] = instruction.as_str().into();
+    }
+    Ok(request)
 }
 
 /// The utterances of `cosy file` and where each goes: one per non-empty line of `--input` (into
@@ -955,7 +1046,12 @@ fn file_inputs(args: &FileArgs) -> Vec<(&'static str, &std::path::Path)> {
 
 /// `cosy file - --bistream`: text-in streaming from standard input, the audio to a file (or
 /// streamed pcm on stdout), the same audio `cosy say -` plays.
-fn file_bistream(config: &Config, args: &FileArgs, format: cosy::audio::OutputFormat) -> anyhow::Result<()> {
+fn file_bistream(
+    config: &Config,
+    settings: &crate::serve::settings::Settings,
+    args: &FileArgs,
+    format: cosy::audio::OutputFormat,
+) -> anyhow::Result<()> {
     if args.text.as_deref() != Some("-") || args.input.is_some() {
         return Err(Error::invalid("--bistream reads the text from standard input as it arrives: give `-` as the text").into());
     }
@@ -968,6 +1064,8 @@ fn file_bistream(config: &Config, args: &FileArgs, format: cosy::audio::OutputFo
         cosy::output::check_not_an_input("-o", p, &file_inputs(args))?;
         cosy::output::check_file("-o", p)?;
     }
+    // Text that arrives in pieces is not served by the HTTP route: the model is loaded here.
+    server_for(settings, args.local, Some("--bistream"))?;
     let voice = resolve_voice(config, &args.voice)?;
     let mut o = cosy::app::speech::SpeechOptions::new(String::new(), voice, config.streaming.enabled);
     o.text_frontend = !args.no_text_frontend;
@@ -1028,7 +1126,7 @@ fn resolve_voice(config: &Config, c: &VoiceArgs) -> Result<cosy::request::Voice,
 }
 
 /// `notices`: whether `say` may tell on stderr that it waits for audio (not with `-q`).
-fn say_command(config: &Config, args: &SayArgs, notices: bool) -> anyhow::Result<()> {
+fn say_command(config: &Config, settings: &crate::serve::settings::Settings, args: &SayArgs, notices: bool) -> anyhow::Result<()> {
     if args.list_devices {
         for d in crate::playback::list_devices()? {
             let mark = if d.is_default { " (default)" } else { "" };
@@ -1048,6 +1146,26 @@ fn say_command(config: &Config, args: &SayArgs, notices: bool) -> anyhow::Result
     }
     cosy::request::check_speed(args.speed)?;
     let output = crate::say::Output::from_setting(args.device.as_deref(), &config.output.device)?;
+    // Text that arrives in pieces is not served by the HTTP route; no text is refused below.
+    let local_only = [
+        ("`say -` (text read as it arrives)", args.text.as_deref() == Some("-")),
+        ("--no-text-frontend", args.no_text_frontend),
+        ("--min-tokens", args.min_tokens.is_some()),
+        ("--hold-after-first-audio", args.hold_after_first_audio),
+        ("--slow-to-rtf", args.slow_to_rtf.is_some()),
+    ]
+    .into_iter()
+    .find_map(|(flag, given)| given.then_some(flag));
+    if let (Some(text), Some(client)) = (args.text.as_deref(), server_for(settings, args.local || args.text.is_none(), local_only)?) {
+        // The rules that need no voice here; the server applies every one again. `stream: true`:
+        // the answer comes as it is made, in the schedule `say` uses (chunks at speed 1, else
+        // whole sentences).
+        cosy::app::speech::check_all_but_the_voice(config, text, None, true, args.speed)?;
+        let request = server_request(text, &args.voice, args.speed, args.seed, true)?;
+        let play = crate::say::PlayOptions { buffering: !args.no_buffering, notices };
+        crate::say::say(crate::say::Source::Server { client: &client, request }, &output, play, args.event_log.as_deref())?;
+        return Ok(());
+    }
     let voice = resolve_voice(config, &args.voice)?;
     // `say -` speaks standard input while it arrives (text-in streaming), when the voice allows
     // it (a transcript or an instruction) and no speed asks for whole sentences.
@@ -1080,7 +1198,7 @@ fn say_command(config: &Config, args: &SayArgs, notices: bool) -> anyhow::Result
         crate::say::SayText::Whole
     };
     let play = crate::say::PlayOptions { buffering: !args.no_buffering, notices };
-    crate::say::say(config, &req, source, &output, play, args.event_log.as_deref())?;
+    crate::say::say(crate::say::Source::Local { config, req: &req, text: source }, &output, play, args.event_log.as_deref())?;
     Ok(())
 }
 

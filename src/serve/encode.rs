@@ -20,6 +20,10 @@ pub enum AudioFormat {
     Opus,
     Wav,
     Pcm,
+    /// cosy's own: raw f32le mono, the model's samples exactly (what `cosy say` and `cosy file`
+    /// ask a local server for, so they play and write what the model made, as without a server).
+    /// Not in [`ALLOWED`], the formats of OpenAI's API that clients choose from.
+    PcmF32,
     Flac,
 }
 
@@ -39,6 +43,7 @@ impl AudioFormat {
             "opus" => Ok(AudioFormat::Opus),
             "wav" => Ok(AudioFormat::Wav),
             "pcm" => Ok(AudioFormat::Pcm),
+            "pcm_f32" => Ok(AudioFormat::PcmF32),
             "flac" => Ok(AudioFormat::Flac),
             "aac" => Err(ApiError::bad_request(
                 "unsupported_response_format",
@@ -65,6 +70,7 @@ impl AudioFormat {
             AudioFormat::Opus => "audio/opus",
             AudioFormat::Wav => "audio/wav",
             AudioFormat::Pcm => "audio/pcm",
+            AudioFormat::PcmF32 => "audio/x-cosy-pcm-f32le",
             AudioFormat::Flac => "audio/flac",
         }
     }
@@ -74,6 +80,7 @@ impl AudioFormat {
         match self {
             AudioFormat::Wav => encode_audio(samples, rate, OutputFormat::Wav16).map_err(ApiError::from_engine),
             AudioFormat::Pcm => Ok(pcm16_bytes(samples)),
+            AudioFormat::PcmF32 => Ok(f32le_bytes(samples)),
             AudioFormat::Flac => encode_flac(samples, rate),
             AudioFormat::Mp3 => Mp3::whole(samples, rate),
             AudioFormat::Opus => {
@@ -90,6 +97,7 @@ impl AudioFormat {
         let inner = match self {
             AudioFormat::Wav => Inner::Wav { header: true },
             AudioFormat::Pcm => Inner::Pcm,
+            AudioFormat::PcmF32 => Inner::PcmF32,
             AudioFormat::Mp3 => Inner::Mp3(Box::new(Mp3::new(rate, false)?)),
             AudioFormat::Opus => Inner::Opus(Box::new(OggOpus::new(rate)?)),
             AudioFormat::Flac => Inner::Flac(Box::new(FlacStream::new(rate)?)),
@@ -107,6 +115,7 @@ pub struct StreamEncoder {
 enum Inner {
     Wav { header: bool },
     Pcm,
+    PcmF32,
     Mp3(Box<Mp3>),
     Opus(Box<OggOpus>),
     Flac(Box<FlacStream>),
@@ -125,6 +134,7 @@ impl StreamEncoder {
                 Ok(out)
             }
             Inner::Pcm => Ok(pcm16_bytes(samples)),
+            Inner::PcmF32 => Ok(f32le_bytes(samples)),
             Inner::Mp3(m) => m.push(samples),
             Inner::Opus(o) => o.push(samples),
             Inner::Flac(f) => f.push(samples),
@@ -135,12 +145,17 @@ impl StreamEncoder {
     pub fn finish(&mut self) -> Result<Vec<u8>, ApiError> {
         match &mut self.inner {
             Inner::Wav { header } => Ok(if std::mem::take(header) { wav16_stream_header(self.rate).to_vec() } else { Vec::new() }),
-            Inner::Pcm => Ok(Vec::new()),
+            Inner::Pcm | Inner::PcmF32 => Ok(Vec::new()),
             Inner::Mp3(m) => m.finish(),
             Inner::Opus(o) => o.finish(),
             Inner::Flac(f) => f.finish(),
         }
     }
+}
+
+/// `samples` as little-endian f32 bytes (`pcm_f32`; `crate::client` reads them back).
+fn f32le_bytes(samples: &[f32]) -> Vec<u8> {
+    samples.iter().flat_map(|x| x.to_le_bytes()).collect()
 }
 
 fn to_i16(samples: &[f32]) -> Vec<i16> {

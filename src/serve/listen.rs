@@ -1,5 +1,6 @@
 //! The accept loop: HTTP/1.1 connections (WebSocket upgrades included) served by hyper with the
-//! limits `axum::serve` does not set.
+//! limits `axum::serve` does not set, on the TCP address and on the local Unix socket alike
+//! ([`Accept`]).
 //!
 //! `axum::serve` gives hyper no timer, and hyper only enforces its header-read timeout with one: a
 //! client that sends its request head a byte at a time (or opens a connection and says nothing)
@@ -25,12 +26,13 @@ use axum::extract::Request;
 use axum::Router;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, UnixListener};
 use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Sleep;
 use tower::ServiceExt;
 
 /// What the accept loop needs to know.
+#[derive(Clone)]
 pub struct Limits {
     /// The longest a client may take to send one request head.
     pub header_timeout: Duration,
@@ -46,11 +48,36 @@ pub struct Limits {
 #[derive(Clone)]
 pub struct ConnectionSlot(#[allow(dead_code)] Arc<OwnedSemaphorePermit>);
 
+/// A listener the accept loop takes connections from: the TCP address or the local socket.
+pub trait Accept: Send + 'static {
+    type Connection: AsyncRead + AsyncWrite + Unpin + Send + 'static;
+    /// The next connection, ready to be served.
+    fn next_connection(&self) -> impl Future<Output = io::Result<Self::Connection>> + Send;
+}
+
+impl Accept for TcpListener {
+    type Connection = tokio::net::TcpStream;
+    async fn next_connection(&self) -> io::Result<Self::Connection> {
+        let (tcp, _peer) = self.accept().await?;
+        // Audio chunks are small writes that must leave at once (no Nagle delay behind an ACK).
+        let _ = tcp.set_nodelay(true);
+        Ok(tcp)
+    }
+}
+
+impl Accept for UnixListener {
+    type Connection = tokio::net::UnixStream;
+    async fn next_connection(&self) -> io::Result<Self::Connection> {
+        let (stream, _peer) = self.accept().await?;
+        Ok(stream)
+    }
+}
+
 /// Serves `app` on `listener`, each connection holding one of `slots` (`server.max_connections`),
 /// until `stop` turns true; then stops accepting, asks every open connection to finish its
 /// exchange in progress and close, and returns once all have closed.
-pub async fn serve(
-    listener: TcpListener,
+pub async fn serve<L: Accept>(
+    listener: L,
     app: Router,
     limits: Limits,
     slots: Arc<Semaphore>,
@@ -62,11 +89,11 @@ pub async fn serve(
     http.timer(TokioTimer::new()).header_read_timeout(limits.header_timeout);
     loop {
         let accepted = tokio::select! {
-            accepted = listener.accept() => accepted,
+            accepted = listener.next_connection() => accepted,
             _ = stop.wait_for(|stop| *stop) => break,
         };
-        let tcp = match accepted {
-            Ok((tcp, _peer)) => tcp,
+        let connection = match accepted {
+            Ok(connection) => connection,
             Err(e) => {
                 // Out of file descriptors and the like: these pass; back off instead of spinning.
                 tracing::warn!("accepting a connection failed: {e}");
@@ -83,8 +110,6 @@ pub async fn serve(
             },
             _ = stop.wait_for(|stop| *stop) => break,
         };
-        // Audio chunks are small writes that must leave at once (no Nagle delay behind an ACK).
-        let _ = tcp.set_nodelay(true);
         let slot = ConnectionSlot(Arc::new(permit));
         let app = app.clone();
         let service = hyper::service::service_fn(move |request: hyper::Request<hyper::body::Incoming>| {
@@ -94,7 +119,7 @@ pub async fn serve(
         });
         let mut stop_conn = stop.clone();
         let alive = alive_rx.clone();
-        let conn = http.serve_connection(TokioIo::new(SendTimeout::new(tcp, limits.send_timeout).counted(limits.send_timeouts.clone())), service).with_upgrades();
+        let conn = http.serve_connection(TokioIo::new(SendTimeout::new(connection, limits.send_timeout).counted(limits.send_timeouts.clone())), service).with_upgrades();
         tokio::spawn(async move {
             tokio::pin!(conn);
             let mut stopping = false;

@@ -17,6 +17,7 @@ mod error;
 mod listen;
 mod metrics;
 pub mod settings;
+mod socket;
 mod speech;
 mod synthesis;
 mod voices;
@@ -78,7 +79,7 @@ pub struct RequestId(pub String);
 
 impl AppState {
     fn new(config: Config, settings: Settings, loopback_bind: bool) -> AppState {
-        let Settings { server, wyoming } = settings;
+        let Settings { server, wyoming, say: _ } = settings;
         AppState {
             origins: cors::Origins::new(server.cors_origins.as_deref(), loopback_bind),
             voices: Voices::new(&config),
@@ -249,6 +250,8 @@ async fn serve(config: Config, settings: Settings) -> anyhow::Result<()> {
         })?),
         None => None,
     };
+    // The local socket too (`server.socket`): a live server on a named path is a config error.
+    let local_socket = socket::bind(&settings.server.socket)?;
     let state = Arc::new(AppState::new(config, settings, addr.ip().is_loopback()));
     if state.server.api_key.is_none() && !addr.ip().is_loopback() {
         tracing::warn!("listening on {addr} without server.api_key: anyone who reaches this port can use the API");
@@ -271,6 +274,10 @@ async fn serve(config: Config, settings: Settings) -> anyhow::Result<()> {
         (Some(name), Some((wyoming_addr, _))) => Some(wyoming::zeroconf::Announcement::start(name, *wyoming_addr)?),
         _ => None,
     };
+    let (local_listener, socket_file) = local_socket.unzip();
+    if let Some(file) = &socket_file {
+        eprintln!("cosy serve: local socket {}", file.path.display());
+    }
 
     let (loaded_tx, loaded_rx) = tokio::sync::oneshot::channel();
     let loader = state.clone();
@@ -286,6 +293,9 @@ async fn serve(config: Config, settings: Settings) -> anyhow::Result<()> {
         send_timeouts: state.metrics.send_timeouts.clone(),
     };
     let wyoming_server = wyoming_server.map(|(_, listener)| tokio::spawn(wyoming::serve(listener, state.clone(), stop_rx.clone())));
+    // The local socket serves the same routes, its connections counted with the others.
+    let local_server =
+        local_listener.map(|l| tokio::spawn(listen::serve(l, app.clone(), limits.clone(), state.connection_slots.clone(), stop_rx.clone())));
     let server = tokio::spawn(listen::serve(listener, app, limits, state.connection_slots.clone(), stop_rx));
 
     let mut loaded_rx = loaded_rx;
@@ -307,6 +317,11 @@ async fn serve(config: Config, settings: Settings) -> anyhow::Result<()> {
     // HTTP connections end first (axum waits for them), then WebSocket sessions and the engine
     // work they started.
     let _ = tokio::time::timeout_at(tokio::time::Instant::from_std(deadline), server).await;
+    if let Some(local_server) = local_server {
+        let _ = tokio::time::timeout_at(tokio::time::Instant::from_std(deadline), local_server).await;
+    }
+    // No new client finds this server from here on.
+    drop(socket_file);
     if let Some(wyoming_server) = wyoming_server {
         let _ = tokio::time::timeout_at(tokio::time::Instant::from_std(deadline), wyoming_server).await;
     }

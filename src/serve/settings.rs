@@ -1,5 +1,6 @@
 //! The server's settings (`[server]`, `[wyoming]` of config.toml, `COSY_BIND`, `COSY_API_KEY`,
-//! `COSY_WYOMING`) and their key table. The library knows nothing of them: `cosy` passes this
+//! `COSY_WYOMING`), and where `cosy say` and `cosy file` find a running server (`[say]`,
+//! `COSY_SERVER`), and their key table. The library knows nothing of them: `cosy` passes this
 //! table to `Config::load_with` beside the library's own (`Settings::keys`), so one load reads
 //! every key with one precedence, refuses unknown keys and records where each value came from.
 
@@ -14,6 +15,8 @@ use super::cors;
 pub struct Settings {
     pub server: ServerSettings,
     pub wyoming: WyomingSettings,
+    /// `[say]`: where `cosy say` and `cosy file` look for a running server.
+    pub say: SaySettings,
 }
 
 impl Default for Settings {
@@ -34,6 +37,7 @@ impl Default for Settings {
                 cors_origins: None,
                 public_listings: false,
                 web_ui: true,
+                socket: SocketSetting::Auto,
             },
             wyoming: WyomingSettings {
                 bind: None,
@@ -44,6 +48,7 @@ impl Default for Settings {
                 normalize: true,
                 zeroconf: None,
             },
+            say: SaySettings { server: ServerChoice::Auto },
         }
     }
 }
@@ -94,6 +99,41 @@ pub struct ServerSettings {
     pub public_listings: bool,
     /// `GET /` serves the web page (embedded in the binary; it uses the public API only).
     pub web_ui: bool,
+    /// The per-user local socket the same routes are served on (for `cosy say` and `cosy file`).
+    pub socket: SocketSetting,
+}
+
+/// `server.socket`: whether and where the server also listens on a Unix socket.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SocketSetting {
+    /// The per-user default (`cosy::paths::local_socket`); when another live server holds it,
+    /// this one says so and listens on TCP only.
+    Auto,
+    /// No socket.
+    Off,
+    /// This path (absolute); a live server there is an error naming it.
+    Path(std::path::PathBuf),
+}
+
+/// `[say]`: `cosy say` and `cosy file` (one text) through a running server.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SaySettings {
+    /// Where to look for the server.
+    pub server: ServerChoice,
+}
+
+/// `say.server` / `COSY_SERVER`: which running server `cosy say` and `cosy file` use.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ServerChoice {
+    /// The default socket (`cosy::paths::local_socket`) when a server answers there; else the
+    /// model is loaded here.
+    Auto,
+    /// Never a server: always load the model here (as `--local`).
+    Off,
+    /// The server on this Unix socket (absolute path); none there is an error.
+    Socket(std::path::PathBuf),
+    /// The server at `http://HOST:PORT` (the authority, `HOST:PORT`); none there is an error.
+    Http(String),
 }
 
 impl fmt::Debug for ServerSettings {
@@ -114,6 +154,7 @@ impl fmt::Debug for ServerSettings {
             .field("cors_origins", &self.cors_origins)
             .field("public_listings", &self.public_listings)
             .field("web_ui", &self.web_ui)
+            .field("socket", &self.socket)
             .finish()
     }
 }
@@ -235,6 +276,17 @@ pub static KEYS: &[Key<Settings>] = &[
         Ok(())
     })
     .doc("GET / serves the web page."),
+    K::new("server.socket", "\"auto\"", "\"auto\" (the per-user socket), \"off\", or an absolute path", |s, v| {
+        let text = v.text_or_invalid()?;
+        s.server.socket = match text.trim() {
+            "" | "auto" => SocketSetting::Auto,
+            "off" => SocketSetting::Off,
+            path if path.starts_with('/') => SocketSetting::Path(path.into()),
+            _ => return Err(v.invalid()),
+        };
+        Ok(())
+    })
+    .doc("The local socket the same routes are also served on (\"\": auto)."),
     K::new(
         "wyoming.bind",
         "\"\"",
@@ -297,11 +349,41 @@ pub static KEYS: &[Key<Settings>] = &[
     })
     .env("COSY_WYOMING_ZEROCONF")
     .doc("Announce the Wyoming server over mDNS/zeroconf (_wyoming._tcp), under this name."),
+    K::new(
+        "say.server",
+        "\"\"",
+        "\"\" (a server on the per-user socket, if one runs), \"off\", a socket's absolute path, or http://HOST:PORT",
+        |s, v| {
+            let text = v.text_or_invalid()?;
+            s.say.server = server_choice(text.trim()).ok_or_else(|| v.invalid())?;
+            Ok(())
+        },
+    )
+    .env("COSY_SERVER")
+    .doc("The running cosy server `cosy say` and `cosy file` use (\"\": the per-user socket's, if any)."),
 ];
 
 /// The name `wyoming.zeroconf = true` (and a bare `--zeroconf`) announces.
 pub const ZEROCONF_NAME: &str = "cosy";
 const ZEROCONF_ALLOWED: &str = "true (announce as \"cosy\"), false, or the name to announce (at most 63 bytes)";
+
+/// A `say.server` value: "" or "auto", "off", `/a/socket`, or `http://HOST:PORT` (a trailing `/`
+/// allowed; no path, no https: cosy serve speaks plain HTTP).
+fn server_choice(text: &str) -> Option<ServerChoice> {
+    Some(match text {
+        "" | "auto" => ServerChoice::Auto,
+        "off" => ServerChoice::Off,
+        path if path.starts_with('/') => ServerChoice::Socket(path.into()),
+        url => {
+            let authority = url.strip_prefix("http://")?;
+            let authority = authority.strip_suffix('/').unwrap_or(authority);
+            if !valid_bind(authority) {
+                return None;
+            }
+            ServerChoice::Http(authority.to_string())
+        }
+    })
+}
 
 /// `HOST:PORT` with a numeric port: an IP address, `[v6]`, or a host name such as `localhost`.
 fn valid_bind(s: &str) -> bool {
@@ -483,7 +565,7 @@ mod tests {
         let e = flag("server.api_key", "two words").expect_err("a space").to_string();
         assert!(e.ends_with("flag server.api_key: server.api_key: the key has spaces or control characters; use printable characters only"), "{e}");
         let m = load(&LoadOptions { env: vec![("COSY_BINDS".into(), "x".into())], ..Default::default() }).expect_err("unknown").to_string();
-        assert!(m.contains("known: COSY_MODEL") && m.contains("COSY_BIND, COSY_API_KEY, COSY_WYOMING, COSY_WYOMING_ZEROCONF, COSY_CONFIG, COSY_LOG"), "{m}");
+        assert!(m.contains("known: COSY_MODEL") && m.contains("COSY_BIND, COSY_API_KEY, COSY_WYOMING, COSY_WYOMING_ZEROCONF, COSY_SERVER, COSY_CONFIG, COSY_LOG"), "{m}");
     }
 
     #[test]

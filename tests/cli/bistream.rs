@@ -18,7 +18,7 @@ use crate::common::{export_reference_model, log_mel_distance, reference_dir, Bis
 fn cosy(model: &Path, home: &Path) -> Command {
     std::fs::write(home.join(".asoundrc"), "pcm.!default { type null }\n").unwrap();
     let mut cmd = crate::common::cosy_command(&home.join("gc"));
-    cmd.env("HOME", home).current_dir(home).arg("--model").arg(model).args(["--provider", "cpu", "--set", "text.normalizer=none"]);
+    cmd.env("HOME", home).env("XDG_RUNTIME_DIR", home).current_dir(home).arg("--model").arg(model).args(["--provider", "cpu", "--set", "text.normalizer=none"]);
     cmd
 }
 

@@ -24,7 +24,7 @@ fn cosy_in(dir: &Path, model_dir: Option<&Path>, args: &[&str]) -> Output {
             cmd.env_remove(k);
         }
     }
-    cmd.env("HOME", dir).current_dir(dir);
+    cmd.env("HOME", dir).env("XDG_RUNTIME_DIR", dir).current_dir(dir);
     if let Some(m) = model_dir {
         cmd.arg("--model").arg(m);
     }

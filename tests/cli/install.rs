@@ -51,6 +51,7 @@ impl User {
             .env("XDG_CONFIG_HOME", self.xdg("config"))
             .env("XDG_DATA_HOME", self.xdg("data"))
             .env("XDG_CACHE_HOME", self.xdg("cache"))
+            .env("XDG_RUNTIME_DIR", self.xdg("runtime"))
             .current_dir(&self.work)
             .stdin(Stdio::null());
         cmd

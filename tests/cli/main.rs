@@ -2,6 +2,8 @@
 
 #[path = "../common/mod.rs"]
 mod common;
+#[path = "../common/serve.rs"]
+mod serve;
 
 mod defaults;
 mod doctor;
@@ -16,3 +18,4 @@ mod say_bad_inputs;
 mod say_playback;
 mod say_voices;
 mod speechd;
+mod say_warm;

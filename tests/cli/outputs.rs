@@ -32,7 +32,7 @@ fn cosy_with(dir: &Path, model: &Path, args: &[&str]) -> Output {
         }
     }
     fs::write(dir.join(".asoundrc"), "pcm.!default { type null }\n").unwrap();
-    cmd.env("HOME", dir).current_dir(dir).arg("--model").arg(model).args(["--provider", "cpu"]).args(args);
+    cmd.env("HOME", dir).env("XDG_RUNTIME_DIR", dir).current_dir(dir).arg("--model").arg(model).args(["--provider", "cpu"]).args(args);
     cmd.output().expect("run cosy")
 }
 
@@ -411,7 +411,7 @@ fn a_byte_order_mark_is_not_spoken() {
             cmd.env_remove(k);
         }
     }
-    cmd.env("HOME", dir).current_dir(dir).arg("--model").arg(fixture_model()).args(["--provider", "cpu", "file", "-o", "stdin.wav"]);
+    cmd.env("HOME", dir).env("XDG_RUNTIME_DIR", dir).current_dir(dir).arg("--model").arg(fixture_model()).args(["--provider", "cpu", "file", "-o", "stdin.wav"]);
     cmd.args(common).arg("-").stdin(std::process::Stdio::piped()).stderr(std::process::Stdio::piped());
     let mut child = cmd.spawn().unwrap();
     std::io::Write::write_all(&mut child.stdin.take().unwrap(), format!("\u{feff}{TEXT}").as_bytes()).unwrap();

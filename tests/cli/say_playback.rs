@@ -35,7 +35,7 @@ fn cosy_cmd(home: &Path, args: &[&str]) -> Command {
             cmd.env_remove(k);
         }
     }
-    cmd.env("HOME", home).current_dir(home);
+    cmd.env("HOME", home).env("XDG_RUNTIME_DIR", home).current_dir(home);
     cmd.arg("--model").arg(model()).args(["--provider", "cpu"]).args(args);
     cmd
 }

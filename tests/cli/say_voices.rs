@@ -20,7 +20,9 @@ fn cosy_with(model: &Path, dir: &Path, args: &[&str]) -> Output {
             cmd.env_remove(k);
         }
     }
+    // XDG_RUNTIME_DIR: no running server is found (the model is loaded here, as these tests check).
     cmd.current_dir(dir)
+        .env("XDG_RUNTIME_DIR", dir)
         .arg("--model")
         .arg(model)
         .args(["--provider", "cpu", "--set"])

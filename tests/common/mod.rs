@@ -279,6 +279,12 @@ pub fn cosy_command(graph_cache: &Path) -> std::process::Command {
         }
     }
     cmd.env("COSY_GRAPH_CACHE", graph_cache);
+    // A runtime folder of its own beside the graph cache: a `cosy serve` started here listens on
+    // a default socket no other test's `say` finds, and a `say` here never finds a server the
+    // developer runs (docs/desktop.md).
+    let mut runtime = graph_cache.as_os_str().to_owned();
+    runtime.push(".run");
+    cmd.env("XDG_RUNTIME_DIR", runtime);
     cmd
 }
 

@@ -53,6 +53,9 @@ pub fn start_server_with(model: &Path, settings: &[&str]) -> Server {
         .expect("cosy voice add");
     assert!(out.status.success(), "voice add: {}", String::from_utf8_lossy(&out.stderr));
     let mut cmd = common::cosy_command(&gc);
+    // The server's default local socket in a folder of its own: the `cosy file` a test runs with
+    // the same graph cache (`cosy_file`) loads the model itself, to be compared with the server.
+    cmd.env("XDG_RUNTIME_DIR", dir.path().join("run"));
     cmd.arg("--model").arg(model).args(["--set", &format!("voices.dir={}", voices.display())]);
     for s in settings {
         cmd.args(["--set", s]);

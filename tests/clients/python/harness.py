@@ -44,7 +44,8 @@ class Work:
     def env(self) -> dict[str, str]:
         """The caller's environment without any COSY_* setting (and no config.toml in cwd)."""
         env = {k: v for k, v in os.environ.items() if not k.startswith("COSY_")}
-        env.update(HOME=str(self.root), COSY_GRAPH_CACHE=str(self.root / "gc"))
+        # XDG_RUNTIME_DIR: the server's default local socket is this folder's own (docs/desktop.md).
+        env.update(HOME=str(self.root), COSY_GRAPH_CACHE=str(self.root / "gc"), XDG_RUNTIME_DIR=str(self.root / "run"))
         return env
 
     def command(self, *args: str) -> list[str]:
