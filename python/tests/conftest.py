@@ -52,6 +52,9 @@ class Home:
         self.env["XDG_DATA_HOME"] = str(path / ".local/share")
         self.env["XDG_CACHE_HOME"] = str(path / ".cache")
         self.env["COSY_GRAPH_CACHE"] = str(path / "gc")
+        # The per-user socket of a running `cosy serve` would be found here: this folder's own.
+        self.env["XDG_RUNTIME_DIR"] = str(path / "run")
+        (path / "run").mkdir(mode=0o700, exist_ok=True)
 
     def settings(self) -> Dict[str, object]:
         """The engine's settings matching :meth:`cli`'s flags."""
@@ -59,7 +62,9 @@ class Home:
 
     def cli(self, *args: str, stdin: bytes | None = None, check: bool = True) -> subprocess.CompletedProcess[bytes]:
         cmd: List[str] = [str(cosy_bin()), "--model", str(MODEL), "--provider", "cpu", "--set", f"voices.dir={self.voices}", *args]
-        out = subprocess.run(cmd, cwd=self.path, env=self.env, input=stdin, capture_output=True, timeout=600)
+        # The binary as the reference: loading the model itself, never asking a server.
+        env = {**self.env, "COSY_SERVER": "off"}
+        out = subprocess.run(cmd, cwd=self.path, env=env, input=stdin, capture_output=True, timeout=600)
         if check and out.returncode != 0:
             raise AssertionError(f"{' '.join(cmd)} exited {out.returncode}: {out.stderr.decode(errors='replace')}")
         return out

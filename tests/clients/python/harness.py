@@ -52,7 +52,10 @@ class Work:
         return [str(cosy_bin()), "--model", str(FIXTURE), "--provider", "cpu", "--set", f"voices.dir={self.voices}", *args]
 
     def cosy(self, *args: str) -> None:
-        st = subprocess.run(self.command(*args), cwd=self.root, env=self.env(), capture_output=True, text=True, timeout=300)
+        """The command line run here, as the reference: never through a server of this folder's
+        (COSY_SERVER=off; servers under test may be listening on its local socket)."""
+        env = {**self.env(), "COSY_SERVER": "off"}
+        st = subprocess.run(self.command(*args), cwd=self.root, env=env, capture_output=True, text=True, timeout=300)
         assert st.returncode == 0, f"cosy {' '.join(args)} failed:\n{st.stderr}"
 
     def cli_audio(self, name: str, *args: str) -> bytes:
