@@ -39,8 +39,8 @@ def test_fixture_regenerates_bit_for_bit(tmp_path: Path) -> None:
     committed = sorted(p.name for p in FIXTURE.iterdir())
     assert sorted(p.name for p in out.iterdir()) == committed
     for name in committed:
-        assert sha256_file(out / name) == sha256_file(FIXTURE / name), f"{name} differs from the committed fixture"
-    assert sha256_file(tmp_path / "prompt_24k.wav") == sha256_file(FIXTURE.parent / "prompt_24k.wav")
+        assert sha256_file(out / name) == sha256_file(FIXTURE / name), f"{name} differs from the committed fixture"  # exact: the fixture is regenerated bit for bit on AVX2 torch (skip above)
+    assert sha256_file(tmp_path / "prompt_24k.wav") == sha256_file(FIXTURE.parent / "prompt_24k.wav")  # exact: numpy float64 maths with a seeded generator, quantised to 16-bit PCM (same on every x86-64)
 
 
 def test_fixture_is_small() -> None:
