@@ -162,7 +162,7 @@ impl Client {
             let bytes = self.runtime.block_on(axum::body::to_bytes(body, ERROR_BODY_LIMIT)).unwrap_or_default();
             return Err(self.refused(status, &bytes));
         }
-        Ok(Audio { client: self, stream: body.into_data_stream(), left: Vec::new() })
+        Ok(Audio { client: self, stream: body.into_data_stream(), left: Vec::new(), ended: false })
     }
 
     /// One request on a new connection (the socket is local: a connection costs next to nothing).
@@ -250,29 +250,86 @@ pub struct Audio<'a> {
     stream: axum::body::BodyDataStream,
     /// The bytes of a sample cut between two reads.
     left: Vec<u8>,
+    /// The answer has ended (the last read saw its end).
+    ended: bool,
+}
+
+/// How long a read waits for more of what is already on its way before it hands over what it has.
+/// The server writes each synthesised chunk at once, but the transport delivers it in pieces of a
+/// few kilobytes: gathered, a chunk reaches the player whole, so the buffering rule
+/// ([`cosy::app::buffering`]) measures the rate the audio is made at, not a first piece of a
+/// twentieth of a chunk that makes any synthesis look slower than real time.
+const GATHER_WAIT: Duration = Duration::from_millis(2);
+
+/// What arrived at once, read from `stream` into `left`: one piece (waiting as long as it takes),
+/// then the pieces that follow within [`GATHER_WAIT`] of each other. Returns whether the stream
+/// has ended.
+async fn gather<S, E>(stream: &mut S, left: &mut Vec<u8>) -> std::result::Result<bool, E>
+where
+    S: futures_util::Stream<Item = std::result::Result<Bytes, E>> + Unpin,
+{
+    match stream.next().await {
+        None => return Ok(true),
+        Some(piece) => left.extend_from_slice(&piece?),
+    }
+    loop {
+        match tokio::time::timeout(GATHER_WAIT, stream.next()).await {
+            Err(_) => return Ok(false),
+            Ok(None) => return Ok(true),
+            Ok(Some(piece)) => left.extend_from_slice(&piece?),
+        }
+    }
 }
 
 impl Audio<'_> {
-    /// The next samples (`None` at the end). An answer broken off midway is an error: the server
-    /// stops the transfer when the synthesis fails after its first audio.
+    /// The next samples (`None` at the end): what has arrived by now ([`gather`]). An answer
+    /// broken off midway is an error: the server stops the transfer when the synthesis fails
+    /// after its first audio.
     pub fn next_chunk(&mut self) -> Result<Option<Vec<f32>>> {
         loop {
-            let next: Option<std::result::Result<Bytes, axum::Error>> = self.client.runtime.block_on(self.stream.next());
-            match next {
-                None if self.left.is_empty() => return Ok(None),
-                None => return Err(self.client.broken("the audio ended inside a sample".into())),
-                Some(Err(e)) => return Err(self.client.broken(format!("the audio stopped midway ({e})"))),
-                Some(Ok(bytes)) => {
-                    self.left.extend_from_slice(&bytes);
-                    let whole = self.left.len() / 4 * 4;
-                    if whole == 0 {
-                        continue;
-                    }
-                    let samples = self.left[..whole].chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
-                    self.left.drain(..whole);
-                    return Ok(Some(samples));
+            if !self.ended {
+                let gathered = self.client.runtime.block_on(gather(&mut self.stream, &mut self.left));
+                self.ended = gathered.map_err(|e| self.client.broken(format!("the audio stopped midway ({e})")))?;
+            }
+            let whole = self.left.len() / 4 * 4;
+            if whole > 0 {
+                let samples = self.left[..whole].chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
+                self.left.drain(..whole);
+                return Ok(Some(samples));
+            }
+            if self.ended {
+                if self.left.is_empty() {
+                    return Ok(None);
                 }
+                return Err(self.client.broken("the audio ended inside a sample".into()));
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn block_on<F: std::future::Future>(f: F) -> F::Output {
+        tokio::runtime::Builder::new_current_thread().enable_time().build().expect("a runtime").block_on(f)
+    }
+
+    /// Pieces that are there together are read as one chunk; a read stops at a gap (a stream
+    /// with nothing more to give yet) and says whether the answer ended.
+    #[test]
+    fn a_read_gathers_the_pieces_already_there() {
+        let pieces = || futures_util::stream::iter([b"ab".as_slice(), b"cd", b"e"].map(|p| Ok::<_, std::io::Error>(Bytes::from_static(p))));
+        let mut left = Vec::new();
+        let ended = block_on(gather(&mut pieces(), &mut left)).expect("no error");
+        assert_eq!((left.as_slice(), ended), (b"abcde".as_slice(), true));
+
+        let mut waiting = pieces().chain(futures_util::stream::pending());
+        let mut left = Vec::new();
+        let ended = block_on(gather(&mut waiting, &mut left)).expect("no error");
+        assert_eq!((left.as_slice(), ended), (b"abcde".as_slice(), false), "nothing more yet: what is there is handed over");
+
+        let mut broken = futures_util::stream::iter([Ok(Bytes::from_static(b"ab")), Err(std::io::Error::other("reset"))]);
+        assert!(block_on(gather(&mut broken, &mut Vec::new())).is_err());
     }
 }

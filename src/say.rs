@@ -334,44 +334,11 @@ pub fn say(source: Source<'_>, output: &Output, options: PlayOptions, event_log:
 }
 
 fn say_until_stopped(source: Source<'_>, output: &Output, options: PlayOptions, event_log: Option<&Path>) -> Result<()> {
-    let mut player = match output {
-        Output::Default => Some(Player::open(None, MODEL_SAMPLE_RATE)?),
-        Output::Named(name) => Some(Player::open(Some(name), MODEL_SAMPLE_RATE)?),
-        Output::Nothing => None,
-    };
+    let (mut player, cancel) = open_output(output)?;
     // Without a player there is no device callback; the counter still orders the log lines.
     let events = player.as_ref().map_or_else(|| Arc::new(PlaybackEvents::default()), Player::events);
-    let cancel = match &player {
-        Some(p) => {
-            cancel_on_ctrl_c(p.cancel_handle())?;
-            Some(p.cancel_handle())
-        }
-        None => None,
-    };
     let log = event_log.map(|p| EventLog::create(p, events.clone())).transpose()?.map(Arc::new);
-    if let Some(p) = &player {
-        let c = p.config();
-        tracing::info!("playing on {} ({} Hz, {} ch, {})", c.device, c.device_rate, c.channels, c.sample_format);
-    }
-
-    // The model here (one request through the engine), or the server's answer: either way the
-    // chunks arrive as they are made.
-    let (engine, rate) = match &source {
-        Source::Local { config, .. } => {
-            let engine = cosy::engine::Engine::load(config)?;
-            let rate = engine.sample_rate();
-            (Some(engine), rate)
-        }
-        Source::Server { client, .. } => (None, client.sample_rate),
-    };
-    if rate != MODEL_SAMPLE_RATE {
-        if let Some(p) = &player {
-            let device = p.config().device.clone();
-            let reopened = Player::open(Some(&device), rate)?;
-            cancel_on_ctrl_c(reopened.cancel_handle())?;
-            player = Some(reopened);
-        }
-    }
+    let (engine, rate) = ready_source(&source, &mut player)?;
     // The rate is measured from here, as the request is sent.
     // Sentence ends are known for a whole text made here (not for text from stdin, whose
     // requests each count from 0, nor for a server's answer).
@@ -380,7 +347,7 @@ fn say_until_stopped(source: Source<'_>, output: &Output, options: PlayOptions, 
         Some(p) if options.buffering => Some(Arc::new(Buffer::start(p, rate, options, log.clone(), sentence_ends))),
         _ => None,
     };
-    let observer = Arc::new(SayObserver { cancel: cancel.clone(), log: log.clone(), buffer: buffer.clone() });
+    let observer = Arc::new(SayObserver { cancel, log: log.clone(), buffer: buffer.clone() });
     let mut chunks = 0u64;
     let mut play = |chunk: &[f32]| -> Result<()> {
         chunks += 1;
@@ -402,27 +369,7 @@ fn say_until_stopped(source: Source<'_>, output: &Output, options: PlayOptions, 
         }
         Ok(())
     };
-    // A failed push drops the handle (or the server's answer), which cancels the request.
-    let result = match (source, engine) {
-        (Source::Local { config, req, text }, Some(engine)) => {
-            let mut sink = cosy::app::drain::FnSink(&mut play);
-            match text {
-                SayText::Whole => engine
-                    .submit_observed(req.clone(), Some(observer.clone()))
-                    .and_then(|handle| cosy::app::drain::drain(handle, &mut sink)),
-                SayText::Stdin(options) => {
-                    // Standard input is read as it arrives, each read a piece, while audio plays.
-                    let stream = cosy::app::text_stream::TextStream::text_in(Arc::new(engine), config, req.clone(), options, Some(observer.clone()));
-                    let notes = log.clone().map(|log| log as Arc<dyn cosy::app::text_stream::ReadNotes>);
-                    cosy::app::text_stream::speak_read(stream, std::io::stdin(), "<stdin>", notes, &mut sink)
-                }
-            }
-            .map(|summary| format!("{} sentence(s), {} chunk(s), {:.2} s", summary.sentences, summary.chunks, summary.samples as f64 / f64::from(rate)))
-        }
-        (Source::Server { client, request }, _) => play_from_server(client, request, &observer, &mut play)
-            .map(|samples| format!("{samples} samples from the server, {:.2} s", samples as f64 / f64::from(rate))),
-        (Source::Local { .. }, None) => Err(Error::Runtime("say: no engine for a local synthesis".into())),
-    };
+    let result = synthesize_to(source, engine, rate, &observer, log.clone(), &mut play);
     // Whatever the end, the synthesis side no longer waits for audio to be pushed.
     if let Some(b) = &buffer {
         if result.is_ok() {
@@ -438,12 +385,95 @@ fn say_until_stopped(source: Source<'_>, output: &Output, options: PlayOptions, 
         return Err(Error::Cancelled);
     }
     let said = result?;
-    // The player in use (reopened at the model's rate or not) counted the underruns.
+    finish_playback(player, log.as_deref())?;
+    if observer.cancelled() {
+        return Err(Error::Cancelled);
+    }
+    tracing::info!("said {said}");
+    Ok(())
+}
+
+/// The player for `output` (none for [`Output::Nothing`]) and its cancel handle, Ctrl-C wired to it.
+fn open_output(output: &Output) -> Result<(Option<Player>, Option<CancelHandle>)> {
+    let player = match output {
+        Output::Default => Some(Player::open(None, MODEL_SAMPLE_RATE)?),
+        Output::Named(name) => Some(Player::open(Some(name), MODEL_SAMPLE_RATE)?),
+        Output::Nothing => None,
+    };
+    let cancel = match &player {
+        Some(p) => {
+            cancel_on_ctrl_c(p.cancel_handle())?;
+            let c = p.config();
+            tracing::info!("playing on {} ({} Hz, {} ch, {})", c.device, c.device_rate, c.channels, c.sample_format);
+            Some(p.cancel_handle())
+        }
+        None => None,
+    };
+    Ok((player, cancel))
+}
+
+/// The model loaded here, or nothing for a server's answer, and the rate the audio comes at; the
+/// player is opened again at that rate when it is not the model's usual one.
+fn ready_source(source: &Source<'_>, player: &mut Option<Player>) -> Result<(Option<cosy::engine::Engine>, u32)> {
+    let (engine, rate) = match source {
+        Source::Local { config, .. } => {
+            let engine = cosy::engine::Engine::load(config)?;
+            let rate = engine.sample_rate();
+            (Some(engine), rate)
+        }
+        Source::Server { client, .. } => (None, client.sample_rate),
+    };
+    if rate != MODEL_SAMPLE_RATE {
+        if let Some(p) = player.as_ref() {
+            let device = p.config().device.clone();
+            let reopened = Player::open(Some(&device), rate)?;
+            cancel_on_ctrl_c(reopened.cancel_handle())?;
+            *player = Some(reopened);
+        }
+    }
+    Ok((engine, rate))
+}
+
+/// Runs the synthesis (the model here, one request through the engine, or the server's answer):
+/// either way `play` gets the chunks as they are made. Returns what was said, for the log. A
+/// failed push drops the handle (or the server's answer), which cancels the request.
+fn synthesize_to(
+    source: Source<'_>,
+    engine: Option<cosy::engine::Engine>,
+    rate: u32,
+    observer: &Arc<SayObserver>,
+    log: Option<Arc<EventLog>>,
+    play: &mut dyn FnMut(&[f32]) -> Result<()>,
+) -> Result<String> {
+    match (source, engine) {
+        (Source::Local { config, req, text }, Some(engine)) => {
+            let mut sink = cosy::app::drain::FnSink(play);
+            match text {
+                SayText::Whole => engine
+                    .submit_observed(req.clone(), Some(observer.clone()))
+                    .and_then(|handle| cosy::app::drain::drain(handle, &mut sink)),
+                SayText::Stdin(options) => {
+                    // Standard input is read as it arrives, each read a piece, while audio plays.
+                    let stream = cosy::app::text_stream::TextStream::text_in(Arc::new(engine), config, req.clone(), options, Some(observer.clone()));
+                    let notes = log.map(|log| log as Arc<dyn cosy::app::text_stream::ReadNotes>);
+                    cosy::app::text_stream::speak_read(stream, std::io::stdin(), "<stdin>", notes, &mut sink)
+                }
+            }
+            .map(|summary| format!("{} sentence(s), {} chunk(s), {:.2} s", summary.sentences, summary.chunks, summary.samples as f64 / f64::from(rate)))
+        }
+        (Source::Server { client, request }, _) => play_from_server(client, request, observer, play)
+            .map(|samples| format!("{samples} samples from the server, {:.2} s", samples as f64 / f64::from(rate))),
+        (Source::Local { .. }, None) => Err(Error::Runtime("say: no engine for a local synthesis".into())),
+    }
+}
+
+/// Lets the player (reopened at the model's rate or not) play out, then logs what it counted.
+fn finish_playback(player: Option<Player>, log: Option<&EventLog>) -> Result<()> {
     let player_events = player.as_ref().map(Player::events);
     if let Some(p) = player {
         p.finish()?;
     }
-    if let Some(log) = &log {
+    if let Some(log) = log {
         log.note_first_samples();
         if let Some(e) = &player_events {
             log.log(&format!("underrun_frames {}", e.underrun_frames()));
@@ -451,10 +481,6 @@ fn say_until_stopped(source: Source<'_>, output: &Output, options: PlayOptions, 
         log.log_first_audio_time();
         log.log("playback_done");
     }
-    if observer.cancelled() {
-        return Err(Error::Cancelled);
-    }
-    tracing::info!("said {said}");
     Ok(())
 }
 

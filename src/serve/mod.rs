@@ -237,21 +237,35 @@ pub fn run(mut config: Config, mut settings: Settings, flags: ServeFlags) -> any
     result
 }
 
+/// The server's doors, bound before anything is said: a port or a socket taken is a config error,
+/// not a log line.
+struct Doors {
+    http: tokio::net::TcpListener,
+    wyoming: Option<tokio::net::TcpListener>,
+    /// `server.socket`: a live server on a named path is a config error.
+    local: Option<(tokio::net::UnixListener, socket::SocketFile)>,
+}
+
+impl Doors {
+    async fn bind(settings: &Settings) -> anyhow::Result<Doors> {
+        let bind = settings.server.bind.clone();
+        let http = tokio::net::TcpListener::bind(&bind).await.map_err(|e| {
+            cosy::Error::Config(format!("server.bind {bind}: cannot listen there ({e}); pick a free port or another address"))
+        })?;
+        let wyoming = match settings.wyoming.bind.clone() {
+            Some(bind) => Some(tokio::net::TcpListener::bind(&bind).await.map_err(|e| {
+                cosy::Error::Config(format!("wyoming.bind {bind}: cannot listen there ({e}); pick a free port or another address"))
+            })?),
+            None => None,
+        };
+        let local = socket::bind(&settings.server.socket)?;
+        Ok(Doors { http, wyoming, local })
+    }
+}
+
 async fn serve(config: Config, settings: Settings) -> anyhow::Result<()> {
-    let bind = settings.server.bind.clone();
-    let listener = tokio::net::TcpListener::bind(&bind).await.map_err(|e| {
-        cosy::Error::Config(format!("server.bind {bind}: cannot listen there ({e}); pick a free port or another address"))
-    })?;
+    let Doors { http: listener, wyoming: wyoming_listener, local: local_socket } = Doors::bind(&settings).await?;
     let addr = listener.local_addr()?;
-    // The Wyoming port too before anything is said: a port taken is a config error, not a log line.
-    let wyoming_listener = match settings.wyoming.bind.clone() {
-        Some(bind) => Some(tokio::net::TcpListener::bind(&bind).await.map_err(|e| {
-            cosy::Error::Config(format!("wyoming.bind {bind}: cannot listen there ({e}); pick a free port or another address"))
-        })?),
-        None => None,
-    };
-    // The local socket too (`server.socket`): a live server on a named path is a config error.
-    let local_socket = socket::bind(&settings.server.socket)?;
     let state = Arc::new(AppState::new(config, settings, addr.ip().is_loopback()));
     if state.server.api_key.is_none() && !addr.ip().is_loopback() {
         tracing::warn!("listening on {addr} without server.api_key: anyone who reaches this port can use the API");
@@ -270,7 +284,7 @@ async fn serve(config: Config, settings: Settings) -> anyhow::Result<()> {
         wyoming_server = Some((wyoming_addr, listener));
     }
     // Withdrawn (mDNS goodbye) when the server starts to shut down, below.
-    let mut announcement = match (&state.wyoming.zeroconf, &wyoming_server) {
+    let announcement = match (&state.wyoming.zeroconf, &wyoming_server) {
         (Some(name), Some((wyoming_addr, _))) => Some(wyoming::zeroconf::Announcement::start(name, *wyoming_addr)?),
         _ => None,
     };
@@ -296,7 +310,7 @@ async fn serve(config: Config, settings: Settings) -> anyhow::Result<()> {
     // The local socket serves the same routes, its connections counted with the others.
     let local_server =
         local_listener.map(|l| tokio::spawn(listen::serve(l, app.clone(), limits.clone(), state.connection_slots.clone(), stop_rx.clone())));
-    let server = tokio::spawn(listen::serve(listener, app, limits, state.connection_slots.clone(), stop_rx));
+    let http_server = tokio::spawn(listen::serve(listener, app, limits, state.connection_slots.clone(), stop_rx));
 
     let mut loaded_rx = loaded_rx;
     let load_failed = tokio::select! {
@@ -309,23 +323,40 @@ async fn serve(config: Config, settings: Settings) -> anyhow::Result<()> {
     if let Some(e) = load_failed {
         return Err(e.into());
     }
+    drain(&state, Running { http_server, local_server, socket_file, wyoming_server, announcement, stop_tx }).await
+}
+
+/// What runs until the server drains.
+struct Running {
+    http_server: tokio::task::JoinHandle<()>,
+    local_server: Option<tokio::task::JoinHandle<()>>,
+    socket_file: Option<socket::SocketFile>,
+    wyoming_server: Option<tokio::task::JoinHandle<()>>,
+    announcement: Option<wyoming::zeroconf::Announcement>,
+    stop_tx: tokio::sync::watch::Sender<bool>,
+}
+
+/// The drain after SIGTERM or Ctrl-C: no new connections, then the work in flight, for at most
+/// `server.shutdown_grace_s`.
+async fn drain(state: &AppState, running: Running) -> anyhow::Result<()> {
+    let Running { http_server, local_server, socket_file, wyoming_server, mut announcement, stop_tx } = running;
     tracing::info!("shutting down: no new connections; waiting for the work in flight (at most {} s)", state.server.shutdown_grace_s);
     state.draining.store(true, Ordering::SeqCst);
     announcement.take();
     let _ = stop_tx.send(true);
-    let deadline = Instant::now() + Duration::from_secs(state.server.shutdown_grace_s);
+    let deadline = tokio::time::Instant::from_std(Instant::now() + Duration::from_secs(state.server.shutdown_grace_s));
     // HTTP connections end first (axum waits for them), then WebSocket sessions and the engine
     // work they started.
-    let _ = tokio::time::timeout_at(tokio::time::Instant::from_std(deadline), server).await;
+    let _ = tokio::time::timeout_at(deadline, http_server).await;
     if let Some(local_server) = local_server {
-        let _ = tokio::time::timeout_at(tokio::time::Instant::from_std(deadline), local_server).await;
+        let _ = tokio::time::timeout_at(deadline, local_server).await;
     }
     // No new client finds this server from here on.
     drop(socket_file);
     if let Some(wyoming_server) = wyoming_server {
-        let _ = tokio::time::timeout_at(tokio::time::Instant::from_std(deadline), wyoming_server).await;
+        let _ = tokio::time::timeout_at(deadline, wyoming_server).await;
     }
-    while state.active.load(Ordering::SeqCst) > 0 && Instant::now() < deadline {
+    while state.active.load(Ordering::SeqCst) > 0 && tokio::time::Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let left = state.active.load(Ordering::SeqCst);
