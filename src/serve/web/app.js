@@ -100,6 +100,7 @@ function showLimits() {
 const playerStats = window.cosyPlayer = {
   buffering: false, // the rule applies to this request
   decisions: [], // { gate, reason, rate, received, waiting, arrivals }: arrivals = pcm pieces so far
+  sentenceEnds: [], // where sentences end, as the event stream told
   underruns: 0,
   underrunSeconds: 0,
   notice: false, // the buffering notice was shown
@@ -135,7 +136,7 @@ class Player {
   async begin(buffering = false) {
     this.stop();
     this.reset();
-    Object.assign(playerStats, { buffering, decisions: [], underruns: 0, underrunSeconds: 0, notice: false });
+    Object.assign(playerStats, { buffering, decisions: [], sentenceEnds: [], underruns: 0, underrunSeconds: 0, notice: false });
     showBuffering(false);
     const ctx = this.context();
     if (ctx.state !== "running") await ctx.resume();
@@ -182,6 +183,7 @@ class Player {
 
   /** Where a sentence's audio ends (samples from the start), as the event stream tells it. */
   sentenceEnd(end) {
+    playerStats.sentenceEnds.push(end);
     if (this.rule) this.apply(this.rule.sentenceEnd(performance.now(), end, this.played()));
   }
 
