@@ -320,7 +320,14 @@ fn sse_body(stream: Encoded, sentence_ends: Option<UnboundedReceiver<u64>>) -> B
                     "sample_rate": rate,
                     "timing": s.finish.timing(s.running.summary.as_ref(), s.samples),
                 });
-                Some((Ok(sse_event(&event)), None))
+                // The last sentence's end is told just before the request is done: both are
+                // waiting now, and the end goes first.
+                let mut last = Vec::new();
+                for end in told.into_iter().chain(std::iter::from_fn(|| ends.as_mut().and_then(|rx| rx.try_recv().ok()))) {
+                    last.extend_from_slice(&end_event(end));
+                }
+                last.extend_from_slice(&sse_event(&event));
+                Some((Ok(Bytes::from(last)), None))
             }
             Err(e) => {
                 tracing::warn!(request = %s.finish.id, "event stream ended by an error: {}", e.message);
