@@ -215,6 +215,7 @@ class Player {
     for (let i = 0; i < samples.length; i++) samples[i] = view.getInt16(2 * i, true) / 32768;
     this.kept.push(samples);
     const now = performance.now();
+    state.chunks += 1; // pieces of audio received (played now, or once the gate lets them through)
     this.arrivals += 1;
     this.arrived += samples.length;
     this.held.push(samples);
@@ -242,7 +243,6 @@ class Player {
     source.start(when);
     this.nextTime = when + buffer.duration;
     this.sources.add(source);
-    state.chunks += 1;
     // Counted at the server's rate (a decoded file plays at the AudioContext's).
     const counted = Math.round(buffer.duration * sampleRate());
     state.scheduledSamples += counted;
@@ -262,6 +262,7 @@ class Player {
     if (!this.encoded) return 0;
     const blob = new Blob(this.encoded.bytes, { type: this.encoded.type });
     const audio = await this.context().decodeAudioData(await blob.arrayBuffer());
+    state.chunks += 1;
     this.schedule(audio.getChannelData(0), audio.sampleRate);
     return audio.duration;
   }
