@@ -121,7 +121,6 @@ pub fn test_hooks_of(p: Option<TestHooksParams>) -> TestHooks {
         min_tokens: p.min_tokens,
         max_tokens: p.max_tokens,
         slow_to_rtf: p.slow_to_rtf,
-        ..TestHooks::default()
     })
         .unwrap_or_default()
 }
