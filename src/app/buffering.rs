@@ -15,6 +15,10 @@
 //! same for every call) and positions in samples at the request's rate, and applies the [`Gate`]
 //! it gets back to its player. Every method returns a [`Decision`] when the gate moves or when
 //! playback starts waiting, so the caller can log it and tell the listener once.
+//!
+//! The web page's player follows the same rule through a port, `src/serve/web/buffering.js`;
+//! the table of cases `tests/data/buffering_cases.json` is replayed against both (here and in
+//! `tests/clients/node/buffering.test.mjs`), so a change to the rule changes the three together.
 
 use std::time::Duration;
 
@@ -293,5 +297,53 @@ mod tests {
         let mut b = Buffering::new(RATE, ms(10));
         assert_eq!(b.audio(ms(10), 5, 0).unwrap().gate, Gate::Open, "an instant chunk is fast");
         assert_eq!(Reason::SentenceBuffered.as_str(), "sentence_buffered");
+    }
+
+    /// The shared table of cases (module docs), replayed step by step.
+    #[test]
+    fn the_shared_table_of_cases() {
+        let table: serde_json::Value = serde_json::from_str(include_str!("../../tests/data/buffering_cases.json")).expect("the table is JSON");
+        let cases = table["cases"].as_array().expect("cases");
+        assert!(cases.len() >= 10, "{} cases", cases.len());
+        let n = |v: &serde_json::Value, key: &str| v[key].as_u64().unwrap_or_else(|| panic!("{key} in {v}"));
+        let gate_of = |v: &serde_json::Value| match v.as_str() {
+            Some("open") => Gate::Open,
+            _ => Gate::HoldAt(v.as_u64().unwrap_or_else(|| panic!("a gate: {v}"))),
+        };
+        for case in cases {
+            let name = case["name"].as_str().expect("name");
+            let rate = u32::try_from(n(case, "sample_rate")).expect("a rate");
+            let mut b = Buffering::new(rate, ms(n(case, "sent_at_ms")));
+            for (i, step) in case["steps"].as_array().expect("steps").iter().enumerate() {
+                let (at, played) = (ms(n(step, "at_ms")), n(step, "played"));
+                let got = match step["event"].as_str().expect("event") {
+                    "audio" => b.audio(at, usize::try_from(n(step, "samples")).expect("samples"), played),
+                    "sentence_end" => b.sentence_end(at, n(step, "end"), played),
+                    "underrun" => b.underrun(at, played),
+                    "done" => b.done(at, played),
+                    "total_known" => b.total_known(at, n(step, "samples"), played),
+                    other => panic!("{name}: unknown event {other}"),
+                };
+                let expect = &step["expect"];
+                match got {
+                    None => assert!(expect.is_null(), "{name}, step {i}: no decision, expected {expect}"),
+                    Some(d) => {
+                        assert!(!expect.is_null(), "{name}, step {i}: decided {d:?}, expected none");
+                        assert_eq!(d.gate, gate_of(&expect["gate"]), "{name}, step {i}: gate");
+                        assert_eq!(Some(d.reason.as_str()), expect["reason"].as_str(), "{name}, step {i}: reason");
+                        assert_eq!(Some(d.waiting), expect["waiting"].as_bool(), "{name}, step {i}: waiting");
+                        if let Some(r) = expect["rate"].as_f64() {
+                            assert!((d.rate - r).abs() < 1e-9, "{name}, step {i}: rate {} ≠ {r}", d.rate);
+                        }
+                        if let Some(received) = expect["received"].as_u64() {
+                            assert_eq!(d.received, received, "{name}, step {i}: received");
+                        }
+                    }
+                }
+                if !step["gate_after"].is_null() {
+                    assert_eq!(b.gate(), gate_of(&step["gate_after"]), "{name}, step {i}: gate after");
+                }
+            }
+        }
     }
 }

@@ -15,11 +15,12 @@ use base64::Engine as _;
 use cosy::app::speech::{api_speed, build_request, ApiSpeed, SpeechOptions};
 use cosy::request::TestHooks;
 use serde::Deserialize;
+use tokio::sync::mpsc::UnboundedReceiver;
 
 use super::body::{check_declared_length, from_fields, parse_json, read_body, read_form};
 use super::encode::AudioFormat;
 use super::error::ApiError;
-use super::synthesis::{decode_data_url, resolve_voice, start, test_hooks_of, voice_name, Encoded, Finish, Notes, TestHooksParams, VoiceSpec};
+use super::synthesis::{decode_data_url, resolve_voice, start, start_with_sentence_ends, test_hooks_of, voice_name, Encoded, Finish, Notes, TestHooksParams, VoiceSpec};
 use super::{AppState, RequestId};
 
 /// The fields a speech request may carry (JSON names; multipart uses the same names). Other
@@ -99,7 +100,14 @@ async fn speech(state: &Arc<AppState>, id: &RequestId, req: Request, started: In
     options.test_hooks = plan.test_hooks;
     let request = build_request(&state.config, options).map_err(|e| state.api_error(e))?;
     let schedule = if request.stream { "chunks" } else { "sentences" };
-    let mut running = start(state, &engine, request)?;
+    // An event stream also says where sentences end (a player that buffers whole sentences
+    // when synthesis is slower than real time releases up to there: the web page's).
+    let (mut running, sentence_ends) = if plan.sse {
+        let (running, ends) = start_with_sentence_ends(state, &engine, request)?;
+        (running, Some(ends))
+    } else {
+        (start(state, &engine, request)?, None)
+    };
     tracing::debug!("submitted after {:.1} ms", started.elapsed().as_secs_f64() * 1e3);
     // The first event decides the status: a request that fails before any audio gets a real
     // error status even when streamed.
@@ -126,7 +134,7 @@ async fn speech(state: &Arc<AppState>, id: &RequestId, req: Request, started: In
     if plan.sse {
         headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
         headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-        return Ok((headers, sse_body(stream)).into_response());
+        return Ok((headers, sse_body(stream, sentence_ends)).into_response());
     }
     headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(plan.format.content_type()));
     Ok((headers, audio_body(stream)).into_response())
@@ -258,14 +266,45 @@ fn sse_event(value: &serde_json::Value) -> Bytes {
 /// the same format carries, in the same pieces), then `speech.audio.done` with OpenAI's `usage`
 /// (input tokens = the text tokens of the sentences said, output tokens = the speech tokens the
 /// model made) and cosy's `timing` ([`Finish::timing`]), or an `error` event.
-fn sse_body(stream: Encoded) -> Body {
+///
+/// Where a sentence's audio ends is a delta with no audio and `sentence_end` (samples from the
+/// start), sent as soon as the engine says so and never before the delta carrying that audio: an
+/// extra field on an event OpenAI's clients already read (they append empty audio), so none breaks.
+fn sse_body(stream: Encoded, sentence_ends: Option<UnboundedReceiver<u64>>) -> Body {
     let b64 = &base64::engine::general_purpose::STANDARD;
-    let stream = futures_util::stream::unfold(Some(stream), move |s| async move {
-        let mut s = s?;
-        match s.next().await {
+    let end_event = |end: u64| sse_event(&serde_json::json!({ "type": "speech.audio.delta", "audio": "", "sentence_end": end }));
+    // (the audio, the sentence ends still to come, an end told before its audio was sent)
+    let start = Some((stream, sentence_ends, None::<u64>));
+    let stream = futures_util::stream::unfold(start, move |st| async move {
+        let (mut s, mut ends, mut told) = st?;
+        if let Some(end) = told.filter(|&end| end <= s.samples as u64) {
+            return Some((Ok::<Bytes, std::io::Error>(end_event(end)), Some((s, ends, None))));
+        }
+        let next = match ends.as_mut().filter(|_| told.is_none()) {
+            // Audio first: a sentence's last chunk is already waiting when its end is told (the
+            // first chunk, already read, goes out at the first poll).
+            Some(rx) => tokio::select! {
+                biased;
+                next = s.next() => next,
+                end = rx.recv() => match end {
+                    Some(end) if end <= s.samples as u64 => return Some((Ok(end_event(end)), Some((s, ends, None)))),
+                    Some(end) => {
+                        told = Some(end);
+                        s.next().await
+                    }
+                    // The request's thread has ended: no more ends to tell.
+                    None => {
+                        ends = None;
+                        s.next().await
+                    }
+                },
+            },
+            None => s.next().await,
+        };
+        match next {
             Ok(Some(bytes)) => {
                 let event = serde_json::json!({ "type": "speech.audio.delta", "audio": b64.encode(bytes) });
-                Some((Ok::<Bytes, std::io::Error>(sse_event(&event)), Some(s)))
+                Some((Ok(sse_event(&event)), Some((s, ends, told))))
             }
             Ok(None) => {
                 let summary = s.running.summary.clone().unwrap_or_default();
@@ -281,7 +320,14 @@ fn sse_body(stream: Encoded) -> Body {
                     "sample_rate": rate,
                     "timing": s.finish.timing(s.running.summary.as_ref(), s.samples),
                 });
-                Some((Ok(sse_event(&event)), None))
+                // The last sentence's end is told just before the request is done: both are
+                // waiting now, and the end goes first.
+                let mut last = Vec::new();
+                for end in told.into_iter().chain(std::iter::from_fn(|| ends.as_mut().and_then(|rx| rx.try_recv().ok()))) {
+                    last.extend_from_slice(&end_event(end));
+                }
+                last.extend_from_slice(&sse_event(&event));
+                Some((Ok(Bytes::from(last)), None))
             }
             Err(e) => {
                 tracing::warn!(request = %s.finish.id, "event stream ended by an error: {}", e.message);

@@ -108,12 +108,20 @@ pub struct TestHooksParams {
     pub min_tokens: Option<usize>,
     /// End each segment's speech after this many speech tokens, as the model's stop token would.
     pub max_tokens: Option<usize>,
+    /// Hand each chunk over no sooner than this many times its duration after the previous one
+    /// (synthesis slower than real time, whatever the machine).
+    pub slow_to_rtf: Option<u32>,
 }
 
 /// The test hooks of a request; the engine refuses them (one rule, one message) unless the server
 /// runs with `debug.test_hooks`.
 pub fn test_hooks_of(p: Option<TestHooksParams>) -> TestHooks {
-    p.map(|p| TestHooks { hold_after_first_audio: p.hold_after_first_audio, min_tokens: p.min_tokens, max_tokens: p.max_tokens, ..TestHooks::default() })
+    p.map(|p| TestHooks {
+        hold_after_first_audio: p.hold_after_first_audio,
+        min_tokens: p.min_tokens,
+        max_tokens: p.max_tokens,
+        slow_to_rtf: p.slow_to_rtf,
+    })
         .unwrap_or_default()
 }
 
@@ -173,6 +181,29 @@ impl Drop for Running {
 pub fn start(state: &Arc<AppState>, engine: &Arc<Engine>, request: cosy::request::Request) -> Result<Running, ApiError> {
     let handle = engine.submit(request).map_err(|e| state.api_error(e))?;
     Ok(follow(state, handle))
+}
+
+/// [`start`], also telling where each sentence's audio ends (in samples from the request's
+/// start), as the engine's observer reports it: right after the sentence's last chunk was handed
+/// over, so that chunk is already waiting in the request's events when its end arrives here.
+pub fn start_with_sentence_ends(
+    state: &Arc<AppState>,
+    engine: &Arc<Engine>,
+    request: cosy::request::Request,
+) -> Result<(Running, tokio::sync::mpsc::UnboundedReceiver<u64>), ApiError> {
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    let handle = engine.submit_observed(request, Some(Arc::new(SentenceEnds(tx)))).map_err(|e| state.api_error(e))?;
+    Ok((follow(state, handle), rx))
+}
+
+/// The observer of [`start_with_sentence_ends`]: sentence ends into a channel (a closed one, the
+/// client gone, is nobody's business here: the request is cancelled by its handle).
+struct SentenceEnds(tokio::sync::mpsc::UnboundedSender<u64>);
+
+impl cosy::request::SynthesisObserver for SentenceEnds {
+    fn sentence_audio_done(&self, _sentence: usize, end: usize) {
+        let _ = self.0.send(end as u64);
+    }
 }
 
 /// Follows a started request's events from the async side.

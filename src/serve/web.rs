@@ -17,6 +17,7 @@ use super::AppState;
 /// The page's assets: (file name under `/web/`, content type, bytes).
 const ASSETS: &[(&str, &str, &[u8])] = &[
     ("app.js", "text/javascript; charset=utf-8", include_bytes!("web/app.js")),
+    ("buffering.js", "text/javascript; charset=utf-8", include_bytes!("web/buffering.js")),
     ("style.css", "text/css; charset=utf-8", include_bytes!("web/style.css")),
     ("icon.svg", "image/svg+xml", include_bytes!("web/icon.svg")),
 ];

@@ -111,6 +111,55 @@ fn speech_matches_cosy_file_whole_streamed_and_sse() {
     assert_eq!(flac.samples.len(), pcm.len());
 }
 
+/// The event stream says where each sentence's audio ends (an extra field on an empty delta, for
+/// players that buffer whole sentences: the web page's): one end per sentence, in order, each
+/// after the audio it ends, the last at the end of the audio; the audio is unchanged.
+#[test]
+fn sse_tells_where_each_sentence_ends_after_its_audio() {
+    let server = start_server(&["debug.test_hooks=true"]);
+    let text = "The old lighthouse keeper walked along the narrow path every single evening, carrying a lantern, a notebook and a small loaf of bread for the gulls that waited for him on the rocks, and he wrote down the colour of the sky and the strength of the wind. \
+The fishermen who came back late in the autumn storms said that his light was the last thing they saw before the harbour, a steady yellow eye above the black water that never blinked, never faltered and never once went out in forty years of service. \
+When he finally retired, the village gathered on the pier with music and lanterns of their own, and the children sang the old songs about the sea while the new electric lamp turned above them for the very first time.";
+    let body = json!({"input": text, "voice": "me", "seed": 3, "stream_format": "sse", "response_format": "pcm", "cosy_test": {"min_tokens": 8, "max_tokens": 8}});
+    let r = server.post_json("/v1/audio/speech", &body);
+    assert_eq!(r.status, 200, "{}", r.text());
+    let mut samples = 0u64;
+    let mut pcm = Vec::new();
+    let mut ends = Vec::new();
+    let mut done = None;
+    for e in r.text().split("\n\n").filter_map(|e| e.strip_prefix("data: ")) {
+        let v: serde_json::Value = serde_json::from_str(e).expect("event JSON");
+        match v["type"].as_str() {
+            Some("speech.audio.delta") => {
+                let audio = unbase64(v["audio"].as_str().expect("audio"));
+                samples += audio.len() as u64 / 2;
+                if v.get("sentence_end").is_none() {
+                    pcm.extend(audio);
+                    continue;
+                }
+                if let Some(end) = v.get("sentence_end") {
+                    assert!(audio.is_empty(), "a sentence end comes on its own: {v}");
+                    let end = end.as_u64().expect("samples");
+                    assert!(end <= samples, "the end {end} came before its audio ({samples} samples sent)");
+                    ends.push(end);
+                }
+            }
+            Some("speech.audio.done") => done = Some(v),
+            other => panic!("unexpected event {other:?}: {v}"),
+        }
+    }
+    let done = done.expect("speech.audio.done");
+    assert_eq!(ends.len(), 3, "three sentences: {ends:?}");
+    assert!(ends.windows(2).all(|w| w[0] < w[1]), "in order: {ends:?}");
+    assert_eq!(ends.last(), Some(&samples), "the last sentence ends with the audio");
+    let rate = done["sample_rate"].as_f64().expect("sample_rate");
+    assert!((done["audio_seconds"].as_f64().expect("audio_seconds") - samples as f64 / rate).abs() < 1e-9, "{done}");
+    // The same audio as without the ends: the streamed pcm.
+    let streamed = server.post_json("/v1/audio/speech", &json!({"input": text, "voice": "me", "seed": 3, "response_format": "pcm", "cosy_test": {"min_tokens": 8, "max_tokens": 8}}));
+    assert_eq!(streamed.status, 200, "{}", streamed.text());
+    assert!(streamed.body == pcm, "SSE audio differs from the streamed pcm");
+}
+
 #[test]
 fn cloning_fields_json_and_multipart() {
     let server = start_server(&[]);

@@ -53,8 +53,11 @@ fn the_page_is_served_from_the_binary_with_a_strict_policy() {
     assert_eq!(r.header("x-content-type-options"), Some("nosniff"));
     let html = r.text();
     // Only the server's own assets, no inline script, no other host.
-    assert!(html.contains(r#"src="/web/app.js""#) && !html.contains("<script>") && !html.contains("http"), "{html}");
-    for (path, ct) in [("/web/app.js", "text/javascript"), ("/web/style.css", "text/css"), ("/web/icon.svg", "image/svg+xml")] {
+    assert!(html.contains(r#"src="/web/app.js""#) && html.contains(r#"src="/web/buffering.js""#), "{html}");
+    assert!(!html.contains("<script>") && !html.contains("http"), "{html}");
+    for (path, ct) in
+        [("/web/app.js", "text/javascript"), ("/web/buffering.js", "text/javascript"), ("/web/style.css", "text/css"), ("/web/icon.svg", "image/svg+xml")]
+    {
         let r = server.request("GET", path, &[], b"");
         assert_eq!(r.status, 200, "{path}");
         assert!(r.header("content-type").is_some_and(|v| v.starts_with(ct)), "{path}: {:?}", r.header("content-type"));

@@ -1,7 +1,8 @@
 // cosy's web page: the public API only (/v1/audio/speech with server-sent events, the WebSocket
 // /v1/audio/speech/stream, /v1/audio/voices), as any client calls it. No framework, no build step,
 // nothing fetched from elsewhere. The sample rate and the limits are the server's, from
-// /v1/audio/info: the page assumes none. `window.cosyState` is the page's own state, which tests read.
+// /v1/audio/info: the page assumes none. `window.cosyState` is the page's own state, which tests read;
+// `window.cosyPlayer` the live player's (its buffering decisions and underruns).
 "use strict";
 
 const KEY_STORAGE = "cosy.apiKey";
@@ -86,6 +87,24 @@ function showLimits() {
 }
 
 // --- playback: pcm chunks scheduled on one AudioContext as they arrive ----------------------------
+//
+// Speak's pcm follows `cosy say`'s buffering rule (CosyBuffering, web/buffering.js: a port of
+// src/app/buffering.rs): playback starts, or resumes after running dry, only when what is buffered
+// covers the rest at the measured arrival rate, else a whole sentence is buffered first (the
+// event stream says where sentences end). "No buffering" plays each chunk as it comes, as the
+// live mode does (there the text comes at the typist's pace: the arrival rate measures the typing,
+// and a text-in streaming session tells no sentence ends to release up to).
+
+// What the player did, for tests: per request, its buffering decisions and how often it ran dry
+// while audio was still to come (an underrun: a stutter the listener hears).
+const playerStats = window.cosyPlayer = {
+  buffering: false, // the rule applies to this request
+  decisions: [], // { gate, reason, rate, received, waiting, arrivals }: arrivals = pcm pieces so far
+  sentenceEnds: [], // where sentences end, as the event stream told
+  underruns: 0,
+  underrunSeconds: 0,
+  notice: false, // the buffering notice was shown
+};
 
 class Player {
   constructor() { this.ctx = null; this.reset(); }
@@ -105,14 +124,76 @@ class Player {
     this.kept = []; // Float32Array pieces at the server's rate: the download
     this.odd = null; // a byte left over between pcm pieces
     this.encoded = null; // { bytes: [Uint8Array], type } for formats played once complete
+    this.rule = null; // CosyBuffering of this request, when buffering
+    this.held = []; // pcm pieces arrived but not yet let through the gate
+    this.arrived = 0; // pcm samples arrived (the server's rate)
+    this.released = 0; // pcm samples scheduled
+    this.arrivals = 0;
+    this.ended = false;
   }
 
-  async begin() {
+  /** A new request: `buffering` applies the rule to its pcm, measured from now (as it is sent). */
+  async begin(buffering = false) {
     this.stop();
     this.reset();
+    Object.assign(playerStats, { buffering, decisions: [], sentenceEnds: [], underruns: 0, underrunSeconds: 0, notice: false });
+    showBuffering(false);
     const ctx = this.context();
     if (ctx.state !== "running") await ctx.resume();
     state.audioContext = ctx.state;
+    if (buffering) this.rule = new CosyBuffering(sampleRate(), performance.now());
+  }
+
+  /** pcm samples played so far (what is scheduled, less what is still ahead of the clock). */
+  played() {
+    if (!this.ctx) return 0;
+    const ahead = Math.max(this.nextTime - this.ctx.currentTime, 0);
+    return Math.max(this.released - Math.round(ahead * sampleRate()), 0);
+  }
+
+  /** A buffering decision: the gate moves (and what it lets through is scheduled). */
+  apply(decision) {
+    if (decision) {
+      playerStats.decisions.push({ ...decision, arrivals: this.arrivals });
+      if (decision.waiting && !playerStats.notice) {
+        playerStats.notice = true;
+        showBuffering(true);
+      }
+    }
+    this.release();
+  }
+
+  /** Schedules the held pieces the gate lets through (split at a hold mark). */
+  release() {
+    const gate = this.rule ? this.rule.gate : "open";
+    while (this.held.length) {
+      const room = gate === "open" ? Infinity : gate - this.released;
+      if (room <= 0) break;
+      let piece = this.held[0];
+      if (piece.length > room) {
+        this.held[0] = piece.subarray(room);
+        piece = piece.subarray(0, room);
+      } else {
+        this.held.shift();
+      }
+      this.released += piece.length;
+      this.schedule(piece, sampleRate());
+    }
+  }
+
+  /** Where a sentence's audio ends (samples from the start), as the event stream tells it. */
+  sentenceEnd(end) {
+    playerStats.sentenceEnds.push(end);
+    if (this.rule) this.apply(this.rule.sentenceEnd(performance.now(), end, this.played()));
+  }
+
+  /** The request's audio is all here: whatever is held plays. */
+  end() {
+    if (this.ended) return;
+    this.ended = true;
+    if (this.rule) this.apply(this.rule.done(performance.now(), this.played()));
+    else this.release();
+    showBuffering(false);
   }
 
   /** s16le bytes (any split) → samples, scheduled right after what is queued. */
@@ -133,7 +214,21 @@ class Player {
     const samples = new Float32Array(data.length / 2);
     for (let i = 0; i < samples.length; i++) samples[i] = view.getInt16(2 * i, true) / 32768;
     this.kept.push(samples);
-    this.schedule(samples, sampleRate());
+    const now = performance.now();
+    state.chunks += 1; // pieces of audio received (played now, or once the gate lets them through)
+    this.arrivals += 1;
+    this.arrived += samples.length;
+    this.held.push(samples);
+    // Ran dry while the gate was open, audio still to come: an underrun (a planned hold at a
+    // sentence's end is not one). The rule then holds until it lets playback resume.
+    const open = !this.rule || this.rule.gate === "open";
+    if (open && this.released > 0 && this.ctx.currentTime > this.nextTime) {
+      playerStats.underruns += 1;
+      playerStats.underrunSeconds += this.ctx.currentTime - this.nextTime;
+      if (this.rule) this.apply(this.rule.underrun(now, this.played()));
+    }
+    if (this.rule) this.apply(this.rule.audio(now, samples.length, this.played()));
+    else this.release();
   }
 
   schedule(samples, rate) {
@@ -148,7 +243,6 @@ class Player {
     source.start(when);
     this.nextTime = when + buffer.duration;
     this.sources.add(source);
-    state.chunks += 1;
     // Counted at the server's rate (a decoded file plays at the AudioContext's).
     const counted = Math.round(buffer.duration * sampleRate());
     state.scheduledSamples += counted;
@@ -168,6 +262,7 @@ class Player {
     if (!this.encoded) return 0;
     const blob = new Blob(this.encoded.bytes, { type: this.encoded.type });
     const audio = await this.context().decodeAudioData(await blob.arrayBuffer());
+    state.chunks += 1;
     this.schedule(audio.getChannelData(0), audio.sampleRate);
     return audio.duration;
   }
@@ -176,6 +271,9 @@ class Player {
     for (const s of this.sources) { try { s.stop(); } catch (_) { /* not started */ } }
     this.sources.clear();
     this.nextTime = 0;
+    this.held = [];
+    this.ended = true;
+    showBuffering(false);
   }
 
   /** What was played, as a file: the encoded bytes as received, or pcm as a WAV. */
@@ -203,6 +301,12 @@ function wavBlob(pieces, rate) {
 }
 
 const player = new Player();
+
+/** The one-line notice while playback waits for synthesis slower than real time. */
+function showBuffering(on) {
+  const el = document.getElementById("buffering");
+  if (el) el.hidden = !on;
+}
 
 // --- the figures: first audio, real-time factor, where the time went -----------------------------
 
@@ -290,8 +394,8 @@ async function speak(extra = {}) {
     showError(e.message || String(e));
     return;
   }
-  await player.begin();
   const format = $("format").value;
+  await player.begin(format === "pcm" && !$("no-buffering").checked);
   const body = requestBody(text, extra);
   state.requests += 1;
   Object.assign(state, { ttfaMs: null, rtf: null, audioSeconds: 0, timing: null, chunks: 0, scheduledSamples: 0, playedSamples: 0 });
@@ -323,12 +427,15 @@ async function speak(extra = {}) {
         if (event.type === "speech.audio.delta") {
           const bytes = Uint8Array.from(atob(event.audio), (c) => c.charCodeAt(0));
           if (format === "pcm") {
-            player.pushPcm(bytes);
-            if (state.ttfaMs === null) { state.ttfaMs = performance.now() - started; showFigures(); }
-          } else {
+            if (bytes.length) player.pushPcm(bytes);
+            if (bytes.length && state.ttfaMs === null) { state.ttfaMs = performance.now() - started; showFigures(); }
+            // cosy's extra field: where a sentence's audio ends (samples from the start).
+            if (typeof event.sentence_end === "number") player.sentenceEnd(event.sentence_end);
+          } else if (bytes.length) {
             player.pushEncoded(bytes, CONTENT_TYPES[format] || "application/octet-stream");
           }
         } else if (event.type === "speech.audio.done") {
+          if (format === "pcm") player.end();
           done = event;
         } else if (event.type === "error") {
           throw new Error(event.error ? event.error.message : "the server ended the stream with an error");
@@ -351,6 +458,8 @@ async function speak(extra = {}) {
       showError(e.message || String(e));
     }
   } finally {
+    // A stream that broke plays what came (a Stop has dropped it already).
+    if (format === "pcm") player.end();
     abort = null;
     setSpeaking(false);
     showFigures();

@@ -10,6 +10,10 @@ import { chromium } from "playwright-core";
 
 const [origin, apiKey, promptWav, promptText, outDir] = process.argv.slice(2);
 const WAIT = { timeout: 120_000 };
+// Three long sentences (the text of tests/cli/say_playback.rs's buffering test).
+const SENTENCES = "The old lighthouse keeper walked along the narrow path every single evening, carrying a lantern, a notebook and a small loaf of bread for the gulls that waited for him on the rocks, and he wrote down the colour of the sky and the strength of the wind. "
+  + "The fishermen who came back late in the autumn storms said that his light was the last thing they saw before the harbour, a steady yellow eye above the black water that never blinked, never faltered and never once went out in forty years of service. "
+  + "When he finally retired, the village gathered on the pier with music and lanterns of their own, and the children sang the old songs about the sea while the new electric lamp turned above them for the very first time.";
 const result = { steps: {}, console_errors: [], outside_requests: [], failed_responses: [] };
 let phase = "load";
 
@@ -52,6 +56,7 @@ try {
   page.on("websocket", (ws) => { if (!ws.url().startsWith(origin.replace("http", "ws") + "/")) result.outside_requests.push(ws.url()); });
   page.on("dialog", (d) => d.accept());
   const state = () => page.evaluate(() => JSON.parse(JSON.stringify(window.cosyState)));
+  const playerState = () => page.evaluate(() => JSON.parse(JSON.stringify(window.cosyPlayer)));
   const waitState = (fn, arg) => page.waitForFunction(fn, arg, WAIT);
 
   page.on("response", (r) => { if (r.status() >= 400) result.failed_responses.push({ phase, url: r.url(), status: r.status() }); });
@@ -94,7 +99,7 @@ try {
     return { name: link.download, href: link.href.startsWith("blob:"), enabled: link.getAttribute("aria-disabled") === "false" };
   });
   result.steps.speak = {
-    state: spoken, download, ttfa_text: await page.textContent("#ttfa"), rtf_text: await page.textContent("#rtf"),
+    state: spoken, player: await playerState(), download, ttfa_text: await page.textContent("#ttfa"), rtf_text: await page.textContent("#rtf"),
     legend: await page.$$eval("#stage-legend li", (ls) => ls.map((l) => l.textContent)),
     error_hidden: await page.isHidden("#error"),
   };
@@ -112,6 +117,23 @@ try {
   await waitState(() => window.cosyState.playedSamples >= window.cosyState.scheduledSamples && window.cosyState.scheduledSamples > 0);
   result.steps.mp3 = { state: await state(), download_name: await page.getAttribute("#download", "download") };
   await page.selectOption("#format", "pcm");
+
+  // Buffering as `cosy say` does: with the test hook that slows synthesis to a third of real time
+  // (each sentence 30 tokens), whole sentences are buffered and nothing runs dry; with "No
+  // buffering" the same request plays chunk by chunk and the player counts the underruns.
+  phase = "buffering";
+  await page.fill("#text", SENTENCES);
+  await page.evaluate(() => { window.cosyTestHooks = { slow_to_rtf: 3, min_tokens: 30 }; });
+  for (const [name, requests, off] of [["buffered", 3, false], ["unbuffered", 4, true]]) {
+    await page.setChecked("#no-buffering", off);
+    await page.click("#speak");
+    await waitState((n) => window.cosyState.requests === n && !window.cosyState.speaking, requests);
+    await waitState(() => window.cosyState.playedSamples >= window.cosyState.scheduledSamples && window.cosyState.scheduledSamples > 0);
+    result.steps[name] = { state: await state(), player: await playerState(), notice_hidden_after: await page.isHidden("#buffering") };
+  }
+  await page.setChecked("#no-buffering", false);
+  await page.evaluate(() => { window.cosyTestHooks = null; });
+  await page.fill("#text", "Hello, this is cosy speaking.");
 
   // Clone from an uploaded wav: saved, listed, made default, then the default is given back.
   phase = "clone";

@@ -6,6 +6,9 @@ voice plays audio and shows the time to first audio and where the time went, a c
 from Chromium's fake microphone, Stop cancels on the
 server (in-flight back to 0, with the test hook that holds a request after its first audio), the
 live mode speaks before the text box is left, and errors are the server's one-line messages.
+The player buffers as `cosy say` does (src/serve/web/buffering.js): with the test hook that slows
+synthesis to a third of real time it plays whole sentences with no underrun, with "No buffering"
+it runs dry and counts it, and without the hook the first chunk plays at once.
 Screenshots (desktop and phone width) go to out/web/; scripts/screenshots.sh copies them to docs/.
 
 Random weights: DEFAULT_TEXT gives 2.76 s of audio with the default voice at the default seed."""
@@ -97,6 +100,53 @@ def test_speak_plays_the_default_voice_as_it_streams(page_run: dict[str, Any]) -
     # The download is what was played: a 16-bit mono WAV of every sample.
     assert speak["download"] == {"name": "cosy.wav", "href": True, "enabled": True}, speak["download"]
     assert s["download"] == {"bytes": 44 + 2 * round(s["audioSeconds"] * SAMPLE_RATE), "type": "audio/wav"}, s["download"]
+
+
+def test_first_audio_is_not_delayed_when_synthesis_keeps_up(page_run: dict[str, Any]) -> None:
+    """Without the slowing hook the gate follows the measured rate, decided on the first chunk:
+    at or above real time it opens there (no wait, as without buffering); a machine slower than
+    that (a debug build under load) holds with a rate below 1, as the rule says."""
+    player = page_run["steps"]["speak"]["player"]
+    assert player["buffering"] is True, player
+    first = player["decisions"][0]
+    assert first["arrivals"] == 1, player
+    if first["rate"] is None or first["rate"] >= 1:  # JSON has no Infinity: an instant chunk
+        assert (first["gate"], first["reason"]) == ("open", "keeps_up"), player
+    else:
+        assert first["gate"] == 0 and first["reason"] == "slow", player
+
+
+def test_slow_synthesis_buffers_whole_sentences_without_underruns(page_run: dict[str, Any]) -> None:
+    """With synthesis at a third of real time (the test hook), the page buffers each whole sentence
+    as `cosy say` does: it waits from the first chunk (and says so), releases up to each sentence
+    end the event stream tells, plays to the end and never runs dry once playing."""
+    step = page_run["steps"]["buffered"]
+    s, player = step["state"], step["player"]
+    assert s["error"] is None and s["playedSamples"] == s["scheduledSamples"] > 0, s
+    assert player["buffering"] is True and player["underruns"] == 0, player
+    first = player["decisions"][0]
+    assert (first["gate"], first["reason"], first["waiting"], first["arrivals"]) == (0, "slow", True, 1), player
+    assert 0 < first["rate"] <= 0.34, player
+    ends = player["sentenceEnds"]
+    assert len(ends) == 3 and ends == sorted(ends), player
+    releases = [d["gate"] for d in player["decisions"] if d["reason"] == "sentence_buffered"]
+    assert releases and set(releases) <= set(ends), player
+    # Playback started while audio was still coming: the first sentence was released before the
+    # last chunk arrived.
+    done = player["decisions"][-1]
+    first_release = next(d for d in player["decisions"] if d["reason"] == "sentence_buffered")
+    assert done["reason"] == "done" and first_release["arrivals"] < done["arrivals"], player
+    assert player["notice"] is True and step["notice_hidden_after"], step
+
+
+def test_no_buffering_plays_as_it_comes_and_the_player_counts_underruns(page_run: dict[str, Any]) -> None:
+    """The same slow request with "No buffering": no decisions, each chunk played as it comes, and
+    the player runs dry between chunks (each arrives three times its length after the last)."""
+    step = page_run["steps"]["unbuffered"]
+    s, player = step["state"], step["player"]
+    assert s["error"] is None and s["playedSamples"] == s["scheduledSamples"] > 0, s
+    assert player["buffering"] is False and player["decisions"] == [] and player["notice"] is False, player
+    assert player["underruns"] >= 1, player
 
 
 def test_other_formats_play_once_complete_and_download_as_received(page_run: dict[str, Any]) -> None:
