@@ -8,7 +8,7 @@
 //!   its text, an image as its description; inline code is read as written;
 //! * a heading, a list item, a table row, a paragraph and a code block end a sentence: when the
 //!   text goes on after one that does not end in an end mark, `.` (`。` after Chinese) is added, so
-//!   that the splitter cuts there (the last one is left alone: the splitter ends the text anyway);
+//!   that the splitter cuts there (the last block is left alone: the splitter ends the text anyway);
 //! * a bullet's mark is dropped, an ordered item's number is kept as written ("1. Hello");
 //! * a fenced code block becomes a short stand-in ("rust code block"), nothing, or its text
 //!   ([`CodeBlocks`]); an indented block is read as text (plain text is indented too);
@@ -108,16 +108,22 @@ fn parser(text: &str) -> Parser<'_> {
     Parser::new_ext(text, Options::ENABLE_TABLES | Options::ENABLE_STRIKETHROUGH)
 }
 
-/// The line starts (byte offsets > 0) at which a top-level block after the first begins: text
-/// before one is complete (later text cannot change how it parses).
+/// The line starts (byte offsets > 0) at which a top-level block (or an item of a top-level list)
+/// after the first begins: text before one is complete (later text cannot change how it parses).
 fn block_cuts(text: &str) -> Vec<usize> {
     let mut cuts = Vec::new();
     let mut depth = 0usize;
+    // The top-level block is a list: each of its items is a block of its own (read alike on
+    // its own: an ordered item's number is taken as written), so a long list is read item by item.
+    let mut in_list = false;
     for (event, range) in parser(text).into_offset_iter() {
         let starts_block = match event {
-            Event::Start(_) => {
+            Event::Start(tag) => {
                 depth += 1;
-                depth == 1
+                if depth == 1 {
+                    in_list = matches!(tag, Tag::List(_));
+                }
+                depth == 1 || (depth == 2 && in_list && matches!(tag, Tag::Item))
             }
             Event::End(_) => {
                 depth = depth.saturating_sub(1);
@@ -280,15 +286,27 @@ impl Renderer {
         self.marker = None;
     }
 
-    /// Plain text (no Markdown could be in it: [`early_sentence_end`]).
+    /// Plain text (no Markdown could be in it: [`early_sentence_end`]). Its paragraph goes on
+    /// with a letter, so the blank at its end is said as it is: it goes out now.
     fn plain_text(&mut self, text: &str) {
         let spoken = speak_text(text, self.settings.symbols);
         self.say(&spoken);
+        self.out.push_str(&std::mem::take(&mut self.held));
     }
 
     /// One top-level block (or the rest of a paragraph whose start went out early). `prev` is
     /// where the last words read end: what lies between them and the next is markup or blank.
     fn render(&mut self, doc: &str) {
+        if doc.is_empty() {
+            return;
+        }
+        // A block follows: what the last one owes goes out now (a sentence buffer behind sees
+        // its end without waiting for the next words).
+        if let Some(mark) = self.mark_due.take() {
+            self.out.push(mark);
+        }
+        self.out.push_str(&std::mem::take(&mut self.held));
+        self.out.push_str(&std::mem::take(&mut self.gap));
         let mut prev = 0usize;
         let mut code: Option<(bool, String, String)> = None;
         let mut ordered: Vec<bool> = Vec::new();

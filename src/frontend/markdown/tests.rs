@@ -150,11 +150,11 @@ fn constructs_split_across_pieces_read_as_whole() {
 #[test]
 fn a_plain_sentence_goes_out_before_its_paragraph_ends() {
     let mut stream = MarkdownStream::new(ON);
-    assert_eq!(stream.push("Hello there. Ho"), "Hello there.");
-    assert_eq!(stream.push("w are you? Fine"), " How are you?");
+    assert_eq!(stream.push("Hello there. Ho"), "Hello there. ");
+    assert_eq!(stream.push("w are you? Fine"), "How are you? ");
     assert_eq!(stream.push("\n- item"), "", "the next line may yet be a paragraph's");
-    assert_eq!(stream.push("\n"), " Fine");
-    assert_eq!(stream.finish(), ".\nitem");
+    assert_eq!(stream.push("\n- more\n"), "Fine.\nitem", "a block is owed its end mark once the next starts");
+    assert_eq!(stream.finish(), ".\nmore");
     // Something that may be Markdown waits for its line.
     let mut stream = MarkdownStream::new(ON);
     assert_eq!(stream.push("A *b. C"), "");
@@ -167,7 +167,7 @@ fn settings_choose_code_blocks_and_symbols() {
     let text = "Look 😀:\n\n```sh\necho hi\n```";
     let with = |code_blocks, symbols| to_speech(text, MarkdownSettings { enabled: true, code_blocks, symbols });
     assert_eq!(with(CodeBlocks::StandIn, Symbols::Drop), "Look:\n\nsh code block");
-    assert_eq!(with(CodeBlocks::Skip, Symbols::Drop), "Look:");
+    assert_eq!(with(CodeBlocks::Skip, Symbols::Drop), "Look:\n\n");
     assert_eq!(with(CodeBlocks::Read, Symbols::Keep), "Look 😀:\n\necho hi");
 }
 
