@@ -74,17 +74,16 @@ impl MarkdownStream {
     /// A piece arrived: the text it settles, read (often empty).
     pub fn push(&mut self, piece: &str) -> String {
         self.pending.push_str(piece);
-        // Nothing settles before a line end or a sentence end.
-        if !piece.contains(['\n', '\r', '.', '!', '?', ';', '。', '！', '？', '；']) {
-            return String::new();
+        // A block ends only once a line does (parsing again only then keeps a long block's cost
+        // down); a sentence at the start of a paragraph may end at any piece.
+        if piece.contains(['\n', '\r']) {
+            let mut from = 0;
+            for cut in block_cuts(&self.pending) {
+                self.renderer.render(&self.pending[from..cut]);
+                from = cut;
+            }
+            self.pending.drain(..from);
         }
-        let cuts = block_cuts(&self.pending);
-        let mut from = 0;
-        for &cut in &cuts {
-            self.renderer.render(&self.pending[from..cut]);
-            from = cut;
-        }
-        self.pending.drain(..from);
         if let Some(cut) = early_sentence_end(&self.pending) {
             let sentence: String = self.pending.drain(..cut).collect();
             self.renderer.plain_text(&sentence);
