@@ -49,6 +49,9 @@ pub fn to_speech(text: &str, settings: MarkdownSettings) -> String {
 /// Marks that end a sentence already: nothing is added after them.
 const END_MARKS: &[char] = &['.', '!', '?', ';', ':', ',', '。', '！', '？', '；', '：', '，', '、', '…'];
 
+/// Chinese sentence ends: a sentence may go out early after one (no blank follows them).
+const CJK_SENTENCE_ENDS: &[char] = &['。', '！', '？', '；'];
+
 /// Characters that could make a line Markdown: a sentence before the first of them may go out
 /// before its paragraph is complete.
 const MAY_BE_MARKUP: &[char] = &['*', '_', '`', '[', ']', '<', '>', '~', '\\', '&', '|', '\n', '\r'];
@@ -160,7 +163,7 @@ fn early_sentence_end(pending: &str) -> Option<usize> {
     while let Some((i, c)) = chars.next() {
         let mut end = i + c.len_utf8();
         match c {
-            '。' | '！' | '？' | '；' => {}
+            c if CJK_SENTENCE_ENDS.contains(&c) => {}
             '.' | '!' | '?' | ';' if chars.peek().is_some_and(|(_, n)| n.is_whitespace()) => {
                 while let Some((j, n)) = chars.peek().copied().filter(|(_, n)| n.is_whitespace()) {
                     end = j + n.len_utf8();
@@ -477,7 +480,16 @@ pub fn speak_text(text: &str, symbols: Symbols) -> String {
         word.clear();
     };
     for c in text.chars() {
-        if c.is_whitespace() {
+        if CJK_SENTENCE_ENDS.contains(&c) {
+            // Chinese has no blanks: its sentence ends part words too (a sentence may go out
+            // early after one, so the words must not run across it).
+            if !word.is_empty() {
+                flush(&mut out, &mut blank, &mut word, &mut drop_blank);
+            }
+            out.push_str(&std::mem::take(&mut blank));
+            out.push(c);
+            drop_blank = false;
+        } else if c.is_whitespace() {
             if !word.is_empty() {
                 flush(&mut out, &mut blank, &mut word, &mut drop_blank);
             }
