@@ -520,14 +520,10 @@ fn speak_word(word: &str, symbols: Symbols) -> String {
         return word;
     }
     let (lead, core, tail) = (&word[..core_start], &word[core_start..core_end], &word[core_end..]);
-    let read = if let Some(address) = url_address(core) {
-        spell_address(address)
-    } else if is_email(core) {
-        spell_address(core)
-    } else if is_path(core) {
-        spell_address(core)
-    } else {
-        return word;
+    let read = match url_address(core) {
+        Some(address) => spell_address(address),
+        None if is_email(core) || is_path(core) => spell_address(core),
+        None => return word,
     };
     format!("{lead}{read}{tail}")
 }
@@ -551,7 +547,9 @@ fn url_address(word: &str) -> Option<&str> {
     let host_ok = labels.len() >= 2
         && labels.iter().all(|l| !l.is_empty() && l.chars().all(|c| c.is_ascii_alphanumeric() || c == '-'))
         && !host.chars().all(|c| c.is_ascii_digit() || c == '.');
-    if !host_ok && !(scheme > 0 && !host.is_empty()) {
+    // A host that is no domain name still is one after a scheme ("http://localhost:8080").
+    let with_scheme = scheme > 0 && !host.is_empty();
+    if !host_ok && !with_scheme {
         return None;
     }
     let tld = labels.last().map(|l| l.to_ascii_lowercase()).unwrap_or_default();
