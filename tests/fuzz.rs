@@ -82,7 +82,7 @@ fn fuzz_markdown() {
             }
         }
         let code_blocks = *rng.pick(&[cosy::config::CodeBlocks::StandIn, cosy::config::CodeBlocks::Skip, cosy::config::CodeBlocks::Read]);
-        let symbols = *rng.pick(&[cosy::config::Symbols::Drop, cosy::config::Symbols::Keep]);
+        let symbols = *rng.pick(&[cosy::config::Symbols::Drop, cosy::config::Symbols::Name, cosy::config::Symbols::Keep]);
         let settings = cosy::config::MarkdownSettings { enabled: true, code_blocks, symbols };
         let whole = to_speech(&text, settings);
         // The same text in random pieces (cut at character boundaries) reads the same.

@@ -218,16 +218,19 @@ pub enum Symbols {
     /// Dropped.
     #[default]
     Drop,
+    /// Said by their Unicode names ("party popper"); one without a name is dropped.
+    Name,
     /// Left as written (the model gets them).
     Keep,
 }
 
 impl Symbols {
-    pub const ALLOWED: &'static str = "\"drop\", \"keep\"";
+    pub const ALLOWED: &'static str = "\"drop\", \"name\", \"keep\"";
 
     pub fn parse(s: &str) -> Option<Self> {
         match s {
             "drop" => Some(Symbols::Drop),
+            "name" => Some(Symbols::Name),
             "keep" => Some(Symbols::Keep),
             _ => None,
         }

@@ -15,7 +15,7 @@
 //! * a bare URL, e-mail address or file path is read out ("example dot com slash docs",
 //!   "jane dot doe at example dot com", "slash etc slash hosts"; a URL's scheme, query and
 //!   fragment are not said), so that number normalisation does not see character salad;
-//! * emoji are dropped or kept ([`Symbols`]);
+//! * emoji are dropped, said by name or kept ([`Symbols`]);
 //! * HTML tags are removed, except CosyVoice3's own (`<strong>`, `</strong>`, `<laughter>`,
 //!   `</laughter>`); its bracket tags (`[breath]`, `[AA1]`, `[ni3]` …) are text to Markdown and
 //!   pass untouched.
@@ -511,6 +511,7 @@ pub fn speak_text(text: &str, symbols: Symbols) -> String {
 fn speak_word(word: &str, symbols: Symbols) -> String {
     let word = match symbols {
         Symbols::Drop => word.chars().filter(|&c| !is_emoji(c)).collect(),
+        Symbols::Name => name_emoji(word),
         Symbols::Keep => word.to_string(),
     };
     // Punctuation around the word is not part of an address: "(see example.com)."
@@ -605,6 +606,49 @@ fn spell_address(address: &str) -> String {
         words.push(word);
     }
     words.join(" ")
+}
+
+/// A word with its emoji said by name, each set apart by blanks ("Wow😀!" → "Wow grinning face !"
+/// becomes "Wow grinning face!" once glued back): the longest known sequence at each emoji
+/// (joined families, flags, keycaps), skin tones left out of the name; an emoji without a name is
+/// dropped.
+fn name_emoji(word: &str) -> String {
+    if !word.chars().any(is_emoji) {
+        return word.to_string();
+    }
+    let chars: Vec<char> = word.chars().collect();
+    let mut out = String::with_capacity(word.len() * 4);
+    let mut i = 0;
+    while i < chars.len() {
+        if !is_emoji(chars[i]) {
+            out.push(chars[i]);
+            i += 1;
+            continue;
+        }
+        // The longest sequence from here that is an emoji (at most 10 code points: families).
+        let longest = (1..=(chars.len() - i).min(10)).rev().find_map(|n| {
+            let sequence: String = chars[i..i + n].iter().filter(|c| !is_skin_tone(**c)).collect();
+            emojis::get(&sequence).map(|e| (n, e.name()))
+        });
+        match longest {
+            Some((n, name)) => {
+                if !out.is_empty() && !out.ends_with(' ') {
+                    out.push(' ');
+                }
+                out.push_str(name);
+                i += n;
+                if chars.get(i).is_some_and(|c| c.is_alphanumeric()) {
+                    out.push(' ');
+                }
+            }
+            None => i += 1,
+        }
+    }
+    out
+}
+
+fn is_skin_tone(c: char) -> bool {
+    ('\u{1F3FB}'..='\u{1F3FF}').contains(&c)
 }
 
 /// Emoji and the pictographs around them (with their joiners, variation selectors and keycaps).

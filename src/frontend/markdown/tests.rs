@@ -170,6 +170,11 @@ fn settings_choose_code_blocks_and_symbols() {
     assert_eq!(with(CodeBlocks::StandIn, Symbols::Drop), "Look:\n\nsh code block");
     assert_eq!(with(CodeBlocks::Skip, Symbols::Drop), "Look:\n\n");
     assert_eq!(with(CodeBlocks::Read, Symbols::Keep), "Look 😀:\n\necho hi");
+    assert_eq!(with(CodeBlocks::Skip, Symbols::Name), "Look grinning face:\n\n");
+    let named = |text: &str| to_speech(text, MarkdownSettings { symbols: Symbols::Name, ..ON });
+    assert_eq!(named("Great job 🎉"), "Great job party popper");
+    assert_eq!(named("I ❤️ Rust, 👍🏽!"), "I red heart Rust, thumbs up!");
+    assert_eq!(named("Wow😀yes"), "Wow grinning face yes");
 }
 
 /// Deep nesting and a very long line: it returns (no panic, no stack overflow); time and memory
