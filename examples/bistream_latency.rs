@@ -70,6 +70,7 @@ fn main() -> anyhow::Result<()> {
         text: args.text.clone(),
         voice: voice.clone(),
         text_frontend: false,
+        normalization: Default::default(),
         speed: 1.0,
         seed: Some(seed),
         stream: true,

@@ -105,6 +105,7 @@ fn main() -> anyhow::Result<()> {
         text: args.text.clone(),
         voice: Voice::Saved { voice: voice.clone(), instruction: None },
         text_frontend: true,
+        normalization: Default::default(),
         speed: 1.0,
         seed: Some(seed),
         stream,

@@ -114,6 +114,7 @@ fn paired(args: &Args, model: &std::path::Path, host_port: &str, body: &str, n: 
             text: args.text.clone(),
             voice: cosy::request::Voice::Saved { voice, instruction: None },
             text_frontend: true,
+            normalization: Default::default(),
             speed: 1.0,
             seed: Some(0),
             stream: true,

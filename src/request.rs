@@ -88,6 +88,8 @@ pub struct SentenceRecord<'a> {
     pub count: usize,
     pub prompt: &'a PromptFeatures,
     pub prompt_text_token: &'a [i64],
+    /// The sentence's text exactly as the tokenizer gets it (after Markdown, normalisation, splitting).
+    pub text: &'a str,
     pub text_token: &'a [i64],
     pub trace: &'a SegmentTrace,
     pub stream: bool,
@@ -126,6 +128,8 @@ pub struct Request {
     pub voice: Voice,
     /// Run the text frontend (normalisation + sentence splitting), the official default.
     pub text_frontend: bool,
+    /// The request's own normalisation switches (`None`: as configured).
+    pub normalization: Normalization,
     /// Mel time-stretch (offline only); 1.0 = unchanged.
     pub speed: f64,
     /// Sampling seed; `None` = the configured `sampling.seed`.
@@ -148,12 +152,29 @@ impl Request {
             text: text.into(),
             voice,
             text_frontend: true,
+            normalization: Normalization::default(),
             speed: 1.0,
             seed: None,
             stream: false,
             ignore_stop_until: None,
             test_hooks: TestHooks::default(),
         }
+    }
+}
+
+/// A request's normalisation switches, by category; `None` = as configured (`[text]`). One
+/// category so far (Markdown); numbers, URLs, symbols … would join it here.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Normalization {
+    /// Read Markdown and chat text as a person would (`text.markdown`); false: as written.
+    pub markdown: Option<bool>,
+}
+
+impl Normalization {
+    /// How the text is read as Markdown, if it is: the request's switch, else the configured
+    /// one; never without the text frontend (`text_frontend = false` is the text as written).
+    pub fn markdown(&self, configured: crate::config::MarkdownSettings, text_frontend: bool) -> Option<crate::config::MarkdownSettings> {
+        (text_frontend && self.markdown.unwrap_or(configured.enabled)).then_some(configured)
     }
 }
 

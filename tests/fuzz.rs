@@ -19,6 +19,7 @@ use std::sync::OnceLock;
 
 use cosy::config::{Config, LoadOptions, KEYS};
 use cosy::frontend::audio::{check_length, load_audio, to_rate, MAX_TOKENIZER_SECONDS};
+use cosy::frontend::markdown::{to_speech, MarkdownStream};
 use cosy::frontend::numbers::digits_to_words;
 use cosy::frontend::prompt::{known_instruction, plan, PromptMode};
 use cosy::frontend::text::{
@@ -52,6 +53,56 @@ fn tokenizer() -> &'static TextTokenizer {
 
 fn refused(e: impl std::fmt::Display) -> Outcome {
     Outcome::Refused(e.to_string())
+}
+
+// ---------------------------------------------------------------------------------------------
+// Markdown and chat text (`frontend::markdown`): whole and in random pieces alike.
+
+/// Pieces Markdown, chat text and CosyVoice3's markup are made of.
+const MARKDOWN_PIECES: &[&str] = &[
+    "**", "*", "_", "__", "`", "```", "```rust\n", "~~", "~~~", "# ", "## ", "- ", "* ", "+ ", "1. ", "2) ", "> ", "| ", " |", "|---|",
+    "---", "===", "\n", "\n\n", "\r\n", "    ", "  ", " ", "[", "]", "](", ")", "(", "![", "<", ">", "<b>", "</b>", "<br>", "<div>",
+    "<!--", "-->", "<strong>", "</strong>", "<laughter>", "[breath]", "[AA1]", "[ni3]", "<|endofprompt|>", "\\", "&amp;", "&",
+    "https://example.com/a_b?x=1", "www.example.org", "docs.rs/ort", "jane.doe@example.com", "/etc/hosts", "~/notes", "./run.sh",
+    "😀", "👍🏽", "❤️", "你好", "。", "，", "Hello", "world", "Mr.", "3.5", ". ", "! ", "? ", ": ", "x", "42",
+];
+
+#[test]
+fn fuzz_markdown() {
+    run(Spec { name: "fuzz_markdown", default_cases: 2_000, mem_bound: 16 * MIB }, |rng, _| {
+        let longest = if rng.chance(1, 50) { 5000 } else { 300 };
+        let target = rng.len(longest);
+        let mut text = String::new();
+        while text.chars().count() < target {
+            if rng.chance(1, 8) {
+                text.push_str(&gen::text(rng, 20));
+            } else {
+                let piece: &&str = rng.pick(MARKDOWN_PIECES);
+                text.push_str(piece);
+            }
+        }
+        let code_blocks = *rng.pick(&[cosy::config::CodeBlocks::StandIn, cosy::config::CodeBlocks::Skip, cosy::config::CodeBlocks::Read]);
+        let symbols = *rng.pick(&[cosy::config::Symbols::Drop, cosy::config::Symbols::Name, cosy::config::Symbols::Keep]);
+        let settings = cosy::config::MarkdownSettings { enabled: true, code_blocks, symbols };
+        let whole = to_speech(&text, settings);
+        // The same text in random pieces (cut at character boundaries) reads the same.
+        let mut stream = MarkdownStream::new(settings);
+        let mut streamed = String::new();
+        let mut rest = text.as_str();
+        while !rest.is_empty() {
+            let mut cut = rng.range(1, rest.len().min(40) + 1).min(rest.len());
+            while !rest.is_char_boundary(cut) {
+                cut += 1;
+            }
+            streamed.push_str(&stream.push(&rest[..cut]));
+            rest = &rest[cut..];
+        }
+        streamed.push_str(&stream.finish());
+        if streamed != whole {
+            return Err(format!("pieces read otherwise than the whole: {text:?}\n whole    {whole:?}\n streamed {streamed:?}"));
+        }
+        Ok(Outcome::Accepted)
+    });
 }
 
 // ---------------------------------------------------------------------------------------------

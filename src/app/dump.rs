@@ -1,5 +1,5 @@
 //! `--dump DIR`: per-stage intermediates as `.npy` with the golden names and dtypes
-//! (reference README §4), plus `waveform.wav`. Every file is written to a temporary name in the
+//! (reference README §4), plus `waveform.wav` and `text.txt` (the sentence as the tokenizer got it). Every file is written to a temporary name in the
 //! same folder and renamed, so a reader never sees a half-written file.
 
 use std::path::Path;
@@ -103,6 +103,8 @@ impl SynthesisObserver for DumpObserver {
     }
     fn sentence_done(&self, s: &SentenceRecord<'_>) -> Result<()> {
         let dir = if s.count == 1 { self.root.clone() } else { self.root.join(format!("{:03}", s.index)) };
-        write_segment(&dir, s.prompt, s.prompt_text_token, s.text_token, s.trace, s.stream, s.sample_rate)
+        write_segment(&dir, s.prompt, s.prompt_text_token, s.text_token, s.trace, s.stream, s.sample_rate)?;
+        // What the text tokens say, as the tokenizer got it (`cosy file --show-text` prints the same).
+        crate::output::write_bytes(&dir.join("text.txt"), s.text.as_bytes())
     }
 }

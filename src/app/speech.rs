@@ -3,7 +3,7 @@
 
 use crate::config::Config;
 use crate::error::Result;
-use crate::request::{check_options, check_speakable, check_text_length, check_text_streaming, Request, TestHooks, Voice};
+use crate::request::{check_options, check_speakable, check_text_length, check_text_streaming, Normalization, Request, TestHooks, Voice};
 
 /// What a front end asks for, before the rules are applied.
 #[derive(Debug, Clone)]
@@ -19,6 +19,8 @@ pub struct SpeechOptions {
     pub seed: Option<u64>,
     /// Run the text frontend (normalisation, sentence splitting), the official default.
     pub text_frontend: bool,
+    /// Normalisation switches (Markdown …); `None` each = as configured.
+    pub normalization: Normalization,
     /// Benchmark/test knob: decode exactly this many speech tokens per sentence.
     pub min_tokens: Option<usize>,
     pub test_hooks: TestHooks,
@@ -36,6 +38,7 @@ impl SpeechOptions {
             default_stream,
             seed: None,
             text_frontend: true,
+            normalization: Normalization::default(),
             min_tokens: None,
             test_hooks: TestHooks::default(),
         }
@@ -104,6 +107,7 @@ pub fn build_request(config: &Config, o: SpeechOptions) -> Result<Request> {
         text: o.text,
         voice: o.voice,
         text_frontend: o.text_frontend,
+        normalization: o.normalization,
         speed: o.speed,
         seed: o.seed,
         stream,
@@ -148,6 +152,7 @@ pub fn build_streaming_request(o: SpeechOptions) -> Result<Request> {
         text: String::new(),
         voice: o.voice,
         text_frontend: o.text_frontend,
+        normalization: o.normalization,
         speed: 1.0,
         seed: o.seed,
         stream,

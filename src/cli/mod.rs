@@ -185,6 +185,13 @@ pub struct FileArgs {
     /// Pass the text to the tokenizer as is: no normalisation, no sentence splitting.
     #[arg(long)]
     pub no_text_frontend: bool,
+    /// Give the text to the frontend as written, not read as Markdown (text.markdown; docs/text.md).
+    #[arg(long)]
+    pub no_markdown: bool,
+    /// Print the text exactly as the model gets it, one sentence a line (a line break inside a
+    /// sentence written `\\n`), and stop: nothing is synthesised.
+    #[arg(long, conflicts_with_all = ["dump", "bistream"])]
+    pub show_text: bool,
     /// With `-`: text-in streaming, standard input read as it arrives and spoken while it comes
     /// (the same audio `cosy say -` plays). Needs a voice with a transcript or an instruction.
     #[arg(long)]
@@ -215,6 +222,9 @@ pub struct SayArgs {
     /// Pass the text to the tokenizer as is: no normalisation, no sentence splitting.
     #[arg(long)]
     pub no_text_frontend: bool,
+    /// Give the text to the frontend as written, not read as Markdown (text.markdown; docs/text.md).
+    #[arg(long)]
+    pub no_markdown: bool,
     /// With `-`: normalise each settled sentence of the streamed text (numbers, symbols) instead
     /// of speaking it exactly as written (the official text-in streaming normalises nothing).
     #[arg(long)]
@@ -802,6 +812,7 @@ fn file_command(config: &Config, settings: &crate::serve::settings::Settings, ar
         ("--dump", args.dump.is_some()),
         ("--min-tokens", args.min_tokens.is_some()),
         ("--no-text-frontend", args.no_text_frontend),
+        ("--show-text", args.show_text),
     ]
     .into_iter()
     .find_map(|(flag, given)| given.then_some(flag));
@@ -817,16 +828,32 @@ fn file_command(config: &Config, settings: &crate::serve::settings::Settings, ar
     let request = |text: String| {
         let mut o = cosy::app::speech::SpeechOptions::new(text, voice.clone(), config.streaming.enabled);
         o.text_frontend = !args.no_text_frontend;
+        o.normalization.markdown = args.no_markdown.then_some(false);
         o.speed = args.speed;
         o.seed = args.seed;
         o.stream = asked_streaming(args.stream, args.no_stream);
         o.min_tokens = args.min_tokens;
         cosy::app::speech::build_request(config, o)
     };
+    if args.show_text {
+        return show_text(&engine, jobs, &request);
+    }
     match &args.dump {
         Some(dump_root) => write_file_jobs_dumped(&engine, jobs, dump_root, format, &request),
         None => write_file_jobs(config, &engine, jobs, format, &request),
     }
+}
+
+/// `cosy file --show-text`: each utterance's sentences as the model gets them, one a line.
+fn show_text(engine: &cosy::engine::Engine, jobs: Vec<FileJob>, request: &FileRequest<'_>) -> anyhow::Result<()> {
+    use std::io::Write as _;
+    let mut out = std::io::stdout().lock();
+    for job in jobs {
+        for sentence in engine.plan_text(&request(job.text)?)? {
+            writeln!(out, "{}", sentence.replace('\\', "\\\\").replace('\n', "\\n").replace('\r', "\\r"))?;
+        }
+    }
+    Ok(())
 }
 
 /// `cosy file TEXT` through a running server: the one text, written as without it.
@@ -840,7 +867,7 @@ fn file_from_server(
     for job in jobs {
         // The schedule this command would use (sent as `stream`: the server then uses the same).
         let stream = cosy::app::speech::check_all_but_the_voice(config, &job.text, asked_streaming(args.stream, args.no_stream), config.streaming.enabled, args.speed)?;
-        let request = server_request(&job.text, &args.voice, args.speed, args.seed, stream)?;
+        let request = server_request(&job.text, &args.voice, args.speed, args.seed, stream, args.no_markdown)?;
         let mut audio = client.speak(request)?;
         let samples = collect_audio(job.out.is_none(), |sink| {
             while let Some(chunk) = audio.next_chunk()? {
@@ -878,9 +905,12 @@ fn server_for(
 /// The speech request (the HTTP API's fields) for `text` from the command line's options: the
 /// voice as the flags give it (a saved voice's name, or the recording itself), the server's
 /// default voice and seed when none is given.
-fn server_request(text: &str, voice: &VoiceArgs, speed: f64, seed: Option<u64>, stream: bool) -> Result<serde_json::Value, Error> {
+fn server_request(text: &str, voice: &VoiceArgs, speed: f64, seed: Option<u64>, stream: bool, no_markdown: bool) -> Result<serde_json::Value, Error> {
     use base64::Engine as _;
     let mut request = serde_json::json!({ "input": text, "stream": stream });
+    if no_markdown {
+        request["normalization"] = serde_json::json!({ "markdown": false });
+    }
     if speed != 1.0 {
         request["speed"] = speed.into();
     }
@@ -1069,6 +1099,7 @@ fn file_bistream(
     let voice = resolve_voice(config, &args.voice)?;
     let mut o = cosy::app::speech::SpeechOptions::new(String::new(), voice, config.streaming.enabled);
     o.text_frontend = !args.no_text_frontend;
+    o.normalization.markdown = args.no_markdown.then_some(false);
     o.seed = args.seed;
     o.stream = asked_streaming(args.stream, args.no_stream);
     let req = cosy::app::speech::build_streaming_request(o)?;
@@ -1161,7 +1192,7 @@ fn say_command(config: &Config, settings: &crate::serve::settings::Settings, arg
         // the answer comes as it is made, in the schedule `say` uses (chunks at speed 1, else
         // whole sentences).
         cosy::app::speech::check_all_but_the_voice(config, text, None, true, args.speed)?;
-        let request = server_request(text, &args.voice, args.speed, args.seed, true)?;
+        let request = server_request(text, &args.voice, args.speed, args.seed, true, args.no_markdown)?;
         let play = crate::say::PlayOptions { buffering: !args.no_buffering, notices };
         crate::say::say(crate::say::Source::Server { client: &client, request }, &output, play, args.event_log.as_deref())?;
         return Ok(());
@@ -1182,6 +1213,7 @@ fn say_command(config: &Config, settings: &crate::serve::settings::Settings, arg
     // `say` streams unless a speed asks for whole sentences.
     let mut o = cosy::app::speech::SpeechOptions::new(text, voice, true);
     o.text_frontend = !args.no_text_frontend;
+    o.normalization.markdown = args.no_markdown.then_some(false);
     o.speed = args.speed;
     o.seed = args.seed;
     o.min_tokens = args.min_tokens;

@@ -4,7 +4,7 @@
 //! checks). A front end adds its own table the same way (`cosy serve`: `[server]`, `[wyoming]`).
 
 use super::key::{Key, Renamed, Setting, TRUE_FALSE};
-use super::settings::{default_engine_cache, Config, CpuSwitch, CudaConvSearch, NormalizerChoice, StageSettings};
+use super::settings::{default_engine_cache, CodeBlocks, Config, CpuSwitch, CudaConvSearch, NormalizerChoice, StageSettings, Symbols};
 use crate::error::Result;
 use crate::vocab::{check_voice_name, Precision, ProviderKind, StageGroup, OPENAI_VOICES};
 
@@ -259,6 +259,21 @@ pub static KEYS: &[Key<Config>] = &[
         Ok(())
     })
     .doc("The frontend's text normaliser."),
+    K::new("text.markdown", "true", TRUE_FALSE, |c, v| {
+        c.text.markdown.enabled = v.boolean()?;
+        Ok(())
+    })
+    .doc("Read Markdown and chat text as a person would (docs/text.md); false: the text as written."),
+    K::new("text.code_blocks", "\"stand-in\"", CodeBlocks::ALLOWED, |c, v| {
+        c.text.markdown.code_blocks = v.text().and_then(|s| CodeBlocks::parse(&s)).ok_or_else(|| v.invalid())?;
+        Ok(())
+    })
+    .doc("What a fenced code block becomes in speech (with text.markdown)."),
+    K::new("text.symbols", "\"drop\"", Symbols::ALLOWED, |c, v| {
+        c.text.markdown.symbols = v.text().and_then(|s| Symbols::parse(&s)).ok_or_else(|| v.invalid())?;
+        Ok(())
+    })
+    .doc("What emoji become in speech (with text.markdown)."),
     K::new("debug.test_hooks", "false", TRUE_FALSE, |c, v| {
         c.debug.test_hooks = v.boolean()?;
         Ok(())

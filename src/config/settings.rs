@@ -167,6 +167,74 @@ pub struct VoiceSettings {
 #[derive(Debug, Clone, PartialEq)]
 pub struct TextSettings {
     pub normalizer: NormalizerChoice,
+    /// How Markdown and chat text is spoken (`crate::frontend::markdown`); a request may turn
+    /// its `markdown` off (`crate::request::Normalization`).
+    pub markdown: MarkdownSettings,
+}
+
+/// `text.markdown`, `text.code_blocks`, `text.symbols`: the Markdown category of normalisation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct MarkdownSettings {
+    /// Read Markdown as a person would (marks dropped, blocks end sentences …); off: the text
+    /// reaches the official frontend as written.
+    pub enabled: bool,
+    pub code_blocks: CodeBlocks,
+    pub symbols: Symbols,
+}
+
+impl MarkdownSettings {
+    /// The default: Markdown read, code blocks stood in for, emoji dropped.
+    pub const ON: MarkdownSettings = MarkdownSettings { enabled: true, code_blocks: CodeBlocks::StandIn, symbols: Symbols::Drop };
+}
+
+/// What a fenced code block becomes in speech.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CodeBlocks {
+    /// A short spoken stand-in ("rust code block").
+    #[default]
+    StandIn,
+    /// Nothing.
+    Skip,
+    /// Its text, as written.
+    Read,
+}
+
+impl CodeBlocks {
+    pub const ALLOWED: &'static str = "\"stand-in\", \"skip\", \"read\"";
+
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "stand-in" => Some(CodeBlocks::StandIn),
+            "skip" => Some(CodeBlocks::Skip),
+            "read" => Some(CodeBlocks::Read),
+            _ => None,
+        }
+    }
+}
+
+/// What emoji (and the pictographic symbols around them) become in speech.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Symbols {
+    /// Dropped.
+    #[default]
+    Drop,
+    /// Said by their Unicode names ("party popper"); one without a name is dropped.
+    Name,
+    /// Left as written (the model gets them).
+    Keep,
+}
+
+impl Symbols {
+    pub const ALLOWED: &'static str = "\"drop\", \"name\", \"keep\"";
+
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "drop" => Some(Symbols::Drop),
+            "name" => Some(Symbols::Name),
+            "keep" => Some(Symbols::Keep),
+            _ => None,
+        }
+    }
 }
 
 /// Which text normaliser the frontend runs. The official frontend uses whichever is installed
@@ -351,7 +419,7 @@ impl Default for Config {
             voices: VoiceSettings { dir: paths::voices_dir(), default: None, aliases: BTreeMap::new() },
             limits: LimitSettings { max_text_chars: 5000, max_prompt_text_chars: 2000 },
             engine: EngineSettings { max_batch: 16, max_in_flight: 16, max_queue: 64, dit_max_batch: 8, prompt_cache_bytes: 2 << 30, prompt_cache: CpuSwitch::Auto, prompt_cache_disk_bytes: 4 << 30, first_audio_priority: CpuSwitch::Auto, file_concurrency: 4, idle_unload_s: 0 },
-            text: TextSettings { normalizer: NormalizerChoice::Auto },
+            text: TextSettings { normalizer: NormalizerChoice::Auto, markdown: MarkdownSettings::ON },
             debug: DebugSettings::default(),
             source_file: None,
             sources: Sources::default(),

@@ -333,16 +333,26 @@ impl Engine {
     /// The normalising option of text-in streaming on its own: `pieces` regrouped into settled
     /// sentences, each normalised ([`Synthesizer::normalize_sentences`]). The iterator holds the
     /// model in memory (loading it first if it was unloaded; a failed load is its one item).
-    pub fn normalize_sentences<'a, I>(&'a self, pieces: I) -> impl Iterator<Item = Result<String>> + 'a
+    pub fn normalize_sentences<'a, I>(&'a self, normalization: crate::request::Normalization, pieces: I) -> impl Iterator<Item = Result<String>> + 'a
     where
         I: IntoIterator<Item = Result<String>>,
         I::IntoIter: 'a,
     {
         let sentences: Box<dyn Iterator<Item = Result<String>> + 'a> = match self.residency.acquire() {
-            Ok(model) => Box::new(crate::pipeline::normalize_sentences_in(residency::LeasedSynthesizer(model), pieces)),
+            Ok(model) => {
+                let markdown = model.synth.markdown_for(&normalization, true);
+                Box::new(crate::pipeline::normalize_sentences_in(residency::LeasedSynthesizer(model), markdown, pieces))
+            }
             Err(e) => Box::new(std::iter::once(Err(e))),
         };
         sentences
+    }
+
+    /// The sentences of a whole-text request exactly as the model gets them (after Markdown,
+    /// normalisation and splitting), without synthesising (`cosy file --show-text`).
+    pub fn plan_text(&self, request: &Request) -> Result<Vec<String>> {
+        let model = self.residency.acquire()?;
+        Ok(model.synth.plan_text(request)?.1)
     }
 
     /// How each stage's session was opened, and how long it took, at the last load (none while
@@ -443,7 +453,7 @@ impl Engine {
                 }
             });
             if options.normalize_sentences {
-                synth.synthesize_bistream(&request, synth.normalize_sentences(pieces), observer, on_chunk)
+                synth.synthesize_bistream(&request, synth.normalize_sentences(&request, pieces), observer, on_chunk)
             } else {
                 synth.synthesize_bistream(&request, pieces, observer, on_chunk)
             }

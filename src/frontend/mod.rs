@@ -14,6 +14,7 @@
 pub mod align;
 pub mod audio;
 pub mod fbank;
+pub mod markdown;
 pub mod mel;
 pub mod numbers;
 pub mod prompt;

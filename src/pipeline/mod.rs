@@ -35,11 +35,12 @@ use std::sync::{Arc, Mutex};
 
 use ndarray::Array2;
 
-use crate::config::{Config, NormalizerChoice};
+use crate::config::{Config, MarkdownSettings, NormalizerChoice};
 use crate::error::{Error, Result};
 use crate::flow::StreamParams;
 use crate::frontend::prompt::plan;
-use crate::frontend::text::{is_only_punctuation, normalize, IdentityNormalizer, Normalizer};
+use crate::frontend::markdown::{to_speech, MarkdownStream};
+use crate::frontend::text::{bypasses_frontend, is_only_punctuation, normalize, IdentityNormalizer, Normalizer};
 use crate::frontend::tn::WetextPair;
 use crate::frontend::tokenizer::TextTokenizer;
 use crate::hift::{F0Predictor, SourceGenerator};
@@ -53,7 +54,7 @@ use crate::side::{SideEmbeddings, SideFile};
 
 pub use constants::ModelConstants;
 pub use crate::request::{PromptFeatures, SegmentTrace, SentenceRecord};
-use crate::request::{check_options, check_speakable, check_text_length, sentence_label, shorten, NoObserver, Request, SentenceSpan, StageTimes, Summary, SynthesisObserver, Voice};
+use crate::request::{check_options, check_speakable, check_text_length, sentence_label, shorten, NoObserver, Normalization, Request, SentenceSpan, StageTimes, Summary, SynthesisObserver, Voice};
 use token2wav::{RequestState, TokenToWav};
 
 /// The LLM as the pipeline uses it: one [`LlmStep`] per sentence. The serving engine implements
@@ -117,6 +118,9 @@ pub struct Synthesizer {
     frontend_precision: crate::vocab::Precision,
     /// Span recorder for `cosy profile`; disabled (free) unless given to [`Synthesizer::new`].
     profiler: Profiler,
+    /// `text.markdown`, `text.code_blocks`, `text.symbols`: how Markdown is read unless a request
+    /// turns it off.
+    markdown: MarkdownSettings,
 }
 
 /// A model folder's data, read and checked before any session is opened: everything the
@@ -195,14 +199,17 @@ impl ModelData {
 }
 
 /// [`Synthesizer::normalize_sentences`] over any hold on the pipeline that the iterator keeps
-/// (the engine's keeps the model in memory while the iterator lives).
-pub fn normalize_sentences_in<'a, S, I>(synth: S, pieces: I) -> impl Iterator<Item = Result<String>> + 'a
+/// (the engine's keeps the model in memory while the iterator lives). With `markdown`, the
+/// pieces are read as Markdown first ([`MarkdownStream`]: a construct split across pieces reads
+/// as whole), then cut into sentences.
+pub fn normalize_sentences_in<'a, S, I>(synth: S, markdown: Option<MarkdownSettings>, pieces: I) -> impl Iterator<Item = Result<String>> + 'a
 where
     S: std::ops::Deref<Target = Synthesizer> + 'a,
     I: IntoIterator<Item = Result<String>>,
     I::IntoIter: 'a,
 {
     let mut pieces = pieces.into_iter();
+    let mut markdown = markdown.map(MarkdownStream::new);
     let mut buffer = crate::frontend::text::SentenceBuffer::default();
     let mut done = false;
     std::iter::from_fn(move || loop {
@@ -213,10 +220,16 @@ where
             return Some(Ok(synth.normalize_span(&settled)));
         }
         match pieces.next() {
-            Some(Ok(piece)) => buffer.push(&piece),
+            Some(Ok(piece)) => match markdown.as_mut() {
+                Some(stream) => buffer.push(&stream.push(&piece)),
+                None => buffer.push(&piece),
+            },
             Some(Err(e)) => return Some(Err(e)),
             None => {
                 done = true;
+                if let Some(stream) = markdown.as_mut() {
+                    buffer.push(&stream.finish());
+                }
                 let rest = buffer.take_rest();
                 if rest.trim().is_empty() {
                     return None;
@@ -240,6 +253,7 @@ impl Synthesizer {
             max_text_chars: config.limits.max_text_chars,
             frontend_precision: config.precision_for(crate::vocab::StageGroup::Frontend),
             profiler,
+            markdown: config.text.markdown,
         })
     }
 
@@ -265,9 +279,18 @@ impl Synthesizer {
 
     /// The sentences a request's text becomes, and the prompt text (both after the frontend).
     pub fn plan_text(&self, req: &Request) -> Result<(String, Vec<String>)> {
-        let text = req.text.trim_end_matches(['\n', '\r']);
-        check_speakable(text)?;
-        check_text_length(text, self.max_text_chars)?;
+        let written = req.text.trim_end_matches(['\n', '\r']);
+        check_speakable(written)?;
+        check_text_length(written, self.max_text_chars)?;
+        // Markdown is read before the official frontend; markup (`<|…|>`) bypasses both.
+        let read;
+        let text = match self.markdown_for(&req.normalization, req.text_frontend) {
+            Some(settings) if !bypasses_frontend(written) => {
+                read = to_speech(written, settings);
+                read.as_str()
+            }
+            _ => written,
+        };
         let p = plan(&req.voice.mode(), text, req.text_frontend);
         let count = |s: &str| self.data.tokenizer.count(s);
         let segments = if p.text_frontend {
@@ -279,10 +302,15 @@ impl Synthesizer {
         if segments.is_empty() || is_only_punctuation(text.trim()) {
             return Err(Error::invalid(format!(
                 "the text {:?} has nothing speakable (only punctuation, symbols, emoji or blanks); give some words",
-                shorten(text.trim(), 40)
+                shorten(written.trim(), 40)
             )));
         }
         Ok((self.prompt_text_of(&p.prompt_text, req.text_frontend), segments))
+    }
+
+    /// How a request's text is read as Markdown, if it is ([`Normalization::markdown`]).
+    pub fn markdown_for(&self, normalization: &Normalization, text_frontend: bool) -> Option<MarkdownSettings> {
+        normalization.markdown(self.markdown, text_frontend)
     }
 
     /// The prompt text as the LLM gets it: the official frontend normalises it too (split=False),
@@ -363,6 +391,7 @@ impl Synthesizer {
                     count: segments.len(),
                     prompt: &prompt,
                     prompt_text_token: &prompt_text_token,
+                    text: segment,
                     text_token: &text_token,
                     trace: &trace,
                     stream: req.stream,
@@ -458,12 +487,12 @@ impl Synthesizer {
     /// it changes against the exact mode (the official one, which normalises nothing): numbers
     /// and symbols are read as words, a sentence is tokenised whole instead of piece by piece,
     /// and the LLM sees a sentence only once it is complete (the first audio waits for it).
-    pub fn normalize_sentences<'a, I>(&'a self, pieces: I) -> impl Iterator<Item = Result<String>> + 'a
+    pub fn normalize_sentences<'a, I>(&'a self, req: &Request, pieces: I) -> impl Iterator<Item = Result<String>> + 'a
     where
         I: IntoIterator<Item = Result<String>>,
         I::IntoIter: 'a,
     {
-        normalize_sentences_in(self, pieces)
+        normalize_sentences_in(self, self.markdown_for(&req.normalization, req.text_frontend), pieces)
     }
 
     /// One settled span normalised, keeping the blank between sentences that the normaliser trims.

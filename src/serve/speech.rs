@@ -20,7 +20,10 @@ use tokio::sync::mpsc::UnboundedReceiver;
 use super::body::{check_declared_length, from_fields, parse_json, read_body, read_form};
 use super::encode::AudioFormat;
 use super::error::ApiError;
-use super::synthesis::{decode_data_url, resolve_voice, start, start_with_sentence_ends, test_hooks_of, voice_name, Encoded, Finish, Notes, TestHooksParams, VoiceSpec};
+use super::synthesis::{
+    decode_data_url, resolve_voice, start, start_with_sentence_ends, test_hooks_of, voice_name, Encoded, Finish, NormalizationParams, Notes,
+    TestHooksParams, VoiceSpec,
+};
 use super::{AppState, RequestId};
 
 /// The fields a speech request may carry (JSON names; multipart uses the same names). Other
@@ -49,6 +52,8 @@ pub struct SpeechParams {
     /// A style instruction (instruct mode), with `ref_audio` or a saved voice.
     pub instructions: Option<String>,
     pub seed: Option<u64>,
+    /// Normalisation switches by category, e.g. `{"markdown": false}` (docs/text.md).
+    pub normalization: Option<NormalizationParams>,
     /// Test hooks, accepted only when the server runs with `debug.test_hooks = true` (tests).
     pub cosy_test: Option<TestHooksParams>,
 }
@@ -63,6 +68,7 @@ pub struct Plan {
     pub sse: bool,
     pub seed: Option<u64>,
     pub voice: VoiceSpec,
+    pub normalization: cosy::request::Normalization,
     pub test_hooks: TestHooks,
 }
 
@@ -97,6 +103,7 @@ async fn speech(state: &Arc<AppState>, id: &RequestId, req: Request, started: In
     let mut options = SpeechOptions::new(plan.text, voice, plan.stream);
     options.speed = plan.speed.used;
     options.seed = plan.seed;
+    options.normalization = plan.normalization;
     options.test_hooks = plan.test_hooks;
     let request = build_request(&state.config, options).map_err(|e| state.api_error(e))?;
     let schedule = if request.stream { "chunks" } else { "sentences" };
@@ -197,6 +204,10 @@ async fn read_multipart(multipart: Multipart, limit: usize) -> Result<Params, Ap
                 "false" | "0" | "no" => false,
                 _ => return Err(ApiError::bad_request("invalid_stream", format!("stream {text:?}: use true or false")).param("stream")),
             }),
+            // An object, written as JSON in its form field.
+            "normalization" => serde_json::from_str(&text).map_err(|e| {
+                ApiError::bad_request("invalid_normalization", format!("normalization {text:?} is not a JSON object: {e}")).param("normalization")
+            })?,
             _ => serde_json::Value::from(text),
         })
     };
@@ -238,7 +249,8 @@ fn check(state: &AppState, p: SpeechParams, upload: Option<Vec<u8>>) -> Result<P
     let _ = p.model;
     let test_hooks = test_hooks_of(p.cosy_test);
     let voice = VoiceSpec { name, recording, transcript: p.ref_text, instruction: p.instructions };
-    Ok(Plan { text, format, speed, stream, sse, seed: p.seed, voice, test_hooks })
+    let normalization = NormalizationParams::of(p.normalization);
+    Ok(Plan { text, format, speed, stream, sse, seed: p.seed, voice, normalization, test_hooks })
 }
 
 /// Streamed audio bytes; an error after the first byte aborts the connection (the client sees a

@@ -97,6 +97,20 @@ pub async fn resolve_voice(state: &Arc<AppState>, spec: VoiceSpec) -> Result<Res
     .map_err(|e| ApiError::internal(format!("voice: {e}")))?
 }
 
+/// `normalization`: a request's normalisation switches by category (docs/text.md); a category
+/// left out is as configured. Unknown categories are named as ignored fields, not refused.
+#[derive(Debug, Default, Deserialize)]
+pub struct NormalizationParams {
+    /// Read Markdown and chat text (`text.markdown`); false: the text as written.
+    pub markdown: Option<bool>,
+}
+
+impl NormalizationParams {
+    pub fn of(p: Option<NormalizationParams>) -> cosy::request::Normalization {
+        cosy::request::Normalization { markdown: p.and_then(|p| p.markdown) }
+    }
+}
+
 /// `cosy_test`: the test hooks of a request (docs/server.md, "For tests").
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]

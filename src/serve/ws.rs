@@ -154,6 +154,8 @@ struct SessionConfig {
     text_streaming: Option<String>,
     /// With bistream: normalise settled sentences instead of the exact text (default false).
     normalize: Option<bool>,
+    /// Normalisation switches by category, e.g. `{"markdown": false}` (docs/text.md).
+    normalization: Option<super::synthesis::NormalizationParams>,
     /// Test hooks for every segment, as a speech request's (`debug.test_hooks` only).
     cosy_test: Option<TestHooksParams>,
 }
@@ -283,6 +285,7 @@ async fn configure(state: &Arc<AppState>, id: &str, config: SessionConfig, ignor
     });
     let mut speech = SpeechOptions::new(String::new(), resolved.voice, true);
     speech.seed = config.seed;
+    speech.normalization = super::synthesis::NormalizationParams::of(config.normalization);
     speech.test_hooks = test_hooks;
     let options = cosy::engine::BistreamOptions { normalize_sentences: config.normalize.unwrap_or(false) };
     Ok(Setup { speech, bistream: bistream.then_some(options), created })

@@ -419,3 +419,27 @@ fn a_byte_order_mark_is_not_spoken() {
     ok(&o, "stdin");
     assert!(fs::read(dir.join("stdin.wav")).unwrap() == with, "stdin: the mark changed the audio");
 }
+
+/// `cosy file --show-text` prints each sentence exactly as the model gets it (issue 32, point 6),
+/// after Markdown is read, and synthesises nothing; `--no-markdown` gives the text as written.
+#[test]
+fn show_text_prints_the_sentences_the_model_gets() {
+    let dir = tempfile::tempdir().unwrap();
+    let prompt = fixture_prompt();
+    let prompt = prompt.to_str().unwrap();
+    let reply = "**Bold** claim: see [the docs](https://example.com/a_b?x=1) 😀 and `cargo build`. Then - item one\n- item two";
+    let o = cosy(dir.path(), &file_args(prompt, "out.wav", &["--show-text"], reply));
+    ok(&o, "--show-text");
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "Bold claim: see the docs and cargo build. Then - item one.\\nitem two.\n");
+    assert!(!dir.path().join("out.wav").exists(), "nothing is synthesised");
+    let o = cosy(dir.path(), &file_args(prompt, "out.wav", &["--show-text", "--no-markdown"], reply));
+    ok(&o, "--show-text --no-markdown");
+    let shown = String::from_utf8_lossy(&o.stdout);
+    assert!(shown.contains("**Bold**") && shown.contains("x=one") && shown.contains("😀"), "as written, numbers normalised: {shown}");
+    // Plain text is unchanged by the Markdown reading.
+    let plain = "1. Hello, Mr. Smith: it's 5 * 3, snake_case_name and C# too.";
+    let with = cosy(dir.path(), &file_args(prompt, "out.wav", &["--show-text"], plain));
+    let without = cosy(dir.path(), &file_args(prompt, "out.wav", &["--show-text", "--no-markdown"], plain));
+    ok(&with, "plain text");
+    assert_eq!(String::from_utf8_lossy(&with.stdout), String::from_utf8_lossy(&without.stdout));
+}

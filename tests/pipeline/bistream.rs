@@ -153,13 +153,13 @@ fn normalize_sentences_regroups_and_normalises_settled_text() {
     };
     let synth = Engine::load(&Config::load(&opts).unwrap()).unwrap();
     let pieces = ["I have 3 ", "apples. And", " 12 more"].map(|p| Ok(p.to_string()));
-    let out: Vec<String> = synth.normalize_sentences(pieces).collect::<cosy::Result<_>>().unwrap();
+    let out: Vec<String> = synth.normalize_sentences(Default::default(), pieces).collect::<cosy::Result<_>>().unwrap();
     assert_eq!(out.len(), 2, "{out:?}");
     assert!(out[0].contains("three") && out[0].ends_with("apples."), "{out:?}");
     assert!(out[1].starts_with(' ') && out[1].contains("twelve"), "{out:?}");
     // An error in the stream comes through.
     let failing = vec![Ok("Hi. ".to_string()), Err(cosy::Error::invalid("broken"))];
-    let r: cosy::Result<Vec<String>> = synth.normalize_sentences(failing).collect();
+    let r: cosy::Result<Vec<String>> = synth.normalize_sentences(Default::default(), failing).collect();
     assert!(r.is_err());
 }
 

@@ -681,3 +681,47 @@ fn voice_listing_reads_headers_only_and_names_broken_entries() {
     assert!(picker.contains(&(foreign, "foreign (made for another model)")), "{picker:?}");
     assert!(picker.contains(&(huge, "huge (unusable: see data)")), "{picker:?}");
 }
+
+/// A language model's reply sent in pieces over the WebSocket ("sentences") is read as Markdown
+/// across the pieces (issue 32): the segments' texts are the reply as a person reads it, the same
+/// as the whole reply reads; `normalization: {"markdown": false}` gives it as written. The HTTP
+/// API takes the same object.
+#[test]
+fn websocket_reads_markdown_across_pieces_unless_asked_not_to() {
+    use tungstenite::Message;
+    let server = start_server(&[]);
+    let pieces = ["**Bo", "ld** claim: see [the do", "cs](https://exa", "mple.com/a_b?x=1) 😀 and `cargo", " build`.\n\n- item one\n- it", "em two"];
+    let segments = |config: serde_json::Value| -> Vec<String> {
+        let (mut ws, _) = crate::serve::ws_connect(&server.url("/v1/audio/speech/stream").replace("http://", "ws://"));
+        let send = |ws: &mut tungstenite::WebSocket<_>, v: serde_json::Value| ws.send(Message::text(v.to_string())).expect("send");
+        send(&mut ws, config);
+        for piece in pieces {
+            send(&mut ws, json!({"type": "input.text", "text": piece}));
+        }
+        send(&mut ws, json!({"type": "input.done"}));
+        let mut texts = Vec::new();
+        loop {
+            match ws.read().expect("read") {
+                Message::Text(t) => {
+                    let v: serde_json::Value = serde_json::from_str(t.as_str()).unwrap();
+                    match v["type"].as_str() {
+                        Some("audio.start") => texts.push(v["text"].as_str().unwrap_or_default().to_string()),
+                        Some("session.created") => assert_eq!(v["ignored_fields"], json!([]), "{v}"),
+                        Some("session.done") => return texts,
+                        Some("error") => panic!("{v}"),
+                        _ => {}
+                    }
+                }
+                Message::Close(_) => panic!("closed before session.done: {texts:?}"),
+                _ => {}
+            }
+        }
+    };
+    let read = segments(json!({"type": "session.config", "voice": "me", "text_streaming": "sentences"}));
+    assert_eq!(read.concat(), "Bold claim: see the docs and cargo build.\n\nitem one.\nitem two", "{read:?}");
+    let written = segments(json!({"type": "session.config", "voice": "me", "text_streaming": "sentences", "normalization": {"markdown": false}}));
+    assert_eq!(written.concat(), pieces.concat(), "{written:?}");
+    let r = server.post_json("/v1/audio/speech", &json!({"input": "**Hi** there.", "voice": "me", "stream": false, "normalization": {"markdown": false}}));
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.header("x-cosy-ignored-fields"), None);
+}

@@ -78,8 +78,14 @@ impl TextStream {
     }
 
     /// Sentence by sentence: each segment a whole-text request of `speech` with its sentence.
-    pub fn sentences(engine: Arc<Engine>, config: &Config, speech: SpeechOptions) -> TextStream {
-        let session = Session::new(Segmenting::Sentences, config.limits.max_text_chars);
+    /// Markdown is read by the session, over the whole stream (a construct split across pieces
+    /// or sentences reads as whole), so the sentences' requests do not read it again.
+    pub fn sentences(engine: Arc<Engine>, config: &Config, mut speech: SpeechOptions) -> TextStream {
+        let markdown = speech.normalization.markdown(config.text.markdown, speech.text_frontend);
+        if markdown.is_some() {
+            speech.normalization.markdown = Some(false);
+        }
+        let session = Session::new(Segmenting::Sentences, config.limits.max_text_chars).with_markdown(markdown);
         let requests = Requests::Sentences { config: Box::new(config.clone()), speech };
         TextStream { session, engine, requests, observer: None, feed: None, progress: None }
     }

@@ -5,6 +5,8 @@ use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
+use crate::config::MarkdownSettings;
+use crate::frontend::markdown::MarkdownStream;
 use crate::frontend::text::SentenceBuffer;
 use crate::request::{check_speakable, check_streamed_length};
 
@@ -111,8 +113,9 @@ pub struct Totals {
 enum Pending {
     /// Pieces no segment took yet (after one ended early): all of them are the next segment's.
     TextIn { waiting: Vec<String> },
-    /// Text not settled yet, and settled sentences waiting for their turn.
-    Sentences { buffer: SentenceBuffer, settled: VecDeque<String> },
+    /// Text not settled yet, and settled sentences waiting for their turn; `markdown` reads the
+    /// text before it is cut into sentences (a construct split across pieces reads as whole).
+    Sentences { markdown: Option<MarkdownStream>, buffer: SentenceBuffer, settled: VecDeque<String> },
 }
 
 /// The segment speaking.
@@ -164,9 +167,18 @@ impl Session {
     pub fn new(segmenting: Segmenting, max_text_chars: usize) -> Session {
         let pending = match segmenting {
             Segmenting::TextIn => Pending::TextIn { waiting: Vec::new() },
-            Segmenting::Sentences => Pending::Sentences { buffer: SentenceBuffer::default(), settled: VecDeque::new() },
+            Segmenting::Sentences => Pending::Sentences { markdown: None, buffer: SentenceBuffer::default(), settled: VecDeque::new() },
         };
         Session { pending, received: 0, limit: max_text_chars, input_done: false, over: false, speaking: None, started: 0, samples: 0 }
+    }
+
+    /// Sentences are read as Markdown first (`frontend::markdown`); their segments' requests
+    /// must then not read it again. Text-in pieces are given as written.
+    pub fn with_markdown(mut self, settings: Option<MarkdownSettings>) -> Session {
+        if let Pending::Sentences { markdown, .. } = &mut self.pending {
+            *markdown = settings.map(MarkdownStream::new);
+        }
+        self
     }
 
     /// The session begins: text-in streaming starts its first segment now, with no text yet.
@@ -224,8 +236,8 @@ impl Session {
         }
         self.received = self.received.saturating_add(piece.chars().count());
         check_streamed_length(self.received, self.limit)?;
-        // The seam of the text layer (Markdown, pauses, a lexicon): it plugs in here, once, for
-        // every front end: a piece counted against the budget becomes what is segmented below.
+        // The seam of the text layer (Markdown now; pauses, a lexicon later): a piece counted
+        // against the budget becomes what is segmented below (`Pending::Sentences`' reader).
         if piece.is_empty() {
             return Ok(());
         }
@@ -238,8 +250,11 @@ impl Session {
                 }
                 None => waiting.push(piece),
             },
-            Pending::Sentences { buffer, settled } => {
-                buffer.push(&piece);
+            Pending::Sentences { markdown, buffer, settled } => {
+                match markdown.as_mut() {
+                    Some(stream) => buffer.push(&stream.push(&piece)),
+                    None => buffer.push(&piece),
+                }
                 if let Some(sentence) = buffer.take_settled() {
                     // Text with nothing to say (only punctuation) joins the next sentence.
                     if check_speakable(&sentence).is_ok() {
@@ -268,7 +283,10 @@ impl Session {
                     return Ok(());
                 }
             }
-            Pending::Sentences { buffer, settled } => {
+            Pending::Sentences { markdown, buffer, settled } => {
+                if let Some(stream) = markdown.as_mut() {
+                    buffer.push(&stream.finish());
+                }
                 let rest = buffer.take_rest();
                 match check_speakable(&rest) {
                     Ok(()) => settled.push_back(rest),

@@ -231,3 +231,38 @@ fn events_out_of_place_fail_and_cancel_ends_the_session() {
     assert_eq!(run.session.speaking(), None);
     assert!(run.session.handle(Input::Text("late".into()), run.t0 + ms(2)).is_err(), "cancelled: over");
 }
+
+/// Sentences read as Markdown over the whole session: the segments of a reply sent in pieces
+/// (a `**` split across two, a code fence open over several) say what the whole reply says, and
+/// each segment is its own sentence.
+#[test]
+fn sentences_read_markdown_across_pieces() {
+    let reply = "## Steps\n\nRun **cargo\u{20}build** first. Then see https://docs.rs/ort.\n\n```sh\ncargo run\n```\n\n- one\n- two 🎉\n";
+    let whole = crate::frontend::markdown::to_speech(reply, crate::config::MarkdownSettings::ON);
+    for cuts in [vec![], vec![3, 20, 26, 60, 70, 75, 90], (1..reply.len()).filter(|i| reply.is_char_boundary(*i)).collect()] {
+        let t0 = Instant::now();
+        let mut session = Session::new(Segmenting::Sentences, 10_000).with_markdown(Some(crate::config::MarkdownSettings::ON));
+        let mut said = Vec::new();
+        let mut from = 0;
+        let mut inputs: Vec<Input> = cuts.iter().chain([&reply.len()]).map(|&c| {
+            let piece = reply[from..c].to_string();
+            from = c;
+            Input::Text(piece)
+        }).collect();
+        inputs.push(Input::End);
+        let mut queue: std::collections::VecDeque<Input> = inputs.into();
+        while let Some(input) = queue.pop_front() {
+            for action in session.handle(input, t0).expect("accepted") {
+                if let Action::Start(start) = action {
+                    said.push(start.text());
+                    queue.push_front(Input::Done { pieces_taken: None });
+                }
+            }
+        }
+        assert_eq!(said.concat().trim_end(), whole.trim_end(), "cut at {cuts:?}: {said:?}");
+        if cuts.len() > 10 {
+            assert!(said.len() >= 4, "the sentences, the code and the items are segments: {said:?}");
+        }
+    }
+    assert_eq!(whole, "Steps.\n\nRun cargo build first. Then see docs dot rs slash ort.\n\nsh code block.\n\none.\ntwo");
+}
