@@ -3,7 +3,10 @@
 # running `cosy serve` found on the per-user socket), side by side (docs/benchmarks.md, "`cosy say`
 # with a warm local server"; docs/desktop.md).
 #
-#   bench/say_warm.sh [MODEL] [ROUNDS]        (defaults: tests/fixtures/tiny, 3)
+#   bench/say_warm.sh [MODEL] [ROUNDS] [SAY FLAGS…]   (defaults: tests/fixtures/tiny, 3)
+#
+# SAY FLAGS go to every `say` run, cold and warm alike (e.g. --no-buffering: first audio without
+# the buffering rule, which holds playback on a machine too busy to keep up with real time).
 #
 # Times come from each run's event log: `first_audio_ms` (from the start of the command's work to
 # the device's first samples) on ALSA's null device, plus the whole command's wall time. Each round
@@ -13,6 +16,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 model="${1:-tests/fixtures/tiny}"
 rounds="${2:-3}"
+shift $(( $# < 2 ? $# : 2 ))
+say_flags=("$@")
 cosy="$(realpath "${COSY_BIN:-target/release/cosy}")"
 out="$PWD/out/say-warm-bench"
 text="The old lighthouse blinked twice before the fog rolled in."
@@ -37,14 +42,14 @@ grep -q "local socket" "$out/serve.log" || { echo "the server has no local socke
 
 ms_now() { date +%s%3N; }
 first_audio() { sed -n 's/^[0-9]* first_audio_ms //p' "$1"; }
-echo "model $model, $(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "model $model, $(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg), say flags: ${say_flags[*]:-none}"
 printf '%-6s %-5s %16s %12s\n' round path first_audio_ms wall_ms
 for r in $(seq 1 "$rounds"); do
   for path in cold warm; do
     flag=()
     [ "$path" = cold ] && flag=(--local)
     start=$(ms_now)
-    "$cosy" "${common[@]}" say "${flag[@]}" --voice me --seed 1 --event-log "$out/$path$r.log" "$text"
+    "$cosy" "${common[@]}" say "${flag[@]}" ${say_flags[@]+"${say_flags[@]}"} --voice me --seed 1 --event-log "$out/$path$r.log" "$text"
     end=$(ms_now)
     printf '%-6s %-5s %16s %12s\n' "$r" "$path" "$(first_audio "$out/$path$r.log")" "$((end - start))"
   done
