@@ -151,6 +151,7 @@ impl Client {
     /// here): the audio as it comes, or the server's refusal as an error.
     pub fn speak(&self, mut request: serde_json::Value) -> Result<Audio<'_>> {
         request["response_format"] = serde_json::Value::from("pcm_f32");
+        request["stream_format"] = serde_json::Value::from("sse");
         let body = Body::from(request.to_string());
         let response = self.runtime.block_on(self.send(hyper::Method::POST, "/v1/audio/speech", body)).map_err(|e| match e {
             NoAnswer::Absent(why) => self.broken(why),
@@ -162,7 +163,7 @@ impl Client {
             let bytes = self.runtime.block_on(axum::body::to_bytes(body, ERROR_BODY_LIMIT)).unwrap_or_default();
             return Err(self.refused(status, &bytes));
         }
-        Ok(Audio { client: self, stream: body.into_data_stream(), left: Vec::new(), ended: false })
+        Ok(Audio { client: self, stream: body.into_data_stream(), text: Vec::new(), events: Default::default(), done: false })
     }
 
     /// One request on a new connection (the socket is local: a connection costs next to nothing).
@@ -244,92 +245,106 @@ fn input_code(code: &str) -> InputCode {
     KINDS.into_iter().find(|k| k.as_str() == code).unwrap_or(InputCode::Invalid)
 }
 
-/// The audio of one request, read as it comes.
+/// What a running server says of one request, as it comes.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ServerEvent {
+    /// Samples (f32 at the server's rate), one synthesised chunk as the server made it.
+    Samples(Vec<f32>),
+    /// The sentence under way ends here: this many samples from the start ([`cosy::app::buffering`]
+    /// buffers whole sentences when synthesis is slow).
+    SentenceEnd(u64),
+}
+
+/// The audio of one request, read as it comes: the server's event stream (`stream_format: "sse"`)
+/// of `pcm_f32` deltas, so that each chunk arrives as the server made it (a byte stream would hand
+/// the player pieces of a few kilobytes, and the buffering rule would measure those) and sentence
+/// ends come with the audio.
 pub struct Audio<'a> {
     client: &'a Client,
     stream: axum::body::BodyDataStream,
-    /// The bytes of a sample cut between two reads.
-    left: Vec<u8>,
-    /// The answer has ended (the last read saw its end).
-    ended: bool,
+    /// Event-stream text not yet ended by a blank line.
+    text: Vec<u8>,
+    /// Events read, not yet handed out.
+    events: std::collections::VecDeque<ServerEvent>,
+    /// `speech.audio.done` was read.
+    done: bool,
 }
 
-/// How long a read waits for more of what is already on its way before it hands over what it has.
-/// The server writes each synthesised chunk at once, but the transport delivers it in pieces of a
-/// few kilobytes: gathered, a chunk reaches the player whole, so the buffering rule
-/// ([`cosy::app::buffering`]) measures the rate the audio is made at, not a first piece of a
-/// twentieth of a chunk that makes any synthesis look slower than real time.
-const GATHER_WAIT: Duration = Duration::from_millis(2);
-
-/// What arrived at once, read from `stream` into `left`: one piece (waiting as long as it takes),
-/// then the pieces that follow within [`GATHER_WAIT`] of each other. Returns whether the stream
-/// has ended.
-async fn gather<S, E>(stream: &mut S, left: &mut Vec<u8>) -> std::result::Result<bool, E>
-where
-    S: futures_util::Stream<Item = std::result::Result<Bytes, E>> + Unpin,
-{
-    match stream.next().await {
-        None => return Ok(true),
-        Some(piece) => left.extend_from_slice(&piece?),
-    }
-    loop {
-        match tokio::time::timeout(GATHER_WAIT, stream.next()).await {
-            Err(_) => return Ok(false),
-            Ok(None) => return Ok(true),
-            Ok(Some(piece)) => left.extend_from_slice(&piece?),
-        }
-    }
-}
+/// The longest one event may be (a delta holds one chunk of base64 audio, about 130 KB for a
+/// second): past it the answer is not one of ours and reading stops, not memory.
+const MAX_EVENT_BYTES: usize = 16 << 20;
 
 impl Audio<'_> {
-    /// The next samples (`None` at the end): what has arrived by now ([`gather`]). An answer
-    /// broken off midway is an error: the server stops the transfer when the synthesis fails
-    /// after its first audio.
+    /// The next samples (`None` at the end), sentence ends skipped. An answer broken off midway is
+    /// an error: the server ends the stream with an error event when the synthesis fails after
+    /// its first audio.
     pub fn next_chunk(&mut self) -> Result<Option<Vec<f32>>> {
         loop {
-            if !self.ended {
-                let gathered = self.client.runtime.block_on(gather(&mut self.stream, &mut self.left));
-                self.ended = gathered.map_err(|e| self.client.broken(format!("the audio stopped midway ({e})")))?;
-            }
-            let whole = self.left.len() / 4 * 4;
-            if whole > 0 {
-                let samples = self.left[..whole].chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
-                self.left.drain(..whole);
-                return Ok(Some(samples));
-            }
-            if self.ended {
-                if self.left.is_empty() {
-                    return Ok(None);
-                }
-                return Err(self.client.broken("the audio ended inside a sample".into()));
+            match self.next_event()? {
+                Some(ServerEvent::Samples(samples)) => return Ok(Some(samples)),
+                Some(ServerEvent::SentenceEnd(_)) => continue,
+                None => return Ok(None),
             }
         }
     }
-}
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn block_on<F: std::future::Future>(f: F) -> F::Output {
-        tokio::runtime::Builder::new_current_thread().enable_time().build().expect("a runtime").block_on(f)
+    /// The next thing the server said (`None` after `speech.audio.done`).
+    pub fn next_event(&mut self) -> Result<Option<ServerEvent>> {
+        loop {
+            if let Some(event) = self.events.pop_front() {
+                return Ok(Some(event));
+            }
+            if self.done {
+                return Ok(None);
+            }
+            let piece: Option<std::result::Result<Bytes, axum::Error>> = self.client.runtime.block_on(self.stream.next());
+            match piece {
+                None => return Err(self.client.broken("the stream ended before its last event".into())),
+                Some(Err(e)) => return Err(self.client.broken(format!("the audio stopped midway ({e})"))),
+                Some(Ok(bytes)) => self.text.extend_from_slice(&bytes),
+            }
+            while let Some(end) = self.text.windows(2).position(|w| w == b"\n\n") {
+                let event: Vec<u8> = self.text.drain(..end + 2).collect();
+                self.read_event(&event[..end])?;
+            }
+            if self.text.len() > MAX_EVENT_BYTES {
+                return Err(self.client.broken(format!("an event longer than {MAX_EVENT_BYTES} bytes")));
+            }
+        }
     }
 
-    /// Pieces that are there together are read as one chunk; a read stops at a gap (a stream
-    /// with nothing more to give yet) and says whether the answer ended.
-    #[test]
-    fn a_read_gathers_the_pieces_already_there() {
-        let pieces = || futures_util::stream::iter([b"ab".as_slice(), b"cd", b"e"].map(|p| Ok::<_, std::io::Error>(Bytes::from_static(p))));
-        let mut left = Vec::new();
-        let ended = block_on(gather(&mut pieces(), &mut left)).expect("no error");
-        assert_eq!((left.as_slice(), ended), (b"abcde".as_slice(), true));
-
-        let mut waiting = pieces().chain(futures_util::stream::pending());
-        let mut left = Vec::new();
-        let ended = block_on(gather(&mut waiting, &mut left)).expect("no error");
-        assert_eq!((left.as_slice(), ended), (b"abcde".as_slice(), false), "nothing more yet: what is there is handed over");
-
-        let mut broken = futures_util::stream::iter([Ok(Bytes::from_static(b"ab")), Err(std::io::Error::other("reset"))]);
-        assert!(block_on(gather(&mut broken, &mut Vec::new())).is_err());
+    /// One event's `data:` line, into [`Self::events`].
+    fn read_event(&mut self, event: &[u8]) -> Result<()> {
+        let Some(data) = event.split(|&b| b == b'\n').find_map(|line| line.strip_prefix(b"data:")) else {
+            return Ok(());
+        };
+        let value: serde_json::Value =
+            serde_json::from_slice(data).map_err(|e| self.client.broken(format!("an event that is not JSON ({e})")))?;
+        match value["type"].as_str() {
+            Some("speech.audio.delta") => {
+                let audio = value["audio"].as_str().unwrap_or_default();
+                if !audio.is_empty() {
+                    use base64::Engine as _;
+                    let bytes = base64::engine::general_purpose::STANDARD
+                        .decode(audio)
+                        .map_err(|e| self.client.broken(format!("audio that is not base64 ({e})")))?;
+                    if bytes.len() % 4 != 0 {
+                        return Err(self.client.broken("a delta that ends inside a sample".into()));
+                    }
+                    let samples = bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
+                    self.events.push_back(ServerEvent::Samples(samples));
+                }
+                if let Some(end) = value["sentence_end"].as_u64() {
+                    self.events.push_back(ServerEvent::SentenceEnd(end));
+                }
+            }
+            Some("speech.audio.done") => self.done = true,
+            Some("error") => {
+                let message = value["error"]["message"].as_str().unwrap_or("an error with no message");
+                return Err(self.client.broken(format!("the synthesis failed midway: {message}")));
+            }
+            _ => {}
+        }
+        Ok(())
     }
 }

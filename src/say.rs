@@ -26,8 +26,8 @@
 //! `buffer_open REASON RATE` and `buffer_hold MARK REASON RATE` (RATE: the audio's arrival rate ×
 //! real time; MARK: the sample playback holds at), and `underrun_frames N` and `first_audio_ms MS`
 //! (the one time: from the start of the command's work to the device's first samples) before
-//! `playback_done`. Through a running server ([`Source::Server`]) there are no `llm_*` or
-//! `sentence_audio_done` events, and a chunk is a piece of the server's answer as it arrived.
+//! `playback_done`. Through a running server ([`Source::Server`]) there are no `llm_*` events; a
+//! chunk is one the server made, and `sentence_audio_done` comes from the server's sentence ends.
 //! Lines are written as they happen (flushed), `device_first_samples` as soon as a
 //! later event notices it, so the file is useful even when the process is interrupted.
 
@@ -340,9 +340,9 @@ fn say_until_stopped(source: Source<'_>, output: &Output, options: PlayOptions, 
     let log = event_log.map(|p| EventLog::create(p, events.clone())).transpose()?.map(Arc::new);
     let (engine, rate) = ready_source(&source, &mut player)?;
     // The rate is measured from here, as the request is sent.
-    // Sentence ends are known for a whole text made here (not for text from stdin, whose
-    // requests each count from 0, nor for a server's answer).
-    let sentence_ends = matches!(source, Source::Local { text: SayText::Whole, .. });
+    // Sentence ends are known for a whole text, made here or by a server (not for text from
+    // stdin, whose requests each count from 0).
+    let sentence_ends = !matches!(source, Source::Local { text: SayText::Stdin(_), .. });
     let buffer = match &player {
         Some(p) if options.buffering => Some(Arc::new(Buffer::start(p, rate, options, log.clone(), sentence_ends))),
         _ => None,
@@ -493,12 +493,22 @@ fn play_from_server(
 ) -> Result<u64> {
     let mut audio = client.speak(request)?;
     let mut samples = 0u64;
-    while let Some(chunk) = audio.next_chunk()? {
+    let mut sentence = 0;
+    while let Some(event) = audio.next_event()? {
         if observer.cancelled() {
             return Err(Error::Cancelled);
         }
-        samples += chunk.len() as u64;
-        play(&chunk)?;
+        match event {
+            crate::client::ServerEvent::Samples(chunk) => {
+                samples += chunk.len() as u64;
+                play(&chunk)?;
+            }
+            // As a synthesis here tells it (the buffering rule buffers whole sentences).
+            crate::client::ServerEvent::SentenceEnd(end) => {
+                observer.sentence_audio_done(sentence, usize::try_from(end).unwrap_or(usize::MAX));
+                sentence += 1;
+            }
+        }
     }
     Ok(samples)
 }

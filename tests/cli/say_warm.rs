@@ -81,6 +81,19 @@ fn server_for(user: &User) -> Server {
 }
 
 /// The events of an event log, in order.
+/// The chunks made and the sentence ends, whole lines in the log's order (`chunk_ready N SAMPLES`,
+/// `sentence_audio_done SENTENCE END`).
+fn made(log: &Path) -> Vec<String> {
+    let text = std::fs::read_to_string(log).expect("event log");
+    let mut lines: Vec<(u64, String)> = text
+        .lines()
+        .filter_map(|l| l.split_once(' ').and_then(|(seq, rest)| Some((seq.parse().ok()?, rest.to_string()))))
+        .filter(|(_, e)| e.starts_with("chunk_ready ") || e.starts_with("sentence_audio_done "))
+        .collect();
+    lines.sort();
+    lines.into_iter().map(|(_, e)| e).collect()
+}
+
 fn events(log: &Path) -> Vec<String> {
     let text = std::fs::read_to_string(log).expect("event log");
     let mut lines: Vec<(u64, String)> = text
@@ -106,11 +119,16 @@ fn say_and_file_through_a_local_server_give_what_the_local_path_gives() {
     assert!(ev.contains(&"device_first_samples".to_string()) && ev.last().map(String::as_str) == Some("playback_done"), "{ev:?}");
     let warm = user.played();
     assert!(!warm.is_empty());
+    // The server's chunks and sentence ends reach the player as a synthesis here makes them (the
+    // buffering rule measures chunks and buffers whole sentences on either path).
+    let warm_made = made(&log);
+    assert!(warm_made.iter().any(|e| e.starts_with("sentence_audio_done ")), "the server told where sentences end: {warm_made:?}");
 
     // The same request with the model loaded here plays the same samples.
     std::fs::remove_file(user.path().join("capture.raw")).unwrap();
     ok(user.cosy(&server, &["say", "--local", "--voice", "me", "--seed", "7", "--event-log", log_arg, TEXT]).output().unwrap(), "say --local");
     assert!(events(&log).iter().any(|e| e == "llm_done"), "--local loads the model here");
+    assert_eq!(warm_made, made(&log), "the same chunks and sentence ends either way");
     let cold = user.played();
     assert_eq!(warm.len(), cold.len(), "as many samples played");
     assert!(warm == cold, "the same samples, bit for bit");
