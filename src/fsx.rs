@@ -12,7 +12,8 @@
 //! Test hook: `COSY_TEST_KILL_AT=<step>` (`created`, `written`, `synced`, `renamed`; a model add
 //! also `staged`) makes the
 //! process SIGKILL itself at that step of a write, so a crash test stops a write exactly between
-//! two steps without timing (tests/cli/disk.rs).
+//! two steps without timing; `COSY_TEST_PAUSE_AT` holds it there until the test lets it go
+//! (tests/cli/disk.rs).
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
@@ -22,6 +23,9 @@ use crate::error::{Error, Result, StorageFault};
 
 /// The environment variable of the crash-test hook (see the module's documentation).
 pub const KILL_AT_ENV: &str = "COSY_TEST_KILL_AT";
+/// The barrier test hook's variables (see [`test_hooks_at`]).
+pub const PAUSE_AT_ENV: &str = "COSY_TEST_PAUSE_AT";
+pub const PAUSE_DIR_ENV: &str = "COSY_TEST_PAUSE_DIR";
 
 /// The part of a temporary file's name that marks it as one (after the leading dot and the final
 /// name): `.<final name>.cosy-tmp.<pid>.<host>.<nanos>.<serial>`.
@@ -163,15 +167,15 @@ impl Dest {
         self.create_folder()?;
         let temp = temp_path(&self.path);
         let mut file = OpenOptions::new().write(true).create_new(true).open(&temp).map_err(|e| self.error(e))?;
-        test_kill_at("created");
+        test_hooks_at("created");
         let result = (|| {
             fill(&mut file, &temp)?;
-            test_kill_at("written");
+            test_hooks_at("written");
             file.sync_all()?;
             drop(file);
-            test_kill_at("synced");
+            test_hooks_at("synced");
             let published = publish(&temp)?;
-            test_kill_at("renamed");
+            test_hooks_at("renamed");
             sync_folder(self.folder())?;
             Ok(published)
         })();
@@ -265,8 +269,20 @@ pub fn clean_temps(dir: &Path) -> usize {
     removed
 }
 
-/// The crash-test hook: SIGKILL this process at `step` when `COSY_TEST_KILL_AT` names it.
-pub(crate) fn test_kill_at(step: &str) {
+/// The test hooks at `step` of a write: SIGKILL this process when `COSY_TEST_KILL_AT` names the
+/// step (a crash test); when `COSY_TEST_PAUSE_AT` names it, create `paused.<pid>` in the folder
+/// `COSY_TEST_PAUSE_DIR` and wait there until a file `go` appears (a barrier that lines two
+/// processes up at the same step).
+pub(crate) fn test_hooks_at(step: &str) {
+    if let (Some(at), Some(dir)) = (std::env::var_os(PAUSE_AT_ENV), std::env::var_os(PAUSE_DIR_ENV)) {
+        if at == step {
+            let dir = PathBuf::from(dir);
+            let _ = std::fs::write(dir.join(format!("paused.{}", std::process::id())), step);
+            while !dir.join("go").exists() {
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+        }
+    }
     if std::env::var_os(KILL_AT_ENV).is_some_and(|v| v == step) {
         // SAFETY: raise has no preconditions; SIGKILL ends the process here, as a crash would.
         unsafe {

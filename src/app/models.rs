@@ -109,13 +109,13 @@ impl Models {
             let _ = remove_any(&staging);
             return Err(e);
         }
-        crate::fsx::test_kill_at("staged");
+        crate::fsx::test_hooks_at("staged");
         let placed = if taken { crate::fsx::exchange(&staging, &dest) } else { std::fs::rename(&staging, &dest) };
         if let Err(e) = placed {
             let _ = remove_any(&staging);
             return Err(target.error(e));
         }
-        crate::fsx::test_kill_at("renamed");
+        crate::fsx::test_hooks_at("renamed");
         // After an exchange the staging name holds the previous model.
         remove_any(&staging)?;
         crate::fsx::sync_folder(&self.dir).map_err(|e| target.error(e))?;
