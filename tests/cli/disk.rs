@@ -37,8 +37,18 @@ fn namespaces() -> bool {
 /// `cmd`, run in a mount namespace of its own in which `folder` is a tmpfs of `kib` KiB: the
 /// shell lines `prepare` run first (put the previous version there), then the tmpfs is filled to
 /// the last byte, then `cmd` runs; its contents afterwards (the filler removed) are copied to
-/// `after`, outside the namespace, for the test to look at.
-fn in_full_tmpfs(cmd: &Command, folder: &Path, kib: u32, prepare: &str, after: &Path) -> Command {
+/// `after`, outside the namespace, for the test to look at. Without `after`, `cmd` replaces the
+/// shell (a server: killing the child kills it).
+fn in_full_tmpfs(cmd: &Command, folder: &Path, kib: u32, prepare: &str, after: Option<&Path>) -> Command {
+    let run = if after.is_some() {
+        r#""$@"
+rc=$?
+rm -f "$FOLDER/.fill" "$FOLDER/.fill-bytes"
+mkdir -p "$AFTER" && cp -a "$FOLDER/." "$AFTER/"
+exit $rc"#
+    } else {
+        r#"exec "$@""#
+    };
     let script = format!(
         r#"set -e
 mkdir -p "$FOLDER" && mount -t tmpfs -o size={kib}k tmpfs "$FOLDER"
@@ -46,11 +56,7 @@ mkdir -p "$FOLDER" && mount -t tmpfs -o size={kib}k tmpfs "$FOLDER"
 dd if=/dev/zero of="$FOLDER/.fill" bs=4096 2>/dev/null || true
 dd if=/dev/zero of="$FOLDER/.fill-bytes" bs=1 2>/dev/null || true
 set +e
-"$@"
-rc=$?
-rm -f "$FOLDER/.fill" "$FOLDER/.fill-bytes"
-mkdir -p "$AFTER" && cp -a "$FOLDER/." "$AFTER/"
-exit $rc"#
+{run}"#
     );
     let mut wrapped = Command::new("unshare");
     wrapped.args(["-rm", "sh", "-c", &script, "sh"]).arg(cmd.get_program()).args(cmd.get_args());
@@ -63,7 +69,7 @@ exit $rc"#
     if let Some(d) = cmd.get_current_dir() {
         wrapped.current_dir(d);
     }
-    wrapped.env("FOLDER", folder).env("AFTER", after);
+    wrapped.env("FOLDER", folder).env("AFTER", after.unwrap_or(Path::new("")));
     wrapped
 }
 
@@ -132,7 +138,7 @@ fn a_full_voices_folder_keeps_the_previous_voice_and_says_so_in_one_line() {
     for (name, force) in [("me", true), ("new", false)] {
         let after = home.path().join(format!("after-{name}"));
         let prepare = format!(r#"cp "{}" "$FOLDER/me.safetensors""#, backup.display());
-        let o = in_full_tmpfs(&voice_add(home.path(), name, force), &voices, 96, &prepare, &after).output().expect("unshare");
+        let o = in_full_tmpfs(&voice_add(home.path(), name, force), &voices, 96, &prepare, Some(&after)).output().expect("unshare");
         let line = one_line(&o, name);
         let path = voices.join(format!("{name}.safetensors"));
         assert!(line.starts_with(&full_disk(&format!("voice \"{name}\""), &path)), "{line}");
@@ -152,7 +158,7 @@ fn a_full_output_folder_keeps_the_previous_output() {
     let after = home.path().join("after");
     let mut cmd = common::cosy_at_home(home.path());
     cmd.args(["file", "--voice", "me", "-o"]).arg(out.join("speech.wav")).arg(TEXT);
-    let o = in_full_tmpfs(&cmd, &out, 16, r#"printf previous > "$FOLDER/speech.wav""#, &after).output().expect("unshare");
+    let o = in_full_tmpfs(&cmd, &out, 16, r#"printf previous > "$FOLDER/speech.wav""#, Some(&after)).output().expect("unshare");
     let line = one_line(&o, "file -o");
     assert!(line.starts_with(&full_disk("the output", &out.join("speech.wav"))), "{line}");
     assert_eq!(names(&after), ["speech.wav"]);
@@ -169,7 +175,7 @@ fn a_full_dump_folder_leaves_whole_arrays_only() {
     let after = home.path().join("after");
     let mut cmd = common::cosy_at_home(home.path());
     cmd.args(["file", "--voice", "me", "-o", "o.wav", "--dump"]).arg(&dump).arg(TEXT);
-    let o = in_full_tmpfs(&cmd, &dump, 16, "", &after).output().expect("unshare");
+    let o = in_full_tmpfs(&cmd, &dump, 16, "", Some(&after)).output().expect("unshare");
     let line = one_line(&o, "--dump");
     assert!(line.starts_with("cosy: no space left on device writing the output (") && line.contains(&dump.display().to_string()), "{line}");
     assert!(leftovers(&after).is_empty(), "{:?}", names(&after));
@@ -193,7 +199,7 @@ fn a_full_models_folder_keeps_the_previous_model() {
     cmd.env("XDG_DATA_HOME", &data).env("HOME", home.path()).args(["model", "add", "m", "--force"]).arg(&tiny);
     // Room for the previous copy and a little more: the new copy runs out midway.
     let prepare = format!(r#"cp -a "{}" "$FOLDER/m""#, tiny.display());
-    let o = in_full_tmpfs(&cmd, &models, 12 * 1024, &prepare, &after).output().expect("unshare");
+    let o = in_full_tmpfs(&cmd, &models, 12 * 1024, &prepare, Some(&after)).output().expect("unshare");
     let line = one_line(&o, "model add");
     assert!(line.starts_with(&full_disk("model \"m\"", &models.join("m"))), "{line}");
     assert_eq!(names(&after), ["m"], "only the previous model");
@@ -202,6 +208,28 @@ fn a_full_models_folder_keeps_the_previous_model() {
             assert_eq!(std::fs::read(after.join("m").join(&f)).unwrap(), std::fs::read(tiny.join(&f)).unwrap(), "{f}");
         }
     }
+}
+
+#[test]
+fn a_full_install_prefix_keeps_the_previous_install() {
+    if !namespaces() {
+        return;
+    }
+    let home = tempfile::tempdir().unwrap();
+    let prefix = home.path().join("prefix");
+    let after = home.path().join("after");
+    let mut cmd = Command::new(Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/install.sh"));
+    cmd.args(["--no-unit", "--no-speechd", "--bin"]).arg(common::cosy_bin()).arg(&prefix);
+    let prepare = r#"mkdir -p "$FOLDER/bin" && printf previous > "$FOLDER/bin/cosy""#;
+    let o = in_full_tmpfs(&cmd, &prefix, 8 * 1024, prepare, Some(&after)).output().expect("unshare");
+    let err = String::from_utf8_lossy(&o.stderr);
+    let lines: Vec<&str> = err.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert!(!o.status.success() && lines.len() == 1, "{err}");
+    let want = format!("install.sh: cannot write {}: No space left on device; free some space", prefix.join("bin/cosy").display());
+    assert!(lines[0].starts_with(&want), "{err}");
+    assert_eq!(names(&after), ["bin"]);
+    assert_eq!(names(&after.join("bin")), ["cosy"]);
+    assert_eq!(std::fs::read(after.join("bin/cosy")).unwrap(), b"previous");
 }
 
 #[test]
@@ -214,7 +242,7 @@ fn a_full_graph_cache_still_synthesises_and_leaves_nothing_half_made() {
     let after = home.path().join("after");
     let mut cmd = common::cosy_at_home(home.path());
     cmd.args(["file", "-o", "o.wav"]).arg("--prompt-wav").arg(common::fixture_prompt()).args(["--prompt-text", TRANSCRIPT, TEXT]);
-    let o = in_full_tmpfs(&cmd, &cache, 64, "", &after).output().expect("unshare");
+    let o = in_full_tmpfs(&cmd, &cache, 64, "", Some(&after)).output().expect("unshare");
     ok(&o, "file with a full graph cache");
     assert!(home.path().join("o.wav").is_file());
     assert!(names(&after).is_empty(), "nothing half made in the cache: {:?}", names(&after));
@@ -230,7 +258,7 @@ fn a_server_with_a_full_voices_folder_answers_507_and_keeps_speaking() {
         // The saved voice "me" is moved into the tmpfs, which is then filled.
         let keep = dir.join("voices-before");
         std::fs::rename(&voices, &keep).unwrap();
-        in_full_tmpfs(&serve, &voices, 128, &format!(r#"cp -a "{}/." "$FOLDER/""#, keep.display()), &dir.join("after"))
+        in_full_tmpfs(&serve, &voices, 128, &format!(r#"cp -a "{}/." "$FOLDER/""#, keep.display()), None)
     });
     let prompt = common::fixture_prompt();
     let r = server.post_json("/v1/audio/voices", &serde_json::json!({"name": "ben", "ref_text": "Hi.", "ref_audio": crate::serve::data_url(&prompt)}));
@@ -262,6 +290,14 @@ const FULL_KILLS: usize = 50;
 
 fn open_fds() -> usize {
     std::fs::read_dir("/proc/self/fd").map(|d| d.count()).unwrap_or(0)
+}
+
+/// The test process's descriptors did not grow with the loop of `kills` children. Other tests run
+/// beside this one in the same process and hold a few descriptors for a moment, so the bound is
+/// half a descriptor per kill: a leak of one per child (a pipe never closed) still exceeds it.
+fn assert_no_fd_growth(before: usize, kills: usize) {
+    let after = open_fds();
+    assert!(after <= before + kills / 2, "file descriptors grew from {before} to {after} over {kills} kills");
 }
 
 fn rss_kib() -> u64 {
@@ -312,7 +348,7 @@ fn crash_voice_saves(kills: usize) {
     // A save after the kills removes the temporary files they left.
     ok(&voice_add(home.path(), "me", true).output().expect("cosy"), "voice add after the kills");
     assert!(leftovers(&voices).is_empty(), "{:?}", names(&voices));
-    assert_eq!(open_fds(), fds, "file descriptors leaked over the loop");
+    assert_no_fd_growth(fds, kills);
     assert!(rss_kib() < rss + 64 * 1024, "the test's memory grew from {rss} KiB to {} KiB", rss_kib());
     // A damaged voice file (what a disk without the rename discipline could leave) is reported by
     // name with the fix.
@@ -363,7 +399,7 @@ fn crash_model_adds(kills: usize) {
     }
     ok(&add().output().expect("cosy"), "model add after the kills");
     assert!(leftovers(&models).is_empty(), "{:?}", names(&models));
-    assert_eq!(open_fds(), fds, "file descriptors leaked over the loop");
+    assert_no_fd_growth(fds, kills);
 }
 
 #[test]
@@ -406,7 +442,7 @@ fn crash_graph_cache(kills: usize) {
         let o = synth().output().expect("cosy");
         ok(&o, "synthesis after a kill");
     }
-    assert_eq!(open_fds(), fds, "file descriptors leaked over the loop");
+    assert_no_fd_growth(fds, kills);
 }
 
 #[test]
