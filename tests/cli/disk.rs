@@ -73,15 +73,7 @@ set +e
     wrapped
 }
 
-/// The one `cosy: …` line of a failed command (exactly one, nothing on stdout).
-fn one_line(o: &Output, what: &str) -> String {
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert!(!o.status.success(), "{what}: succeeded; stderr {err}");
-    let lines: Vec<&str> = err.lines().filter(|l| !l.trim().is_empty()).collect();
-    assert_eq!(lines.len(), 1, "{what}: expected one line, got {err}");
-    assert!(lines[0].starts_with("cosy: "), "{what}: {err}");
-    lines[0].to_string()
-}
+use common::one_line_error as one_line;
 
 /// The names in `dir` that are temporary files or folders of a write (left over).
 fn leftovers(dir: &Path) -> Vec<String> {
@@ -312,6 +304,8 @@ fn run_killed(mut cmd: Command, step: Option<&str>, rng: &mut Seeded) -> bool {
     match step {
         Some(step) => {
             let status = cmd.env("COSY_TEST_KILL_AT", step).status().expect("cosy");
+            // Killed at the step, or done (the step is not on this run's way): never refused.
+            assert!(status.signal() == Some(libc::SIGKILL) || status.success(), "at {step}: {status:?}");
             status.signal() == Some(libc::SIGKILL)
         }
         None => {
@@ -461,7 +455,7 @@ fn crash_a_graph_cache_write_killed_anywhere_50_times() {
 fn two_savers(home: &Path, names_: [&str; 2]) -> [Output; 2] {
     let barrier = home.join(format!("barrier-{}-{}", names_[0], names_[1]));
     std::fs::create_dir_all(&barrier).unwrap();
-    let children: Vec<_> = names_
+    let mut children: Vec<_> = names_
         .iter()
         .map(|name| {
             voice_add(home, name, false)
@@ -475,6 +469,11 @@ fn two_savers(home: &Path, names_: [&str; 2]) -> [Output; 2] {
         .collect();
     // Both are at the barrier (each said so with a file) before either goes on.
     while names(&barrier).iter().filter(|n| n.starts_with("paused.")).count() < 2 {
+        // One that ended instead (a build without the hook, an error) fails the test, not hangs it.
+        if let Some(i) = children.iter_mut().position(|c| c.try_wait().expect("wait").is_some()) {
+            let out = children.remove(i).wait_with_output().expect("cosy");
+            panic!("{} ended before the barrier: {}", names_[i], String::from_utf8_lossy(&out.stderr));
+        }
         std::thread::sleep(std::time::Duration::from_millis(10));
     }
     std::fs::write(barrier.join("go"), b"").unwrap();
