@@ -74,7 +74,7 @@ impl Dest {
             StorageFault::Quota => "disk quota exceeded".to_string(),
             StorageFault::ReadOnly => "read-only file system".to_string(),
             StorageFault::Denied => "permission denied".to_string(),
-            StorageFault::Other => format!("cannot write ({e})"),
+            StorageFault::Other => e.to_string(),
         };
         let fix = match fault {
             StorageFault::Full => "the disk is full; free some space (or use another disk) and try again".to_string(),

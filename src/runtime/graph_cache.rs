@@ -263,10 +263,10 @@ impl GraphCache {
     /// that ONNX Runtime saves into ([`PendingGraph::model_path`]); [`PendingGraph::commit`] puts it
     /// in place. An error means the cache folder cannot be written.
     pub fn begin(&self, key: &GraphKey, source: &str) -> Result<PendingGraph> {
-        crate::fsx::create_folder(&self.root, "the optimised-graph cache")?;
+        crate::fsx::create_folder(&self.root, "the cache folder")?;
         let tmp = self.root.join(private_name(TMP_PREFIX, &key.dir_name()));
         // The temporary folder is ours: a failure names the entry it was to become.
-        std::fs::create_dir(&tmp).map_err(|e| crate::fsx::Dest::new(self.dir_for(key), "an optimised-graph cache entry").error(e))?;
+        std::fs::create_dir(&tmp).map_err(|e| crate::fsx::Dest::new(self.dir_for(key), "a cache entry").error(e))?;
         Ok(PendingGraph { tmp, dir: self.dir_for(key), key: key.clone(), source: source.to_string(), done: false })
     }
 
@@ -377,7 +377,7 @@ impl PendingGraph {
 
     /// A write of this entry that failed, named by its final folder.
     fn storage_error(&self, e: std::io::Error) -> Error {
-        crate::fsx::Dest::new(&self.dir, "an optimised-graph cache entry").error(e)
+        crate::fsx::Dest::new(&self.dir, "a cache entry").error(e)
     }
 }
 
