@@ -348,6 +348,64 @@ mod tests {
         }
     }
 
+    /// The child of [`two_processes_take_turns_under_the_folder_lock`] (run by it, skipped
+    /// otherwise): takes the folder lock, logs its entry, waits at the barrier, logs its exit.
+    #[test]
+    #[ignore = "a child process of two_processes_take_turns_under_the_folder_lock"]
+    fn locked_child() {
+        let Some(dir) = std::env::var_os("FSX_LOCK_CHILD_DIR").map(PathBuf::from) else { return };
+        let me = std::process::id();
+        let log = |what: &str| {
+            let mut f = OpenOptions::new().append(true).create(true).open(dir.join("log")).unwrap();
+            writeln!(f, "{what}").unwrap();
+        };
+        std::fs::write(dir.join(format!("trying.{me}")), b"").unwrap();
+        Dest::new(dir.join("cache/file"), "a test file")
+            .locked(|| {
+                log("enter");
+                std::fs::write(dir.join(format!("inside.{me}")), b"").unwrap();
+                while !dir.join("go").exists() {
+                    std::thread::sleep(std::time::Duration::from_millis(5));
+                }
+                log("leave");
+                Ok(())
+            })
+            .unwrap();
+    }
+
+    /// Two processes writing into one folder take turns: the second waits while the first holds
+    /// the lock (held at a barrier), so entries and exits never interleave.
+    #[test]
+    fn two_processes_take_turns_under_the_folder_lock() {
+        let d = tempfile::tempdir().unwrap();
+        let child = || {
+            std::process::Command::new(std::env::current_exe().unwrap())
+                .args(["fsx::tests::locked_child", "--exact", "--ignored", "--quiet"])
+                .env("FSX_LOCK_CHILD_DIR", d.path())
+                .stdout(std::process::Stdio::null())
+                .spawn()
+                .unwrap()
+        };
+        let count = |prefix: &str| std::fs::read_dir(d.path()).unwrap().flatten().filter(|e| e.file_name().to_string_lossy().starts_with(prefix)).count();
+        let mut first = child();
+        while count("inside.") < 1 {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        let mut second = child();
+        while count("trying.") < 2 {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        // The second is at the lock (or about to be); the first still holds it. (Both are let go
+        // before anything is asserted: a failure leaves no child waiting.)
+        let inside = count("inside.");
+        std::fs::write(d.path().join("go"), b"").unwrap();
+        assert_eq!(inside, 1, "the second entered while the first held the lock");
+        assert!(first.wait().unwrap().success() && second.wait().unwrap().success());
+        let log = std::fs::read_to_string(d.path().join("log")).unwrap();
+        assert_eq!(log, "enter\nleave\nenter\nleave\n");
+        assert!(d.path().join("cache/.lock").is_file());
+    }
+
     #[test]
     fn temporary_files_of_dead_writers_are_removed_others_kept() {
         let d = tempfile::tempdir().unwrap();
