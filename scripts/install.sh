@@ -67,8 +67,31 @@ fi
 [ -x "$bin" ] || { echo "install.sh: $bin is not an executable" >&2; exit 1; }
 
 installed=()
+# Every file is written as cosy writes its own (docs/reliability.md): to a temporary name beside
+# it, synced, then renamed over the final name; on a full disk (or any failure) one line names the
+# final path and the fix, the temporary file is removed and the previous version stays.
+failed() { # failed DEST TEMP ERROR-TEXT: the one line, then exit
+  rm -f "$2"
+  local why="${3##*: }"
+  case "$why" in
+    *"No space left"*|*"quota"*) fix="free some space (or choose a PREFIX on another disk)" ;;
+    *) fix="make $(dirname "$1") writable (or choose another PREFIX)" ;;
+  esac
+  echo "install.sh: cannot write $1: ${why:-failed}; $fix, then run install.sh again" >&2
+  exit 1
+}
+# write DEST COMMAND...: COMMAND fills the temporary file "$tmp", which then replaces DEST.
+write() {
+  local dest="$1" err; shift
+  mkdir -p "$(dirname "$dest")" 2>/dev/null || failed "$dest" "" "cannot create its folder"
+  tmp="$(dirname "$dest")/.$(basename "$dest").cosy-tmp.$$"
+  err="$( { "$@" && sync "$tmp" && mv -f "$tmp" "$dest"; } 2>&1 >/dev/null)" || failed "$dest" "$tmp" "$(printf '%s' "$err" | tail -1)"
+}
+copy_to_tmp() { install -m "$2" "$1" "$tmp"; }
+output_to_tmp() { "$@" > "$tmp"; }
 put() { # put SRC DEST-relative-to-prefix MODE
-  install -D -m "$3" "$1" "$prefix/$2"; installed+=("$2")
+  write "$prefix/$2" copy_to_tmp "$1" "$3"
+  installed+=("$2")
 }
 put "$bin" bin/cosy 755
 for f in "$libs"/libonnxruntime*.so*; do
@@ -87,8 +110,8 @@ done < <(cd "$model" && find . -type f ! -name '*.pyc' | sed 's|^\./||' | sort)
 cosy="$prefix/bin/cosy"
 gen() { # gen DEST COMMAND...: the installed binary writes a file
   local dest="$1"; shift
-  mkdir -p "$(dirname "$prefix/$dest")"
-  "$@" > "$prefix/$dest.tmp" && mv "$prefix/$dest.tmp" "$prefix/$dest"; installed+=("$dest")
+  write "$prefix/$dest" output_to_tmp "$@"
+  installed+=("$dest")
 }
 gen share/bash-completion/completions/cosy "$cosy" completions bash
 gen share/zsh/site-functions/_cosy "$cosy" completions zsh
@@ -114,7 +137,7 @@ if [ "$unit" = 1 ]; then
     "WantedBy=default.target"
 fi
 installed+=("$list")
-printf '%s\n' "${installed[@]}" > "$prefix/$list"
+write "$prefix/$list" output_to_tmp printf '%s\n' "${installed[@]}"
 
 # speech-dispatcher (Orca, spd-say -o cosy): the module in the user's folders (docs/desktop.md).
 if [ "$speechd" = 1 ] && command -v speech-dispatcher >/dev/null 2>&1; then

@@ -33,6 +33,11 @@ pub enum Error {
     /// A file could not be read or written.
     #[error("{}: {source}", one_line(&path.display().to_string()))]
     Io { path: PathBuf, #[source] source: std::io::Error },
+    /// A file cosy writes could not be written: the disk is full, a quota is reached, the folder
+    /// is read-only or not ours. The message names the final path (never a temporary file), the
+    /// fault in words and the fix (built by `fsx::Dest::error`).
+    #[error("{}", one_line(message))]
+    Storage { path: PathBuf, fault: StorageFault, message: String },
     #[error(transparent)]
     Ort(#[from] ort::Error),
     /// The engine has no free slot for another request (`engine.max_in_flight`).
@@ -43,6 +48,42 @@ pub enum Error {
     /// itself (the command line: "stopped (Ctrl-C)").
     #[error("cancelled: the request was stopped before it finished")]
     Cancelled,
+}
+
+/// Why a write failed ([`Error::Storage`]): front ends choose their answer by it (HTTP 507 for a
+/// full disk or quota).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StorageFault {
+    /// No space left on the device (`ENOSPC`).
+    Full,
+    /// The user's disk quota is reached (`EDQUOT`).
+    Quota,
+    /// The file system is mounted read-only (`EROFS`).
+    ReadOnly,
+    /// The folder or file is not writable by this user (`EACCES`, `EPERM`).
+    Denied,
+    /// Any other I/O error.
+    Other,
+}
+
+impl StorageFault {
+    /// The fault of an I/O error, by its number or (an error made in a test, a wrapped one) its
+    /// kind.
+    pub fn of(e: &std::io::Error) -> StorageFault {
+        use std::io::ErrorKind as K;
+        match (e.raw_os_error(), e.kind()) {
+            (Some(libc::ENOSPC), _) | (None, K::StorageFull) => StorageFault::Full,
+            (Some(libc::EDQUOT), _) | (None, K::QuotaExceeded) => StorageFault::Quota,
+            (Some(libc::EROFS), _) | (None, K::ReadOnlyFilesystem) => StorageFault::ReadOnly,
+            (Some(libc::EACCES | libc::EPERM), _) | (None, K::PermissionDenied) => StorageFault::Denied,
+            _ => StorageFault::Other,
+        }
+    }
+
+    /// The disk (or the user's share of it) has no room: the server answers 507.
+    pub fn is_full(self) -> bool {
+        matches!(self, StorageFault::Full | StorageFault::Quota)
+    }
 }
 
 /// What kind of input mistake an [`Error::Input`] is. The names ([`InputCode::as_str`]) are

@@ -21,6 +21,7 @@ pub mod engine;
 pub mod error;
 pub mod flow;
 pub mod frontend;
+pub mod fsx;
 pub mod hift;
 pub mod interp;
 pub mod llm;

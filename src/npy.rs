@@ -1,7 +1,6 @@
 //! Minimal `.npy` (format 1.0/2.0) reading and writing: little-endian f32, f64, i32, i64, C order.
 //! Used by `--dump` and by the parity tests against the golden intermediates.
 
-use std::io::Write;
 use std::path::Path;
 
 use ndarray::{ArrayD, IxDyn};
@@ -163,9 +162,7 @@ pub fn encode<T: NpyElem>(shape: &[usize], values: &[T]) -> Vec<u8> {
 
 /// Writes an array to `path` as `.npy`.
 pub fn write<T: NpyElem>(path: &Path, shape: &[usize], values: &[T]) -> Result<()> {
-    let bytes = encode(shape, values);
-    let mut f = std::fs::File::create(path).map_err(|e| Error::io(path, e))?;
-    f.write_all(&bytes).map_err(|e| Error::io(path, e))
+    crate::fsx::Dest::new(path, "the array file").write(&encode(shape, values))
 }
 
 #[cfg(test)]

@@ -312,15 +312,16 @@ pub fn check_not_an_input(label: &str, out: &Path, inputs: &[(&str, &Path)]) -> 
 /// Rewrites an io error so that its message also says what the user can do about it. The kind
 /// is kept, so callers can still match on it. Names the user's path, never a temporary one.
 pub fn explain_write_error(e: io::Error, path: &Path) -> Error {
+    // A full disk is worded as every other write words it.
+    if crate::error::StorageFault::of(&e).is_full() {
+        return crate::fsx::Dest::new(path, "the output").error(e);
+    }
     let fix = match e.kind() {
         io::ErrorKind::PermissionDenied | io::ErrorKind::ReadOnlyFilesystem => format!(
             "the folder {} is not writable: choose another output path or fix its permissions",
             shown(parent_of(path))
         ),
         io::ErrorKind::NotFound | io::ErrorKind::NotADirectory => folder_problem(parent_of(path)).msg,
-        io::ErrorKind::StorageFull | io::ErrorKind::QuotaExceeded => {
-            "the disk is full: free some space or write to another disk".to_string()
-        }
         io::ErrorKind::IsADirectory => "the output path is a folder: give a file name".to_string(),
         io::ErrorKind::BrokenPipe => "the program reading it closed it".to_string(),
         _ => "nothing was written; check the output path".to_string(),
@@ -409,11 +410,9 @@ impl OutputFile {
                 self.handle.sync_all().map_err(|e| explain_write_error(e, &path))?;
                 fs::rename(&*temp, &*real).map_err(|e| explain_write_error(e, &path))?;
                 self.committed = true;
-                // The rename itself is durable once the folder is synced (best effort: not every
-                // file system lets a folder be opened).
-                if let Ok(dir) = File::open(parent_of(real)) {
-                    let _ = dir.sync_all();
-                }
+                // The rename itself is durable once the folder is synced (best effort: the output
+                // is in place already).
+                let _ = crate::fsx::sync_folder(parent_of(real));
             }
             Dest::Through { fifo, staging } => {
                 staging.flush().map_err(|e| explain_write_error(e, &path))?;

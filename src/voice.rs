@@ -562,46 +562,15 @@ impl VoiceStore {
         }
         let bytes = voice.to_bytes()?;
         self.create_dir()?;
-        static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-        let seq = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        // Unique across processes that share the folder: in containers every replica's process
-        // id is 1, so the time and the host name are part of it too.
-        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
-        let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
-        let host: String = host.trim().chars().filter(|c| c.is_ascii_alphanumeric() || *c == '-').take(32).collect();
-        let tmp = self.dir.join(format!(".{}.{VOICE_EXTENSION}.tmp{}.{host}.{nanos:x}.{seq}", voice.name, std::process::id()));
-        let result = (|| {
-            use std::io::Write;
-            // The temporary file is ours, not the user's: a failure names the folder.
-            let mut f = std::fs::OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .open(&tmp)
-                .map_err(|e| self.cannot_write(e))?;
-            f.write_all(&bytes).map_err(|e| self.cannot_write(e))?;
-            f.sync_all().map_err(|e| self.cannot_write(e))?;
-            drop(f);
-            if replace {
-                return std::fs::rename(&tmp, &path).map_err(|e| Error::io(&path, e));
-            }
-            match std::fs::hard_link(&tmp, &path) {
-                Ok(()) => Ok(()),
-                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Err(exists()),
-                // A file system without hard links: an exclusive create of the final name.
-                Err(_) => {
-                    let mut f = std::fs::OpenOptions::new().write(true).create_new(true).open(&path).map_err(|e| {
-                        if e.kind() == std::io::ErrorKind::AlreadyExists { exists() } else { Error::io(&path, e) }
-                    })?;
-                    let written = f.write_all(&bytes).and_then(|_| f.sync_all());
-                    written.map_err(|e| {
-                        std::fs::remove_file(&path).ok();
-                        Error::io(&path, e)
-                    })
-                }
-            }
-        })();
-        std::fs::remove_file(&tmp).ok();
-        result.map(|()| path)
+        // What writers killed mid-save left behind (ignored by readers all the same).
+        crate::fsx::clean_temps(&self.dir);
+        let dest = crate::fsx::Dest::new(&path, format!("voice {:?}", voice.name)).unwritable_fix(self.unwritable_fix());
+        if replace {
+            dest.write(&bytes)?;
+        } else if !dest.write_new(&bytes)? {
+            return Err(exists());
+        }
+        Ok(path)
     }
 
     /// Creates the voices folder, saying so plainly when `voices.dir` (or a folder above it) is a
@@ -610,14 +579,19 @@ impl VoiceStore {
         std::fs::create_dir_all(&self.dir).map_err(|e| self.not_a_folder().unwrap_or_else(|| self.cannot_write(e)))
     }
 
-    /// The error for a voices folder that cannot be written (read-only, full, not ours): it
-    /// names the folder and the fix, never the temporary file a save goes through.
+    /// The error for a voices folder that cannot be created (read-only, full, not ours): it
+    /// names the folder and the fix.
     fn cannot_write(&self, e: std::io::Error) -> Error {
-        Error::invalid(format!(
-            "voices folder {} cannot be written ({e}); make it writable, or set voices.dir to a folder you can write \
-             (--set voices.dir=PATH, COSY_VOICES or config.toml)",
+        crate::fsx::Dest::new(&self.dir, "the voices folder").unwritable_fix(self.unwritable_fix()).error(e)
+    }
+
+    /// The fix for a voices folder that is read-only or not ours.
+    fn unwritable_fix(&self) -> String {
+        format!(
+            "make the voices folder {} writable, or set voices.dir to a folder you can write (--set voices.dir=PATH, \
+             COSY_VOICES or config.toml)",
             self.dir.display()
-        ))
+        )
     }
 
     /// Refuses a `voices.dir` that is (or lies under) a file; an absent folder is fine (it is
@@ -693,7 +667,7 @@ impl VoiceStore {
         // A default that cannot be read would only fail later, in every request without a voice.
         self.summary(name)?;
         let path = self.default_marker();
-        crate::output::write_bytes(&path, format!("{name}\n").as_bytes())?;
+        crate::fsx::Dest::new(&path, "the default-voice marker").unwritable_fix(self.unwritable_fix()).write(format!("{name}\n").as_bytes())?;
         Ok(path)
     }
 
@@ -772,7 +746,8 @@ pub(crate) mod tests {
         let store = VoiceStore::new("/sys");
         let e = store.save(&voice("anna"), false).expect_err("sysfs takes no voice file");
         let text = e.to_string();
-        assert!(text.starts_with("voices folder /sys cannot be written") && text.contains("voices.dir"), "{text}");
+        assert!(text.contains("writing voice \"anna\" (/sys/anna.safetensors)"), "{text}");
+        assert!(text.contains("make the voices folder /sys writable") && text.contains("voices.dir"), "{text}");
         assert!(!text.contains(".tmp"), "{text}");
     }
 

@@ -34,6 +34,7 @@ fn kind_of(e: &cosy::Error) -> &'static str {
         cosy::Error::Provider { .. } => "provider",
         cosy::Error::Input { .. } => "input",
         cosy::Error::Io { .. } => "io",
+        cosy::Error::Storage { .. } => "storage",
         cosy::Error::Ort(_) => "onnxruntime",
         cosy::Error::Busy(_) => "busy",
         cosy::Error::Cancelled => "cancelled",

@@ -6,7 +6,7 @@ use std::path::Path;
 
 use ndarray::Array2;
 
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::npy::{encode, NpyElem};
 use crate::request::{PromptFeatures, SegmentTrace, SentenceRecord, SynthesisObserver};
 
@@ -32,7 +32,7 @@ pub fn write_segment(
     stream: bool,
     sample_rate: u32,
 ) -> Result<()> {
-    std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+    crate::fsx::create_folder(dir, "the --dump folder")?;
     npy(dir, "text_token", &[1, text_token.len()], &ids32(text_token))?;
     npy(dir, "prompt_text_token", &[1, prompt_text_token.len()], &ids32(prompt_text_token))?;
     // A saved voice has no prompt-audio intermediates (they are empty): nothing to dump for them.

@@ -89,26 +89,36 @@ impl Models {
                 format!("a model named {name:?} exists already ({}); give another name, or --force to replace it", dest.display()),
             ));
         }
-        std::fs::create_dir_all(&self.dir).map_err(|e| Error::io(&self.dir, e))?;
+        crate::fsx::create_folder(&self.dir, "the models folder")?;
+        // What an add killed midway left behind.
+        crate::fsx::clean_temps(&self.dir);
         let src_abs = std::fs::canonicalize(src).map_err(|e| Error::io(src, e))?;
         if std::fs::canonicalize(&dest).ok().as_deref() == Some(src_abs.as_path()) {
             return Err(Error::input(InputCode::Invalid, Some("path"), format!("{} is already the model {name:?}", src.display())));
         }
-        let staging = self.dir.join(format!(".{name}.partial-{}", std::process::id()));
-        remove_any(&staging)?;
+        // Staged under a temporary name (a copy synced file by file), then put in place by one
+        // rename: a crash or a full disk leaves the previous model or the new one, never a part.
+        let target = crate::fsx::Dest::new(&dest, format!("model {name:?}"));
+        let staging = target.temp_path();
         let staged = if link {
-            std::os::unix::fs::symlink(&src_abs, &staging).map_err(|e| Error::io(&staging, e))
+            std::os::unix::fs::symlink(&src_abs, &staging).map_err(|e| target.error(e))
         } else {
-            copy_tree(&src_abs, &staging)
+            copy_tree(&src_abs, &staging, &target)
         };
         if let Err(e) = staged {
             let _ = remove_any(&staging);
             return Err(e);
         }
-        if taken {
-            remove_any(&dest)?;
+        crate::fsx::test_hooks_at("staged");
+        let placed = if taken { crate::fsx::exchange(&staging, &dest) } else { std::fs::rename(&staging, &dest) };
+        if let Err(e) = placed {
+            let _ = remove_any(&staging);
+            return Err(target.error(e));
         }
-        std::fs::rename(&staging, &dest).map_err(|e| Error::io(&dest, e))?;
+        crate::fsx::test_hooks_at("renamed");
+        // After an exchange the staging name holds the previous model.
+        remove_any(&staging)?;
+        crate::fsx::sync_folder(&self.dir).map_err(|e| target.error(e))?;
         let made_default = make_default || paths::folder_default_model(&self.dir).ok().flatten().is_none();
         if made_default {
             self.set_default(name)?;
@@ -131,7 +141,7 @@ impl Models {
         }
         ModelDir::open(&dir)?;
         let marker = self.dir.join(DEFAULT_MODEL_MARKER);
-        crate::output::write_bytes(&marker, format!("{name}\n").as_bytes())?;
+        crate::fsx::Dest::new(&marker, "the default-model marker").write(format!("{name}\n").as_bytes())?;
         Ok(marker)
     }
 }
@@ -180,19 +190,23 @@ fn tree_bytes(dir: &Path) -> u64 {
         .sum()
 }
 
-fn copy_tree(src: &Path, dst: &Path) -> Result<()> {
-    std::fs::create_dir_all(dst).map_err(|e| Error::io(dst, e))?;
+/// Copies the folder `src` to `dst`, every file and folder synced; a write that fails is
+/// named by `target` (the model's final folder, not the staging one).
+fn copy_tree(src: &Path, dst: &Path, target: &crate::fsx::Dest) -> Result<()> {
+    std::fs::create_dir_all(dst).map_err(|e| target.error(e))?;
     for e in std::fs::read_dir(src).map_err(|e| Error::io(src, e))? {
         let e = e.map_err(|e| Error::io(src, e))?;
         let (from, to) = (e.path(), dst.join(e.file_name()));
         let meta = std::fs::metadata(&from).map_err(|err| Error::io(&from, err))?;
         if meta.is_dir() {
-            copy_tree(&from, &to)?;
+            copy_tree(&from, &to, target)?;
         } else {
-            std::fs::copy(&from, &to).map_err(|err| Error::io(&from, err))?;
+            let mut reader = std::fs::File::open(&from).map_err(|err| Error::io(&from, err))?;
+            let mut writer = std::fs::File::create(&to).map_err(|err| target.error(err))?;
+            std::io::copy(&mut reader, &mut writer).and_then(|_| writer.sync_all()).map_err(|err| target.error(err))?;
         }
     }
-    Ok(())
+    crate::fsx::sync_folder(dst).map_err(|e| target.error(e))
 }
 
 /// Removes a file, a link or a folder, if there is one.

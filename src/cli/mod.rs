@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use clap::{Args, CommandFactory, Parser, Subcommand};
 
 use cosy::config::{Config, KeyTable, LoadOptions};
-use cosy::error::Error;
+use cosy::error::{Error, StorageFault};
 
 /// CosyVoice3 text-to-speech over ONNX Runtime.
 #[derive(Debug, Parser)]
@@ -679,13 +679,17 @@ fn name_the_flag_with(err: anyhow::Error, flag_of: fn(&str) -> Option<&'static s
     }
 }
 
-/// The exit code for an error: 2 for usage, configuration, model and input problems, 130 for
+/// The exit code for an error: 2 for usage, configuration, model and input problems (and a folder
+/// that cannot be written), 130 for
 /// work that was stopped (as a shell reports SIGINT), 1 otherwise.
 pub fn exit_code(err: &anyhow::Error) -> i32 {
     for cause in err.chain() {
         if let Some(e) = cause.downcast_ref::<Error>() {
             return match e {
                 Error::Config(_) | Error::Model { .. } | Error::Input { .. } => 2,
+                // A folder cosy was told to use (voices.dir, -o, a cache) it may not write: a
+                // setting to change, like a configuration error. A full disk is not.
+                Error::Storage { fault: StorageFault::ReadOnly | StorageFault::Denied, .. } => 2,
                 // As a shell reports a process ended by SIGINT.
                 Error::Cancelled => 130,
                 _ => 1,

@@ -295,6 +295,9 @@ const IGNORED_ENV: &[&str] = &[
     "COSY_FUZZ_SEED",
     "COSY_FUZZ_FROM",
     "COSY_FUZZ_CASE_SECONDS",
+    crate::fsx::KILL_AT_ENV,
+    crate::fsx::PAUSE_AT_ENV,
+    crate::fsx::PAUSE_DIR_ENV,
 ];
 
 /// Variables a platform sets for a service named `cosy` (Kubernetes service links, Docker

@@ -169,13 +169,7 @@ impl PrefixDisk {
         if cache.bytes() as u64 > self.capacity {
             return Ok(()); // larger than the whole bound: not kept
         }
-        std::fs::create_dir_all(&self.dir).map_err(|e| format!("cannot create {}: {e}", self.dir.display()))?;
         let path = self.path(key);
-        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("prefix");
-        // Unique per process and write: two writers never share a temporary file.
-        static WRITES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-        let n = WRITES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let temp = self.dir.join(format!(".{name}.{}.{n}.tmp", std::process::id()));
         let mut tensors: Vec<(String, F32View<'_>)> = vec![("mel".into(), F32View::of(&cache.mel))];
         for (i, step) in cache.steps.iter().enumerate() {
             tensors.push((format!("step{i:03}.k"), F32View::of(&step.k)));
@@ -194,13 +188,20 @@ impl PrefixDisk {
         .into_iter()
         .map(|(k, v)| (k.to_string(), v))
         .collect();
-        let written = safetensors::serialize_to_file(tensors, Some(meta), &temp)
-            .map_err(|e| format!("cannot write {}: {e}", temp.display()))
-            .and_then(|()| std::fs::rename(&temp, &path).map_err(|e| format!("cannot rename {} to {}: {e}", temp.display(), path.display())));
-        if written.is_err() {
-            let _ = std::fs::remove_file(&temp);
-        }
-        written?;
+        let dest = crate::fsx::Dest::new(&path, "a prompt-prefix cache file");
+        // Processes sharing the folder take turns; one that waited finds the file written.
+        dest.locked(|| {
+            if path.is_file() {
+                return Ok(());
+            }
+            dest.write_to_path(|temp| {
+                safetensors::serialize_to_file(tensors, Some(meta), temp).map_err(|e| match e {
+                    safetensors::SafeTensorError::IoError(e) => e,
+                    other => std::io::Error::other(other),
+                })
+            })
+        })
+        .map_err(|e| e.to_string())?;
         self.trim();
         Ok(())
     }
@@ -217,7 +218,7 @@ impl PrefixDisk {
             let modified = meta.modified().unwrap_or(SystemTime::UNIX_EPOCH);
             let name = entry.file_name();
             let name = name.to_string_lossy();
-            if name.ends_with(".tmp") {
+            if crate::fsx::is_temp_name(&name) || name.ends_with(".tmp") {
                 if now.duration_since(modified).is_ok_and(|age| age > STALE_TEMP) {
                     let _ = std::fs::remove_file(&path);
                 }

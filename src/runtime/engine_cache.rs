@@ -137,7 +137,7 @@ impl EngineCache {
             }
             std::fs::remove_dir_all(&dir).map_err(|e| Error::io(&dir, e))?;
         }
-        std::fs::create_dir_all(&dir).map_err(|e| Error::io(&dir, e))?;
+        crate::fsx::create_folder(&dir, "the cache folder")?;
         keyed_dir::write_marker(&dir, KEY_FILE, &KeyFile { key: key.clone(), complete: false, files: BTreeMap::new() })?;
         Ok((dir, false))
     }

@@ -263,9 +263,10 @@ impl GraphCache {
     /// that ONNX Runtime saves into ([`PendingGraph::model_path`]); [`PendingGraph::commit`] puts it
     /// in place. An error means the cache folder cannot be written.
     pub fn begin(&self, key: &GraphKey, source: &str) -> Result<PendingGraph> {
-        std::fs::create_dir_all(&self.root).map_err(|e| Error::io(&self.root, e))?;
+        crate::fsx::create_folder(&self.root, "the cache folder")?;
         let tmp = self.root.join(private_name(TMP_PREFIX, &key.dir_name()));
-        std::fs::create_dir(&tmp).map_err(|e| Error::io(&tmp, e))?;
+        // The temporary folder is ours: a failure names the entry it was to become.
+        std::fs::create_dir(&tmp).map_err(|e| crate::fsx::Dest::new(self.dir_for(key), "a cache entry").error(e))?;
         Ok(PendingGraph { tmp, dir: self.dir_for(key), key: key.clone(), source: source.to_string(), done: false })
     }
 
@@ -351,6 +352,9 @@ impl PendingGraph {
             if name == META_FILE || !p.is_file() {
                 continue;
             }
+            // On disk before the folder gets its final name: a power cut never leaves an entry
+            // whose files were not all written.
+            std::fs::File::open(&p).and_then(|f| f.sync_all()).map_err(|e| self.storage_error(e))?;
             files.insert(name, file_digest(&p)?);
         }
         if files.get(MODEL_FILE).is_none_or(|f| f.bytes == 0) {
@@ -361,12 +365,19 @@ impl PendingGraph {
         match std::fs::rename(&self.tmp, &self.dir) {
             Ok(()) => {
                 self.done = true;
+                let root = self.dir.parent().unwrap_or(Path::new("."));
+                crate::fsx::sync_folder(root).map_err(|e| self.storage_error(e))?;
                 Ok(true)
             }
             // A folder already there (another process's entry, complete by construction).
             Err(_) if self.dir.join(META_FILE).exists() => Ok(false),
-            Err(e) => Err(Error::io(&self.dir, e)),
+            Err(e) => Err(self.storage_error(e)),
         }
+    }
+
+    /// A write of this entry that failed, named by its final folder.
+    fn storage_error(&self, e: std::io::Error) -> Error {
+        crate::fsx::Dest::new(&self.dir, "a cache entry").error(e)
     }
 }
 

@@ -122,11 +122,8 @@ pub fn check_file(
 /// Writes a marker file as pretty JSON, through a temporary file and a rename, so that a crash
 /// never leaves a half-written marker.
 pub fn write_marker(dir: &Path, marker: &str, value: &impl Serialize) -> Result<()> {
-    let path = dir.join(marker);
-    let tmp = dir.join(format!("{marker}.tmp"));
     let text = serde_json::to_string_pretty(value).map_err(|e| Error::Runtime(e.to_string()))?;
-    std::fs::write(&tmp, text).map_err(|e| Error::io(&tmp, e))?;
-    std::fs::rename(&tmp, &path).map_err(|e| Error::io(&path, e))
+    crate::fsx::Dest::new(dir.join(marker), "a cache marker").write(text.as_bytes())
 }
 
 /// The folders under `root` that may be entries of the cache whose marker is `marker`: every

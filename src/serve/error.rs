@@ -60,7 +60,7 @@ impl ApiError {
     /// An engine or library error as an API error, by variant and input code (the library
     /// checks, the server only maps): bad input is the client's (400; 404 for a voice that does
     /// not exist, 409 for a name that is taken), a full engine is 429 (the caller adds
-    /// Retry-After), everything else is the server's (500).
+    /// Retry-After), a full disk 507, everything else is the server's (500).
     pub fn from_engine(err: cosy::Error) -> ApiError {
         use cosy::error::InputCode;
         match err {
@@ -75,6 +75,12 @@ impl ApiError {
             }
             cosy::Error::Busy(msg) => ApiError::new(StatusCode::TOO_MANY_REQUESTS, "server_busy", format!("the server is busy: {msg}")),
             cosy::Error::Cancelled => ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "cancelled", "the request was cancelled"),
+            // The disk is full: 507, the request may succeed once space is freed; any other
+            // storage fault is the server's (500), with the same words.
+            cosy::Error::Storage { fault, message, .. } if fault.is_full() => {
+                ApiError::new(StatusCode::INSUFFICIENT_STORAGE, "insufficient_storage", message)
+            }
+            cosy::Error::Storage { message, .. } => ApiError::internal(message),
             other => ApiError::internal(other.to_string()),
         }
     }

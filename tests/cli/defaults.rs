@@ -6,7 +6,7 @@
 use std::path::Path;
 use std::process::{Command, Output};
 
-use crate::common::{fixture_model as model, fixture_prompt as prompt};
+use crate::common::{fixture_model as model, fixture_prompt as prompt, one_line_error};
 
 const TRANSCRIPT: &str = "This recording is the voice prompt.";
 const NULL_DEFAULT: &str = "pcm.!default { type null }\n";
@@ -48,17 +48,6 @@ fn home(asoundrc: &str) -> tempfile::TempDir {
 fn ok(o: &Output) -> String {
     assert!(o.status.success(), "cosy failed ({:?}): {}", o.status.code(), String::from_utf8_lossy(&o.stderr));
     String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
-/// A failure with exactly one `cosy: …` line on stderr; returns it.
-fn one_line_error(o: &Output, what: &str) -> String {
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert!(!o.status.success(), "{what}: should fail: {err}");
-    let lines: Vec<&str> = err.lines().filter(|l| !l.trim().is_empty()).collect();
-    assert_eq!(lines.len(), 1, "{what}: expected one line: {err}");
-    assert!(lines[0].starts_with("cosy: "), "{what}: {err}");
-    assert!(!err.contains("panicked"), "{what}: {err}");
-    lines[0].to_string()
 }
 
 fn add_voice(dir: &Path, name: &str, extra: &[&str]) -> Output {

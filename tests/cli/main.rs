@@ -6,6 +6,7 @@ mod common;
 mod serve;
 
 mod defaults;
+mod disk;
 mod doctor;
 mod install;
 mod outputs;

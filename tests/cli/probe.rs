@@ -227,6 +227,6 @@ fn damaged_voices_and_unwritable_voice_folders_are_named_with_the_fix() {
     // A voices folder nothing can be written to (sysfs refuses new files even to root): the
     // folder and the fix, not the temporary file the save went through.
     let o = cosy(dir, &["--set", "voices.dir=/sys", "voice", "add", "v", "--wav", p, "--text", TRANSCRIPT]);
-    let line = refused(&o, "unwritable voices folder", &["voices folder /sys cannot be written", "voices.dir"]);
+    let line = refused(&o, "unwritable voices folder", &["writing voice \"v\" (/sys/v.safetensors)", "make the voices folder /sys writable", "voices.dir"]);
     assert!(!line.contains(".tmp"), "{line}");
 }

@@ -416,3 +416,14 @@ pub fn run_measuring_peak_memory(cmd: &std::process::Command) -> (std::process::
     out.stderr = rest.as_bytes().to_vec();
     (out, kb * 1024)
 }
+
+/// A failure with exactly one `cosy: …` line on stderr; returns it.
+pub fn one_line_error(o: &std::process::Output, what: &str) -> String {
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "{what}: should fail: {err}");
+    let lines: Vec<&str> = err.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert_eq!(lines.len(), 1, "{what}: expected one line: {err}");
+    assert!(lines[0].starts_with("cosy: "), "{what}: {err}");
+    assert!(!err.contains("panicked"), "{what}: {err}");
+    lines[0].to_string()
+}

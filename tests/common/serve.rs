@@ -40,6 +40,12 @@ pub fn start_server(settings: &[&str]) -> Server {
 
 /// [`start_server`] on another model folder.
 pub fn start_server_with(model: &Path, settings: &[&str]) -> Server {
+    start_server_wrapped(model, settings, |serve, _| serve)
+}
+
+/// [`start_server_with`], the `cosy serve` command turned into the one spawned by `wrap` (given
+/// it and the server's folder): run in a namespace of its own, say (tests/cli/disk.rs).
+pub fn start_server_wrapped(model: &Path, settings: &[&str], wrap: impl FnOnce(std::process::Command, &Path) -> std::process::Command) -> Server {
     let dir = tempfile::tempdir().expect("temp dir");
     let voices = dir.path().join("voices");
     let gc = dir.path().join("gc");
@@ -60,8 +66,8 @@ pub fn start_server_with(model: &Path, settings: &[&str]) -> Server {
     for s in settings {
         cmd.args(["--set", s]);
     }
-    let mut child = cmd
-        .args(["serve", "--bind", "127.0.0.1:0"])
+    cmd.args(["serve", "--bind", "127.0.0.1:0"]);
+    let mut child = wrap(cmd, dir.path())
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
