@@ -175,10 +175,31 @@ async def request(t: Target, method: str, path: str, body: bytes = b"", headers:
     return await read_head(reader, writer)
 
 
-def speech_body(rng: random.Random, min_tokens: int, **fields: object) -> bytes:
-    obj: dict[str, object] = {"input": rng.choice(TEXTS), "voice": "me", "seed": rng.randrange(1 << 20), **fields}
-    if min_tokens:
-        obj["cosy_test"] = {"min_tokens": min_tokens}
+@dataclass(frozen=True)
+class Hooks:
+    """The test hooks a request carries (debug.test_hooks; docs/server.md "For tests"): `min_tokens`
+    makes the bundled random model speak (whole-text requests only), `max_tokens` bounds a full-size
+    random model, which never stops by itself."""
+
+    min_tokens: int = 0
+    max_tokens: int = 0
+
+    def whole(self) -> dict[str, object]:
+        """For a request with its whole text (HTTP, Wyoming's synthesize)."""
+        hooks = {"min_tokens": self.min_tokens, "max_tokens": self.max_tokens}
+        return {"cosy_test": {k: v for k, v in hooks.items() if v}} if any(hooks.values()) else {}
+
+    def streaming(self) -> dict[str, object]:
+        """For text-in streaming (the WebSocket, Wyoming's synthesize-start), which refuses min_tokens."""
+        return {"cosy_test": {"max_tokens": self.max_tokens}} if self.max_tokens else {}
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.min_tokens or self.max_tokens)
+
+
+def speech_body(rng: random.Random, hooks: Hooks, **fields: object) -> bytes:
+    obj = {"input": rng.choice(TEXTS), "voice": "me", "seed": rng.randrange(1 << 20), **fields, **hooks.whole()}
     return json.dumps(obj).encode()
 
 
@@ -209,14 +230,14 @@ class Client:
     t: Target
     rng: random.Random
     stats: Stats
-    min_tokens: int
+    hooks: Hooks
     index: int
     voice_counter: int = 0
 
     async def http_whole(self) -> None:
         fmt = self.rng.choice(FORMATS)
         start = time.monotonic()
-        resp = await request(self.t, "POST", "/v1/audio/speech", speech_body(self.rng, self.min_tokens, response_format=fmt, stream=False), JSON)
+        resp = await request(self.t, "POST", "/v1/audio/speech", speech_body(self.rng, self.hooks, response_format=fmt, stream=False), JSON)
         try:
             check_audio(fmt, await expect_status(resp, 200, f"whole {fmt}"))
         finally:
@@ -226,7 +247,7 @@ class Client:
     async def http_stream(self, slow: bool = False) -> None:
         fmt = self.rng.choice(FORMATS)
         start = time.monotonic()
-        resp = await request(self.t, "POST", "/v1/audio/speech", speech_body(self.rng, self.min_tokens, response_format=fmt), JSON)
+        resp = await request(self.t, "POST", "/v1/audio/speech", speech_body(self.rng, self.hooks, response_format=fmt), JSON)
         try:
             if resp.status != 200:
                 raise Unexplained(f"streamed {fmt}: status {resp.status}: {(await resp.body())[:200]!r}")
@@ -249,7 +270,7 @@ class Client:
         fmt = self.rng.choice(FORMATS)
         start = time.monotonic()
         resp = await request(self.t, "POST", "/v1/audio/speech",
-                             speech_body(self.rng, self.min_tokens, response_format=fmt, stream_format="sse"), JSON)
+                             speech_body(self.rng, self.hooks, response_format=fmt, stream_format="sse"), JSON)
         try:
             text = (await expect_status(resp, 200, f"sse {fmt}")).decode()
         finally:
@@ -267,7 +288,8 @@ class Client:
         start = time.monotonic()
         url = f"ws://{self.t.host}:{self.t.port}/v1/audio/speech/stream"
         async with connect(url, additional_headers={"Authorization": f"Bearer {API_KEY}"}, max_size=None, open_timeout=60) as ws:
-            await ws.send(json.dumps({"type": "session.config", "voice": "me", "seed": self.rng.randrange(1 << 20)}))
+            await ws.send(json.dumps({"type": "session.config", "voice": "me", "seed": self.rng.randrange(1 << 20),
+                                      **self.hooks.streaming()}))
             created = json.loads(await ws.recv())
             if created.get("type") != "session.created":
                 raise Unexplained(f"ws: first event {created}")
@@ -299,7 +321,7 @@ class Client:
         try:
             text = self.rng.choice(STREAM_TEXTS if streaming else TEXTS)
             if streaming:
-                await async_write_event(Event("synthesize-start", {"voice": {"name": "me"}}), writer)
+                await async_write_event(Event("synthesize-start", {"voice": {"name": "me"}, **self.hooks.streaming()}), writer)
                 for word in text.split():
                     await async_write_event(Event("synthesize-chunk", {"text": word + " "}), writer)
                 await async_write_event(Event("synthesize", {"text": text, "voice": {"name": "me"}}), writer)
@@ -307,8 +329,7 @@ class Client:
                 last = "synthesize-stopped"
             else:
                 data: dict[str, object] = {"text": text, "voice": {"name": "me"}}
-                if self.min_tokens:
-                    data["cosy_test"] = {"min_tokens": self.min_tokens}
+                data.update(self.hooks.whole())
                 await async_write_event(Event("synthesize", data), writer)
                 last = "audio-stop"
             first: float | None = None
@@ -363,12 +384,12 @@ class Client:
         kind = self.rng.choice(["before_first_byte", "mid_stream", "voice_upload", "ws_mid_stream", "wyoming_mid_stream"])
         if kind == "before_first_byte":
             reader, writer = await send_request(self.t, "POST", "/v1/audio/speech", speech_body(
-                self.rng, self.min_tokens, response_format=self.rng.choice(FORMATS)), JSON)
+                self.rng, self.hooks, response_format=self.rng.choice(FORMATS)), JSON)
             await asyncio.sleep(self.rng.uniform(0, 0.05))
             writer.close()
         elif kind == "mid_stream":
             resp = await request(self.t, "POST", "/v1/audio/speech", speech_body(
-                self.rng, self.min_tokens, response_format=self.rng.choice(FORMATS)), JSON)
+                self.rng, self.hooks, response_format=self.rng.choice(FORMATS)), JSON)
             if resp.status != 200:
                 raise Unexplained(f"cancel mid-stream: status {resp.status}")
             want = self.rng.randrange(1, 3)
@@ -567,6 +588,7 @@ def pct(first: float, last: float) -> float:
 
 async def soak(args: argparse.Namespace, t: Target, pid: int, log: Path) -> tuple[dict[str, object], list[Sample]]:
     stats = Stats()
+    hooks = Hooks(args.min_tokens, args.max_tokens)
     duration = args.minutes * 60
     warm, first_win, last_win = windows(duration)
     samples: list[Sample] = []
@@ -578,7 +600,7 @@ async def soak(args: argparse.Namespace, t: Target, pid: int, log: Path) -> tupl
     names, weights = list(WEIGHTS), list(WEIGHTS.values())
 
     async def client(index: int) -> None:
-        c = Client(t, random.Random(f"{args.seed}-{index}"), stats, args.min_tokens, index)
+        c = Client(t, random.Random(f"{args.seed}-{index}"), stats, hooks, index)
         while not stop.is_set():
             await gate.wait()
             if stop.is_set():
@@ -627,7 +649,7 @@ async def soak(args: argparse.Namespace, t: Target, pid: int, log: Path) -> tupl
     drained_clients_s = time.monotonic() - drain_start
     rest_end = await at_rest(t, pid, args.settle_s)
     # Still serving: one good request after everything.
-    final = Client(t, random.Random(args.seed), stats, args.min_tokens, -1)
+    final = Client(t, random.Random(args.seed), stats, hooks, -1)
     await final.run_one("http_whole")
 
     panics = [line for line in log.read_text(errors="replace").splitlines() if "panicked" in line]
@@ -656,7 +678,7 @@ async def soak(args: argparse.Namespace, t: Target, pid: int, log: Path) -> tupl
     ]
     summary: dict[str, object] = {
         "model": str(args.model), "binary": str(args.cosy), "minutes": args.minutes, "clients": args.clients,
-        "seed": args.seed, "min_tokens": args.min_tokens, "sample_s": args.sample_s,
+        "seed": args.seed, "min_tokens": args.min_tokens, "max_tokens": args.max_tokens, "sample_s": args.sample_s,
         "load_average_at_end": Path("/proc/loadavg").read_text().split()[:3],
         "cpus": os.cpu_count(),
         "windows_s": {"warm_up_end": round(warm, 1), "first": [round(x, 1) for x in first_win], "last": [round(x, 1) for x in last_win]},
@@ -739,6 +761,9 @@ def main() -> int:
     p.add_argument("--min-tokens", type=int, default=None,
                    help="speech tokens forced per sentence (debug.test_hooks); default 60 for the bundled tiny model, whose "
                         "random weights stop after a token or two, else 0 (the model decides)")
+    p.add_argument("--max-tokens", type=int, default=0,
+                   help="speech tokens at most per sentence or streamed segment (debug.test_hooks): a full-size random "
+                        "model never stops by itself")
     p.add_argument("--sample-s", type=float, default=5.0)
     p.add_argument("--settle-s", type=float, default=60.0, help="bounded wait for the server to be at rest")
     p.add_argument("--rss-bound-pct", type=float, default=5.0)
@@ -774,7 +799,7 @@ def main() -> int:
         subprocess.run([*base, "-q", "voice", "add", "me", "--wav", str(PROMPT_WAV), "--text", VOICE_TEXT, "--default"],
                        cwd=work, env=env, check=True, stdout=subprocess.DEVNULL)
         settings = ["--set", f"server.api_key={API_KEY}", "--set", "server.socket=off"]
-        if args.min_tokens:
+        if Hooks(args.min_tokens, args.max_tokens).enabled:
             settings += ["--set", "debug.test_hooks=true"]
         log = work / "server.log"
         with log.open("wb") as sink:
