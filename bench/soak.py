@@ -89,6 +89,7 @@ class Stats:
 
     def error(self, kind: str, message: str) -> None:
         self.unexplained[kind] += 1
+        print(f"soak: unexplained {kind}: {message[:300]}", file=sys.stderr, flush=True)
         if len(self.unexplained_examples) < 20:
             self.unexplained_examples.append(f"{kind}: {message}"[:300])
 

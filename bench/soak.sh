@@ -12,11 +12,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 venv="${COSY_CLIENTS_TEST_VENV:-$HOME/.cache/cosy/client-tests-venv}"
-want="$(sha256sum tests/clients/requirements.txt | cut -d' ' -f1)"
-if [ ! -x "$venv/bin/python" ] || [ "$(cat "$venv/.cosy-requirements.sha256" 2>/dev/null)" != "$want" ]; then
-  python3 -m venv "$venv"
-  "$venv/bin/python" -m pip install -q --no-cache-dir -r tests/clients/requirements.txt
-  echo "$want" > "$venv/.cosy-requirements.sha256"
-fi
+scripts/python-venv.sh "$venv" tests/clients/requirements.txt
 [ -z "${BENCH_BUILD:-}" ] || cargo build --release --quiet --bin cosy
 exec "$venv/bin/python" bench/soak.py "$@"
