@@ -602,11 +602,19 @@ async def soak(args: argparse.Namespace, t: Target, pid: int, log: Path) -> tupl
     load_start = time.monotonic()
     phase = "load"
     names, weights = list(WEIGHTS), list(WEIGHTS.values())
+    # The clients waiting at the closed gate; all of them = none has an operation under way.
+    waiting = [0]
+    all_waiting = asyncio.Event()
 
     async def client(index: int) -> None:
         c = Client(t, random.Random(f"{args.seed}-{index}"), stats, hooks, index)
         while not stop.is_set():
-            await gate.wait()
+            if not gate.is_set():
+                waiting[0] += 1
+                if waiting[0] == args.clients:
+                    all_waiting.set()
+                await gate.wait()
+                waiting[0] -= 1
             if stop.is_set():
                 break
             await c.run_one(c.rng.choices(names, weights)[0])
@@ -634,13 +642,13 @@ async def soak(args: argparse.Namespace, t: Target, pid: int, log: Path) -> tupl
                   f"in-flight {m.get('cosy_requests_in_flight', -1):.0f}  ops {sum(stats.ops.values())}  "
                   f"unexplained {sum(stats.unexplained.values())}", flush=True)
 
-    rest_warm: tuple[bool, float, tuple[int, int, int]] | None = None
     tasks = [asyncio.create_task(client(i)) for i in range(args.clients)]
     sampling = asyncio.create_task(sampler())
     # Warm-up, then a pause at rest (fds counted with nothing open), then the load again.
     await asyncio.sleep(warm)
     gate.clear()
     phase = "rest"
+    await all_waiting.wait()  # each operation is bounded by OP_TIMEOUT_S
     rest_warm = await at_rest(t, pid, args.settle_s)
     phase = "load"
     gate.set()
