@@ -64,7 +64,6 @@ WEIGHTS = {
     "http_whole": 12, "http_stream": 12, "http_slow": 5, "sse": 10, "ws": 10, "wyoming_stream": 8,
     "wyoming_synth": 5, "voices": 6, "cancel": 14, "bad": 18,
 }
-OP_TIMEOUT_S = 180.0
 
 
 def in_ci() -> bool:
@@ -236,6 +235,8 @@ class Client:
     stats: Stats
     hooks: Hooks
     index: int
+    # Each operation's bound: past it, an unexplained error (a request the server never answered).
+    timeout_s: float
     voice_counter: int = 0
 
     async def http_whole(self) -> None:
@@ -496,17 +497,17 @@ class Client:
         self.stats.ops[op] += 1
         try:
             if op == "cancel":
-                self.stats.asked[await asyncio.wait_for(self.cancel(), OP_TIMEOUT_S)] += 1
+                self.stats.asked[await asyncio.wait_for(self.cancel(), self.timeout_s)] += 1
             elif op == "bad":
-                self.stats.asked[await asyncio.wait_for(self.bad(), OP_TIMEOUT_S)] += 1
+                self.stats.asked[await asyncio.wait_for(self.bad(), self.timeout_s)] += 1
             else:
                 call = {"http_whole": self.http_whole, "http_stream": self.http_stream,
                         "http_slow": lambda: self.http_stream(slow=True), "sse": self.sse, "ws": self.ws,
                         "wyoming_stream": lambda: self.wyoming(True), "wyoming_synth": lambda: self.wyoming(False),
                         "voices": self.voices}[op]
-                await asyncio.wait_for(call(), OP_TIMEOUT_S)
+                await asyncio.wait_for(call(), self.timeout_s)
         except asyncio.TimeoutError:
-            self.stats.error(f"{op}:timeout", f"no answer in {OP_TIMEOUT_S} s")
+            self.stats.error(f"{op}:timeout", f"no answer in {self.timeout_s} s")
         except Unexplained as e:
             self.stats.error(f"{op}:answer", str(e))
         except Exception as e:  # noqa: BLE001 - every other failure is one the soak did not ask for
@@ -607,7 +608,7 @@ async def soak(args: argparse.Namespace, t: Target, pid: int, log: Path) -> tupl
     all_waiting = asyncio.Event()
 
     async def client(index: int) -> None:
-        c = Client(t, random.Random(f"{args.seed}-{index}"), stats, hooks, index)
+        c = Client(t, random.Random(f"{args.seed}-{index}"), stats, hooks, index, args.op_timeout_s)
         while not stop.is_set():
             if not gate.is_set():
                 waiting[0] += 1
@@ -648,7 +649,7 @@ async def soak(args: argparse.Namespace, t: Target, pid: int, log: Path) -> tupl
     await asyncio.sleep(warm)
     gate.clear()
     phase = "rest"
-    await all_waiting.wait()  # each operation is bounded by OP_TIMEOUT_S
+    await all_waiting.wait()  # each operation is bounded by --op-timeout-s
     rest_warm = await at_rest(t, pid, args.settle_s)
     phase = "load"
     gate.set()
@@ -661,7 +662,7 @@ async def soak(args: argparse.Namespace, t: Target, pid: int, log: Path) -> tupl
     drained_clients_s = time.monotonic() - drain_start
     rest_end = await at_rest(t, pid, args.settle_s)
     # Still serving: one good request after everything.
-    final = Client(t, random.Random(args.seed), stats, hooks, -1)
+    final = Client(t, random.Random(args.seed), stats, hooks, -1, args.op_timeout_s)
     await final.run_one("http_whole")
 
     panics = [line for line in log.read_text(errors="replace").splitlines() if "panicked" in line]
@@ -776,6 +777,8 @@ def main() -> int:
     p.add_argument("--max-tokens", type=int, default=0,
                    help="speech tokens at most per sentence or streamed segment (debug.test_hooks): a full-size random "
                         "model never stops by itself")
+    p.add_argument("--op-timeout-s", type=float, default=180.0,
+                   help="bound of one operation: past it, an unexplained error")
     p.add_argument("--sample-s", type=float, default=5.0)
     p.add_argument("--settle-s", type=float, default=60.0, help="bounded wait for the server to be at rest")
     p.add_argument("--rss-bound-pct", type=float, default=5.0)
