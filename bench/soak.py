@@ -825,7 +825,8 @@ def main() -> int:
             proc = subprocess.Popen([*base, *settings, "serve", "--bind", "127.0.0.1:0", "--wyoming", "127.0.0.1:0"],
                                     cwd=work, env=env, stdin=subprocess.DEVNULL, stdout=sink, stderr=sink)
         try:
-            deadline = time.monotonic() + 300
+            # Bounded: a full-size model on a loaded 2-core machine takes minutes to load and warm up.
+            deadline = time.monotonic() + 900
             while not (m := re.search(r"listening on http://127\.0\.0\.1:(\d+)", log.read_text(errors="replace"))):
                 if proc.poll() is not None or time.monotonic() > deadline:
                     print(log.read_text(errors="replace"), file=sys.stderr)
