@@ -59,13 +59,7 @@ if [ "$want_python" = 1 ]; then
     $sudo_cmd apt-get install -y -q "${missing[@]}"
   fi
   # The Python clients (the openai SDK) in a small venv of their own, not the exporter's.
-  cvenv="${COSY_CLIENTS_TEST_VENV:-$HOME/.cache/cosy/client-tests-venv}"
-  want="$(sha256sum tests/clients/requirements.txt | cut -d' ' -f1)"
-  if [ ! -x "$cvenv/bin/python" ] || [ "$(cat "$cvenv/.cosy-requirements.sha256" 2>/dev/null)" != "$want" ]; then
-    python3 -m venv "$cvenv"
-    "$cvenv/bin/python" -m pip install -q --no-cache-dir -r tests/clients/requirements.txt
-    echo "$want" > "$cvenv/.cosy-requirements.sha256"
-  fi
+  scripts/python-venv.sh "${COSY_CLIENTS_TEST_VENV:-$HOME/.cache/cosy/client-tests-venv}" tests/clients/requirements.txt
   node_dir=tests/clients/node
   want="$(sha256sum "$node_dir/package-lock.json" | cut -d' ' -f1)"
   if [ "$(cat "$node_dir/node_modules/.cosy-lock.sha256" 2>/dev/null)" != "$want" ]; then

@@ -25,7 +25,7 @@ test -s "$embed_out/embed.wav"
 rm -rf "$embed_out"
 
 # The real clients against `cosy serve` (the openai Python and Node SDKs, ffmpeg, Chromium), in
-# their own small venv.
+# their own small venv; with them the soak's 2-minute version (test_soak.py runs bench/soak.py).
 "${COSY_CLIENTS_TEST_VENV:-$HOME/.cache/cosy/client-tests-venv}/bin/python" -m pytest -q tests/clients/python
 
 # The Python package (`import cosy`): its wheel, installed in a fresh venv, against the binary.

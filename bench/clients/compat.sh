@@ -11,12 +11,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 model="${1:-tests/fixtures/tiny}"
 venv="${COSY_CLIENTS_VENV:-$HOME/.cache/cosy/clients-venv}"
-want="$(sha256sum bench/clients/requirements.txt | cut -d' ' -f1)"
-if [ "$(cat "$venv/.cosy-requirements.sha256" 2>/dev/null)" != "$want" ]; then
-  python3 -m venv "$venv"
-  "$venv/bin/python" -m pip install -q --no-cache-dir -r bench/clients/requirements.txt
-  echo "$want" > "$venv/.cosy-requirements.sha256"
-fi
+scripts/python-venv.sh "$venv" bench/clients/requirements.txt
 [ -n "${BENCH_PREBUILT:-}" ] || cargo build --release --quiet --bin cosy
 work="$(mktemp -d)"; pid=""
 trap 'kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; rm -rf "$work"' EXIT
