@@ -86,6 +86,11 @@ pub enum Command {
         #[command(subcommand)]
         action: SpeechDispatcherAction,
     },
+    /// The pronunciation lexicon (text.lexicon; docs/text.md).
+    Lexicon {
+        #[command(subcommand)]
+        action: LexiconAction,
+    },
     /// Print a shell completion script.
     Completions {
         /// bash, zsh, fish, elvish or powershell.
@@ -94,6 +99,16 @@ pub enum Command {
     /// Print the man page (roff) on standard output; scripts/install.sh installs it as cosy.1.
     #[command(hide = true)]
     Manpage,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum LexiconAction {
+    /// Check a lexicon file: its format, and that its phonemes are in the model's tokenizer (one
+    /// line per bad entry; exit 1 if any).
+    Check {
+        /// The lexicon (TOML).
+        file: PathBuf,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -558,6 +573,16 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
             SpeechDispatcherAction::Install { config_dir } => crate::speechd::install_for_user(&config, config_dir.as_deref()),
             SpeechDispatcherAction::Remove => crate::speechd::remove_for_user(),
         },
+        Command::Lexicon { action: LexiconAction::Check { file } } => {
+            let bad = cosy::frontend::lexicon::check_file(file, &config.model_dir)?;
+            for line in &bad {
+                println!("{}: {line}", file.display());
+            }
+            match bad.len() {
+                0 => Ok(()),
+                n => Err(anyhow::anyhow!("{}: {n} entr{} with phonemes the tokenizer does not have", file.display(), if n == 1 { "y" } else { "ies" })),
+            }
+        }
         Command::Completions { .. } | Command::Manpage => Ok(()),
         Command::Serve(args) => crate::serve::run(
             config,

@@ -7,6 +7,8 @@
 //! * [`align`]: trims prompt speech tokens and prompt mel to the 1:2 ratio the flow needs.
 //! * [`tokenizer`]: the Qwen2 BPE + CosyVoice3 specials, loaded from the exported `tokenizer.json`.
 //! * [`text`]: the official text frontend's rules (bypass, zh/en post rules, sentence splitting).
+//! * [`lexicon`]: the user's pronunciation lexicon (`text.lexicon`): words to replacement text or
+//!   phoneme tokens.
 //! * [`tn`]: wetext text normalisation (the official frontend's TN grammars run as FSTs).
 //! * [`prompt`]: the prompt modes (zero-shot, cross-lingual, instruct, raw) and the
 //!   `<|endofprompt|>` rules.
@@ -14,6 +16,7 @@
 pub mod align;
 pub mod audio;
 pub mod fbank;
+pub mod lexicon;
 pub mod markdown;
 pub mod mel;
 pub mod numbers;

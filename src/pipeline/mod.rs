@@ -39,6 +39,7 @@ use crate::config::{Config, MarkdownSettings, NormalizerChoice};
 use crate::error::{Error, Result};
 use crate::flow::StreamParams;
 use crate::frontend::prompt::plan;
+use crate::frontend::lexicon::Lexicon;
 use crate::frontend::markdown::{to_speech, MarkdownStream};
 use crate::frontend::text::{bypasses_frontend, is_only_punctuation, normalize, IdentityNormalizer, Normalizer};
 use crate::frontend::tn::WetextPair;
@@ -121,6 +122,9 @@ pub struct Synthesizer {
     /// `text.markdown`, `text.code_blocks`, `text.symbols`: how Markdown is read unless a request
     /// turns it off.
     markdown: MarkdownSettings,
+    /// `text.lexicon`: the user's pronunciation lexicon, applied after Markdown and before the
+    /// official frontend (empty without one).
+    lexicon: Lexicon,
 }
 
 /// A model folder's data, read and checked before any session is opened: everything the
@@ -163,13 +167,7 @@ impl ModelData {
             return Err(model_err(&dir, format!("{first}{more}; re-export the model")));
         }
         let constants = ModelConstants::from_manifest(&dir)?;
-        let file_of = |key: &str| -> Result<PathBuf> {
-            dir.manifest
-                .files
-                .get(key)
-                .map(|f| dir.path_of(&f.file))
-                .ok_or_else(|| model_err(&dir, format!("manifest.json lists no {key} file")))
-        };
+        let file_of = |key: &str| dir.listed_file(key);
         let side = Arc::new(SideFile::open(&file_of("side")?)?);
         let embeddings = SideEmbeddings::new(side.clone())?;
         if embeddings_hidden(&embeddings) != constants.llm_shape.hidden {
@@ -254,6 +252,10 @@ impl Synthesizer {
             frontend_precision: config.precision_for(crate::vocab::StageGroup::Frontend),
             profiler,
             markdown: config.text.markdown,
+            lexicon: match &config.text.lexicon {
+                Some(path) => Lexicon::load(path)?,
+                None => Lexicon::default(),
+            },
         })
     }
 
@@ -290,6 +292,14 @@ impl Synthesizer {
                 read.as_str()
             }
             _ => written,
+        };
+        // The lexicon reads the words as the user said, after Markdown, before the official frontend.
+        let pronounced;
+        let text = if req.text_frontend && !self.lexicon.is_empty() && !bypasses_frontend(written) {
+            pronounced = self.lexicon.apply(text);
+            pronounced.as_str()
+        } else {
+            text
         };
         let p = plan(&req.voice.mode(), text, req.text_frontend);
         let count = |s: &str| self.data.tokenizer.count(s);
@@ -499,7 +509,8 @@ impl Synthesizer {
     fn normalize_span(&self, span: &str) -> String {
         let count = |s: &str| self.data.tokenizer.count(s);
         let lead = if span.starts_with(char::is_whitespace) { " " } else { "" };
-        format!("{lead}{}", normalize(span, true, self.data.normalizer.as_ref(), &count).text)
+        let span = self.lexicon.apply(span);
+        format!("{lead}{}", normalize(&span, true, self.data.normalizer.as_ref(), &count).text)
     }
 
     fn encode(&self, text: &str) -> Result<Vec<i64>> {

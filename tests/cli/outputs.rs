@@ -443,3 +443,42 @@ fn show_text_prints_the_sentences_the_model_gets() {
     ok(&with, "plain text");
     assert_eq!(String::from_utf8_lossy(&with.stdout), String::from_utf8_lossy(&without.stdout));
 }
+
+/// `text.lexicon` (issue 32, point 4): whole words replaced before the official frontend, as
+/// `--show-text` shows; `cosy lexicon check` names the entries whose phonemes the tokenizer lacks,
+/// and a bad lexicon file is one line naming the file and line.
+#[test]
+fn lexicon_replaces_words_and_check_names_bad_entries() {
+    let dir = tempfile::tempdir().unwrap();
+    let prompt = fixture_prompt();
+    let prompt = prompt.to_str().unwrap();
+    let good = dir.path().join("good.toml");
+    fs::write(&good, "[words]\ncosy = \"cozy\"\nNguyen = { cmu = \"W IH1 N\" }\n\"行\" = { pinyin = \"hang2\" }\n").unwrap();
+    let set = format!("text.lexicon={}", good.display());
+    let text = "Cosy greets Nguyen, not cosyness. 银行";
+    let o = cosy(dir.path(), &file_args(prompt, "out.wav", &["--set", &set, "--show-text"], text));
+    ok(&o, "--show-text with a lexicon");
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "cozy greets [W][IH1][N], not cosyness。银[h][áng]。\n");
+
+    let o = cosy(dir.path(), &["lexicon", "check", good.to_str().unwrap()]);
+    ok(&o, "lexicon check of a good file");
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "");
+
+    let bad = dir.path().join("bad.toml");
+    fs::write(&bad, "[words]\nfine = { cmu = \"F AY1 N\" }\nodd = { cmu = \"Q AA1\" }\n\"哦\" = { pinyin = \"zzz\" }\n").unwrap();
+    let o = cosy(dir.path(), &["lexicon", "check", bad.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1), "{}", String::from_utf8_lossy(&o.stderr));
+    let b = bad.display();
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout),
+        format!("{b}: line 3: \"odd\": not in the tokenizer: [Q]\n{b}: line 4: \"哦\": not in the tokenizer: [zz]\n")
+    );
+
+    let broken = dir.path().join("broken.toml");
+    fs::write(&broken, "[words]\nfine = \"ok\"\nodd = { cmuu = \"K\" }\n").unwrap();
+    let o = cosy(dir.path(), &["lexicon", "check", broken.to_str().unwrap()]);
+    refused(&o, "a bad lexicon file", &[&format!("lexicon {} line 3: \"odd\": unknown field \"cmuu\"", broken.display())]);
+    let set = format!("text.lexicon={}", broken.display());
+    let o = cosy(dir.path(), &file_args(prompt, "out.wav", &["--set", &set, "--show-text"], text));
+    refused(&o, "file with a bad lexicon", &[&format!("lexicon {} line 3", broken.display())]);
+}
