@@ -869,13 +869,19 @@ fn file_command(config: &Config, settings: &crate::serve::settings::Settings, ar
     }
 }
 
-/// `cosy file --show-text`: each utterance's sentences as the model gets them, one a line.
+/// `cosy file --show-text`: each utterance's sentences as the model gets them, one a line, and
+/// its pauses.
 fn show_text(engine: &cosy::engine::Engine, jobs: Vec<FileJob>, request: &FileRequest<'_>) -> anyhow::Result<()> {
     use std::io::Write as _;
     let mut out = std::io::stdout().lock();
     for job in jobs {
-        for sentence in engine.plan_text(&request(job.text)?)? {
-            writeln!(out, "{}", sentence.replace('\\', "\\\\").replace('\n', "\\n").replace('\r', "\\r"))?;
+        for item in engine.plan_text(&request(job.text)?)? {
+            match item {
+                cosy::pipeline::Spoken::Sentence(sentence) => {
+                    writeln!(out, "{}", sentence.replace('\\', "\\\\").replace('\n', "\\n").replace('\r', "\\r"))?
+                }
+                cosy::pipeline::Spoken::Pause { samples } => writeln!(out, "[pause: {samples} samples of silence]")?,
+            }
         }
     }
     Ok(())

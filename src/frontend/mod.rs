@@ -9,6 +9,7 @@
 //! * [`text`]: the official text frontend's rules (bypass, zh/en post rules, sentence splitting).
 //! * [`lexicon`]: the user's pronunciation lexicon (`text.lexicon`): words to replacement text or
 //!   phoneme tokens.
+//! * [`pause`]: pause tags (`[pause:0.5s]`): a text cut into stretches and exact silences.
 //! * [`tn`]: wetext text normalisation (the official frontend's TN grammars run as FSTs).
 //! * [`prompt`]: the prompt modes (zero-shot, cross-lingual, instruct, raw) and the
 //!   `<|endofprompt|>` rules.
@@ -20,6 +21,7 @@ pub mod lexicon;
 pub mod markdown;
 pub mod mel;
 pub mod numbers;
+pub mod pause;
 pub mod prompt;
 pub mod resample;
 pub mod text;

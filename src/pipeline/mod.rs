@@ -40,6 +40,7 @@ use crate::error::{Error, Result};
 use crate::flow::StreamParams;
 use crate::frontend::prompt::plan;
 use crate::frontend::lexicon::Lexicon;
+use crate::frontend::pause::Piece;
 use crate::frontend::markdown::{to_speech, MarkdownStream};
 use crate::frontend::text::{bypasses_frontend, is_only_punctuation, normalize, IdentityNormalizer, Normalizer};
 use crate::frontend::tn::WetextPair;
@@ -102,6 +103,15 @@ pub struct Stages {
 /// itself usable (ONNX Runtime keeps no state between runs), so poisoning is ignored.
 fn lock(session: &Mutex<StageSession>) -> std::sync::MutexGuard<'_, StageSession> {
     session.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// One item of what a request says, in order ([`Synthesizer::plan_text`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Spoken {
+    /// A sentence, exactly as the model gets it.
+    Sentence(String),
+    /// Exact silence from a pause tag: this many samples of zeros.
+    Pause { samples: usize },
 }
 
 /// A loaded model ready to synthesise: its data, its open stages, and the request defaults.
@@ -279,11 +289,48 @@ impl Synthesizer {
         &self.data.tokenizer
     }
 
-    /// The sentences a request's text becomes, and the prompt text (both after the frontend).
-    pub fn plan_text(&self, req: &Request) -> Result<(String, Vec<String>)> {
+    /// What a request's text becomes, in order: the sentences as the model gets them and the
+    /// pauses of its pause tags (`frontend::pause`); and the prompt text (both after the frontend).
+    pub fn plan_text(&self, req: &Request) -> Result<(String, Vec<Spoken>)> {
         let written = req.text.trim_end_matches(['\n', '\r']);
         check_speakable(written)?;
         check_text_length(written, self.max_text_chars)?;
+        // Pause tags are part of the text layer: text the frontend does not see keeps them as written.
+        let pieces = if req.text_frontend && !bypasses_frontend(written) {
+            crate::frontend::pause::split(written, self.data.constants.sample_rate)?
+        } else {
+            vec![Piece::Text(written)]
+        };
+        let mut spoken = Vec::new();
+        let mut read_text = String::new();
+        let mut prompt_text = None;
+        for piece in pieces {
+            match piece {
+                Piece::Pause { samples } => spoken.push(Spoken::Pause { samples }),
+                Piece::Text(text) => {
+                    let (prompt, read, sentences) = self.sentences_of(text, req);
+                    prompt_text.get_or_insert(prompt);
+                    read_text.push_str(&read);
+                    spoken.extend(sentences.into_iter().map(Spoken::Sentence));
+                }
+            }
+        }
+        let prompt_text = match prompt_text {
+            Some(prompt) if spoken.iter().any(|s| matches!(s, Spoken::Sentence(_))) && !is_only_punctuation(read_text.trim()) => prompt,
+            _ => {
+                return Err(Error::invalid(format!(
+                    "the text {:?} has nothing speakable (only punctuation, symbols, emoji or blanks); give some words",
+                    shorten(written.trim(), 40)
+                )))
+            }
+        };
+        Ok((self.prompt_text_of(&prompt_text, req.text_frontend), spoken))
+    }
+
+    /// One stretch of a request's text (between pause tags) through the text layer: Markdown, the
+    /// lexicon, the official frontend. Returns the prompt text before normalisation, the text as
+    /// read before the official frontend, and its non-blank sentences.
+    fn sentences_of(&self, written: &str, req: &Request) -> (String, String, Vec<String>) {
         // Markdown is read before the official frontend; markup (`<|…|>`) bypasses both.
         let read;
         let text = match self.markdown_for(&req.normalization, req.text_frontend) {
@@ -308,14 +355,8 @@ impl Synthesizer {
         } else {
             vec![p.tts_text.clone()]
         };
-        let segments: Vec<String> = segments.into_iter().filter(|s| !s.trim().is_empty()).collect();
-        if segments.is_empty() || is_only_punctuation(text.trim()) {
-            return Err(Error::invalid(format!(
-                "the text {:?} has nothing speakable (only punctuation, symbols, emoji or blanks); give some words",
-                shorten(written.trim(), 40)
-            )));
-        }
-        Ok((self.prompt_text_of(&p.prompt_text, req.text_frontend), segments))
+        let segments = segments.into_iter().filter(|s| !s.trim().is_empty()).collect();
+        (p.prompt_text, text.to_string(), segments)
     }
 
     /// How a request's text is read as Markdown, if it is ([`Normalization::markdown`]).
@@ -351,7 +392,14 @@ impl Synthesizer {
         let profiler = self.profiler.for_request();
         let frontend_span = profiler.span("frontend");
         let tokenizer_span = profiler.span("frontend.tokenizer");
-        let (prompt_text, segments) = self.plan_text(req)?;
+        let (prompt_text, spoken) = self.plan_text(req)?;
+        let segments: Vec<&String> = spoken
+            .iter()
+            .filter_map(|s| match s {
+                Spoken::Sentence(sentence) => Some(sentence),
+                Spoken::Pause { .. } => None,
+            })
+            .collect();
         let p = plan(&req.voice.mode(), &req.text, req.text_frontend);
         let prompt_text_token = self.encode(&prompt_text)?;
         tokenizer_span.end();
@@ -361,10 +409,23 @@ impl Synthesizer {
         self.check_forced_tokens(&prompt, req.ignore_stop_until)?;
         let mut run = RequestRun::new(self, req, observer, &profiler);
         let mut summary = Summary { sentences: segments.len(), ..Summary::default() };
-        for (i, segment) in segments.iter().enumerate() {
+        let mut i = 0;
+        for item in &spoken {
             if observer.cancelled() {
                 return Err(Error::Cancelled);
             }
+            let segment = match item {
+                Spoken::Sentence(sentence) => sentence,
+                Spoken::Pause { samples } => {
+                    // Exact silence between the audio around it, as one chunk of zeros.
+                    if *samples > 0 {
+                        summary.samples += samples;
+                        summary.chunks += 1;
+                        on_chunk(&vec![0.0; *samples])?;
+                    }
+                    continue;
+                }
+            };
             let text_token = {
                 let _f = profiler.span("frontend");
                 let _t = profiler.span("frontend.tokenizer");
@@ -408,6 +469,7 @@ impl Synthesizer {
                     sample_rate: self.data.constants.sample_rate,
                 })?;
             }
+            i += 1;
         }
         summary.stages = StageTimes::of(&profiler);
         Ok(summary)

@@ -482,3 +482,40 @@ fn lexicon_replaces_words_and_check_names_bad_entries() {
     let o = cosy(dir.path(), &file_args(prompt, "out.wav", &["--set", &set, "--show-text"], text));
     refused(&o, "file with a bad lexicon", &[&format!("lexicon {} line 3", broken.display())]);
 }
+
+/// A pause tag (issue 32, point 3) is exact silence: the wav of a text with `[pause:0.5s]` is the
+/// wav of the same text with `[pause:0ms]` (the same stretches, no silence) with exactly
+/// round(0.5 × rate) zero samples put in where the first stretch's audio ends. A bad tag is one
+/// line naming its place, and nothing is written.
+#[test]
+fn pause_tags_give_exact_silence() {
+    let dir = tempfile::tempdir().unwrap();
+    let prompt = fixture_prompt();
+    let prompt = prompt.to_str().unwrap();
+    let read = |name: &str| -> (u32, Vec<i16>) {
+        let wav = hound::WavReader::open(dir.path().join(name)).expect("a wav");
+        let rate = wav.spec().sample_rate;
+        (rate, wav.into_samples::<i16>().map(|s| s.expect("sample")).collect())
+    };
+    let o = cosy(dir.path(), &file_args(prompt, "none.wav", &["--seed", "7"], "The fog rolled in. [pause:0ms] The light blinked twice."));
+    ok(&o, "[pause:0ms]");
+    let o = cosy(dir.path(), &file_args(prompt, "half.wav", &["--seed", "7"], "The fog rolled in. [pause:0.5s] The light blinked twice."));
+    ok(&o, "[pause:0.5s]");
+    let (rate, none) = read("none.wav");
+    let (_, half) = read("half.wav");
+    let silence = (0.5 * f64::from(rate)).round() as usize;
+    assert_eq!(half.len(), none.len() + silence, "exactly the pause's samples are added");
+    let first_difference = none.iter().zip(&half).position(|(a, b)| a != b).expect("the pause is inside the audio");
+    // The pause starts where the first stretch's audio ends: at the first difference, or just
+    // before it when that audio ends in zeros itself.
+    let start = (first_difference.saturating_sub(silence)..=first_difference)
+        .find(|&k| half[..k] == none[..k] && half[k..k + silence].iter().all(|&s| s == 0) && half[k + silence..] == none[k..])
+        .expect("the 0.5 s pause is the other wav with that many zeros put in one place");
+    assert!(start > 0 && start < none.len(), "between the two stretches' audio: {start} of {}", none.len());
+
+    let o = cosy(dir.path(), &file_args(prompt, "bad.wav", &[], "Wait [pause:half] for it."));
+    refused(&o, "a bad pause tag", &["pause tag \"[pause:half]\" at character 6 is not a pause"]);
+    let o = cosy(dir.path(), &file_args(prompt, "bad.wav", &[], "Wait [pause:11s] for it."));
+    refused(&o, "a pause too long", &["pause tag [pause:11s] at character 6 is longer than the longest pause, 10 s"]);
+    assert!(!dir.path().join("bad.wav").exists(), "nothing is written for a bad tag");
+}
