@@ -127,6 +127,13 @@ mod tests {
         assert_eq!(split("", 24_000).unwrap(), vec![Piece::Text("")]);
     }
 
+    /// Streamed sentences are read as Markdown before their tags are cut: the reading keeps a tag whole.
+    #[test]
+    fn markdown_keeps_tags() {
+        let read = crate::frontend::markdown::to_speech("**Wait** [pause:0.5s] now [PAUSE:250ms].", crate::config::MarkdownSettings::ON);
+        assert_eq!(read, "Wait [pause:0.5s] now [PAUSE:250ms].");
+    }
+
     #[test]
     fn bad_tags_name_their_place() {
         let err = |t: &str| split(t, 24_000).expect_err("refused").to_string();
