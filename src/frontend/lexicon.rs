@@ -36,6 +36,17 @@ pub enum Pronunciation {
     Pinyin(Vec<String>),
 }
 
+impl Pronunciation {
+    /// The text said: the replacement, or the phoneme tokens (`[K][OW1]`, `[h][áng]`).
+    pub fn spoken(&self) -> String {
+        match self {
+            Pronunciation::Say(text) => text.clone(),
+            Pronunciation::Cmu(phones) => phones.iter().map(|p| format!("[{p}]")).collect(),
+            Pronunciation::Pinyin(syllables) => syllables.iter().map(|s| pinyin_tokens(s)).collect(),
+        }
+    }
+}
+
 /// One word of the lexicon.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Entry {
@@ -53,11 +64,7 @@ pub struct Entry {
 impl Entry {
     /// The text the entry puts in place of its word: the replacement, or the phoneme tokens.
     pub fn spoken(&self) -> String {
-        match &self.pronunciation {
-            Pronunciation::Say(text) => text.clone(),
-            Pronunciation::Cmu(phones) => phones.iter().map(|p| format!("[{p}]")).collect(),
-            Pronunciation::Pinyin(syllables) => syllables.iter().map(|s| pinyin_tokens(s)).collect(),
-        }
+        self.pronunciation.spoken()
     }
 
     /// The phoneme tokens the entry uses (none for replacement text).
@@ -283,7 +290,7 @@ fn syllables(word: &str, key: &str, text: &str) -> std::result::Result<Vec<Strin
 }
 
 /// Letters (`ü` as `ü`, `v` or `u:`, vowels possibly tone-marked), then at most one tone digit 1-5.
-fn is_pinyin_syllable(syllable: &str) -> bool {
+pub(crate) fn is_pinyin_syllable(syllable: &str) -> bool {
     let body = syllable.strip_suffix(['1', '2', '3', '4', '5']).unwrap_or(syllable);
     !body.is_empty() && body.chars().all(|c| c.is_alphabetic() || c == ':')
 }

@@ -10,6 +10,8 @@
 //! * [`lexicon`]: the user's pronunciation lexicon (`text.lexicon`): words to replacement text or
 //!   phoneme tokens.
 //! * [`pause`]: pause tags (`[pause:0.5s]`): a text cut into stretches and exact silences.
+//! * [`ssml`]: the SSML subset (`<speak>`, `<break>`, `<sub>`, `<say-as>`, `<phoneme>`) as plain
+//!   text and pause tags.
 //! * [`tn`]: wetext text normalisation (the official frontend's TN grammars run as FSTs).
 //! * [`prompt`]: the prompt modes (zero-shot, cross-lingual, instruct, raw) and the
 //!   `<|endofprompt|>` rules.
@@ -24,6 +26,7 @@ pub mod numbers;
 pub mod pause;
 pub mod prompt;
 pub mod resample;
+pub mod ssml;
 pub mod text;
 pub mod tn;
 pub mod tokenizer;

@@ -295,6 +295,15 @@ impl Synthesizer {
         let written = req.text.trim_end_matches(['\n', '\r']);
         check_speakable(written)?;
         check_text_length(written, self.max_text_chars)?;
+        // SSML (a text that starts with `<speak>`) becomes plain text and pause tags first; it is
+        // not Markdown.
+        let ssml_text;
+        let (written, markdown) = if req.text_frontend && crate::frontend::ssml::is_ssml(written) {
+            ssml_text = crate::frontend::ssml::to_text(written)?;
+            (ssml_text.as_str(), false)
+        } else {
+            (written, true)
+        };
         // Pause tags are part of the text layer: text the frontend does not see keeps them as written.
         let pieces = if req.text_frontend && !bypasses_frontend(written) {
             crate::frontend::pause::split(written, self.data.constants.sample_rate)?
@@ -308,7 +317,7 @@ impl Synthesizer {
             match piece {
                 Piece::Pause { samples } => spoken.push(Spoken::Pause { samples }),
                 Piece::Text(text) => {
-                    let (prompt, read, sentences) = self.sentences_of(text, req);
+                    let (prompt, read, sentences) = self.sentences_of(text, req, markdown);
                     prompt_text.get_or_insert(prompt);
                     read_text.push_str(&read);
                     spoken.extend(sentences.into_iter().map(Spoken::Sentence));
@@ -328,13 +337,14 @@ impl Synthesizer {
     }
 
     /// One stretch of a request's text (between pause tags) through the text layer: Markdown, the
-    /// lexicon, the official frontend. Returns the prompt text before normalisation, the text as
-    /// read before the official frontend, and its non-blank sentences.
-    fn sentences_of(&self, written: &str, req: &Request) -> (String, String, Vec<String>) {
+    /// lexicon, the official frontend (`markdown`: false for text from SSML). Returns the prompt
+    /// text before normalisation, the text as read before the official frontend, and its non-blank
+    /// sentences.
+    fn sentences_of(&self, written: &str, req: &Request, markdown: bool) -> (String, String, Vec<String>) {
         // Markdown is read before the official frontend; markup (`<|…|>`) bypasses both.
         let read;
         let text = match self.markdown_for(&req.normalization, req.text_frontend) {
-            Some(settings) if !bypasses_frontend(written) => {
+            Some(settings) if markdown && !bypasses_frontend(written) => {
                 read = to_speech(written, settings);
                 read.as_str()
             }
