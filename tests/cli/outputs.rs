@@ -519,3 +519,21 @@ fn pause_tags_give_exact_silence() {
     refused(&o, "a pause too long", &["pause tag [pause:11s] at character 6 is longer than the longest pause, 10 s"]);
     assert!(!dir.path().join("bad.wav").exists(), "nothing is written for a bad tag");
 }
+
+/// SSML (issue 32, point 3): a text starting `<speak>` is read as the SSML subset, its breaks
+/// exact pauses; bad markup is one line naming its place, and nothing is said.
+#[test]
+fn ssml_is_read_when_the_text_starts_with_speak() {
+    let dir = tempfile::tempdir().unwrap();
+    let prompt = fixture_prompt();
+    let prompt = prompt.to_str().unwrap();
+    let ssml = r#"<speak>Call <sub alias="the consortium">W3C</sub>.<break time="250ms"/>Say <phoneme alphabet="cmu" ph="T AH M EY T OW">tomato</phoneme>.</speak>"#;
+    let o = cosy(dir.path(), &file_args(prompt, "out.wav", &["--show-text"], ssml));
+    ok(&o, "--show-text of SSML");
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "Call the consortium.\n[pause: 6000 samples of silence]\nSay [T][AH][M][EY][T][OW].\n");
+    let o = cosy(dir.path(), &file_args(prompt, "bad.wav", &[], "<speak>Hi <break time=\"1s\"></speak>"));
+    refused(&o, "bad SSML", &["invalid SSML"]);
+    let o = cosy(dir.path(), &file_args(prompt, "bad.wav", &[], "<speak>Hi\n<prosody rate=\"slow\">x</prosody></speak>"));
+    refused(&o, "unsupported SSML", &["invalid SSML at line 2, column 1: <prosody> is not in the SSML cosy reads"]);
+    assert!(!dir.path().join("bad.wav").exists(), "nothing is said for bad markup");
+}
