@@ -61,6 +61,11 @@ pub fn split(text: &str, sample_rate: u32) -> Result<Vec<Piece<'_>>> {
     Ok(pieces)
 }
 
+/// Whether `length` (`0.5s`, `500ms`) is a pause a tag may ask for (SSML's `<break time>`).
+pub fn is_pause_length(length: &str) -> bool {
+    pause_samples(length, 1).is_ok()
+}
+
 /// Byte offset of the next `[pause:` in any case.
 fn find_open(text: &str) -> Option<usize> {
     text.char_indices()

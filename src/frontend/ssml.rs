@@ -69,10 +69,10 @@ fn element(doc: &Document<'_>, node: Node<'_, '_>, out: &mut String) -> Result<(
                 }
                 .to_string(),
             };
+            if !crate::frontend::pause::is_pause_length(&time) {
+                return Err(at(doc, node, format!("<break time={time:?}>: give seconds or milliseconds up to 10 s, as \"0.5s\" or \"500ms\"")));
+            }
             let tag = format!("[pause:{time}]");
-            crate::frontend::pause::split(&tag, 24_000).map_err(|_| {
-                at(doc, node, format!("<break time={time:?}>: give seconds or milliseconds up to 10 s, as \"0.5s\" or \"500ms\""))
-            })?;
             out.push(' ');
             out.push_str(&tag);
             out.push(' ');
