@@ -277,6 +277,15 @@ impl ModelDir {
         self.root.join(file)
     }
 
+    /// Absolute path of the file the manifest lists under `key` (`"tokenizer"`, `"side"`).
+    pub fn listed_file(&self, key: &str) -> Result<PathBuf> {
+        self.manifest
+            .files
+            .get(key)
+            .map(|f| self.path_of(&f.file))
+            .ok_or_else(|| Error::model(&self.root, format!("manifest.json lists no {key} file")))
+    }
+
     /// Stages the runtime knows that the manifest does not list.
     pub fn missing_stages(&self) -> Vec<&'static str> {
         STAGES.iter().copied().filter(|s| !self.manifest.graphs.contains_key(*s)).collect()

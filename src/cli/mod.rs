@@ -86,6 +86,11 @@ pub enum Command {
         #[command(subcommand)]
         action: SpeechDispatcherAction,
     },
+    /// The pronunciation lexicon (text.lexicon; docs/text.md).
+    Lexicon {
+        #[command(subcommand)]
+        action: LexiconAction,
+    },
     /// Print a shell completion script.
     Completions {
         /// bash, zsh, fish, elvish or powershell.
@@ -94,6 +99,16 @@ pub enum Command {
     /// Print the man page (roff) on standard output; scripts/install.sh installs it as cosy.1.
     #[command(hide = true)]
     Manpage,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum LexiconAction {
+    /// Check a lexicon file: its format, and that its phonemes are in the model's tokenizer (one
+    /// line per bad entry; exit 1 if any).
+    Check {
+        /// The lexicon (TOML).
+        file: PathBuf,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -558,6 +573,16 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
             SpeechDispatcherAction::Install { config_dir } => crate::speechd::install_for_user(&config, config_dir.as_deref()),
             SpeechDispatcherAction::Remove => crate::speechd::remove_for_user(),
         },
+        Command::Lexicon { action: LexiconAction::Check { file } } => {
+            let bad = cosy::frontend::lexicon::check_file(file, &config.model_dir)?;
+            for line in &bad {
+                println!("{}: {line}", file.display());
+            }
+            match bad.len() {
+                0 => Ok(()),
+                n => Err(anyhow::anyhow!("{}: {n} entr{} with phonemes the tokenizer does not have", file.display(), if n == 1 { "y" } else { "ies" })),
+            }
+        }
         Command::Completions { .. } | Command::Manpage => Ok(()),
         Command::Serve(args) => crate::serve::run(
             config,
@@ -848,13 +873,19 @@ fn file_command(config: &Config, settings: &crate::serve::settings::Settings, ar
     }
 }
 
-/// `cosy file --show-text`: each utterance's sentences as the model gets them, one a line.
+/// `cosy file --show-text`: each utterance's sentences as the model gets them, one a line, and
+/// its pauses.
 fn show_text(engine: &cosy::engine::Engine, jobs: Vec<FileJob>, request: &FileRequest<'_>) -> anyhow::Result<()> {
     use std::io::Write as _;
     let mut out = std::io::stdout().lock();
     for job in jobs {
-        for sentence in engine.plan_text(&request(job.text)?)? {
-            writeln!(out, "{}", sentence.replace('\\', "\\\\").replace('\n', "\\n").replace('\r', "\\r"))?;
+        for item in engine.plan_text(&request(job.text)?)? {
+            match item {
+                cosy::pipeline::Spoken::Sentence(sentence) => {
+                    writeln!(out, "{}", sentence.replace('\\', "\\\\").replace('\n', "\\n").replace('\r', "\\r"))?
+                }
+                cosy::pipeline::Spoken::Pause { samples } => writeln!(out, "[pause: {samples} samples of silence]")?,
+            }
         }
     }
     Ok(())

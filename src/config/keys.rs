@@ -274,6 +274,11 @@ pub static KEYS: &[Key<Config>] = &[
         Ok(())
     })
     .doc("What emoji become in speech (with text.markdown)."),
+    K::new("text.lexicon", "\"\"", "a path (string), or \"\" for none", |c, v| {
+        c.text.lexicon = v.path_or_default()?;
+        Ok(())
+    })
+    .doc("The pronunciation lexicon: a TOML file of words and what to say for them (docs/text.md)."),
     K::new("debug.test_hooks", "false", TRUE_FALSE, |c, v| {
         c.debug.test_hooks = v.boolean()?;
         Ok(())

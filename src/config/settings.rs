@@ -170,6 +170,8 @@ pub struct TextSettings {
     /// How Markdown and chat text is spoken (`crate::frontend::markdown`); a request may turn
     /// its `markdown` off (`crate::request::Normalization`).
     pub markdown: MarkdownSettings,
+    /// `text.lexicon`: the pronunciation lexicon file (`crate::frontend::lexicon`), if any.
+    pub lexicon: Option<PathBuf>,
 }
 
 /// `text.markdown`, `text.code_blocks`, `text.symbols`: the Markdown category of normalisation.
@@ -419,7 +421,7 @@ impl Default for Config {
             voices: VoiceSettings { dir: paths::voices_dir(), default: None, aliases: BTreeMap::new() },
             limits: LimitSettings { max_text_chars: 5000, max_prompt_text_chars: 2000 },
             engine: EngineSettings { max_batch: 16, max_in_flight: 16, max_queue: 64, dit_max_batch: 8, prompt_cache_bytes: 2 << 30, prompt_cache: CpuSwitch::Auto, prompt_cache_disk_bytes: 4 << 30, first_audio_priority: CpuSwitch::Auto, file_concurrency: 4, idle_unload_s: 0 },
-            text: TextSettings { normalizer: NormalizerChoice::Auto, markdown: MarkdownSettings::ON },
+            text: TextSettings { normalizer: NormalizerChoice::Auto, markdown: MarkdownSettings::ON, lexicon: None },
             debug: DebugSettings::default(),
             source_file: None,
             sources: Sources::default(),

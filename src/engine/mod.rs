@@ -349,8 +349,8 @@ impl Engine {
     }
 
     /// The sentences of a whole-text request exactly as the model gets them (after Markdown,
-    /// normalisation and splitting), without synthesising (`cosy file --show-text`).
-    pub fn plan_text(&self, request: &Request) -> Result<Vec<String>> {
+    /// normalisation and splitting), and its pauses, without synthesising (`cosy file --show-text`).
+    pub fn plan_text(&self, request: &Request) -> Result<Vec<crate::pipeline::Spoken>> {
         let model = self.residency.acquire()?;
         Ok(model.synth.plan_text(request)?.1)
     }

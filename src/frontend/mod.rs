@@ -7,6 +7,11 @@
 //! * [`align`]: trims prompt speech tokens and prompt mel to the 1:2 ratio the flow needs.
 //! * [`tokenizer`]: the Qwen2 BPE + CosyVoice3 specials, loaded from the exported `tokenizer.json`.
 //! * [`text`]: the official text frontend's rules (bypass, zh/en post rules, sentence splitting).
+//! * [`lexicon`]: the user's pronunciation lexicon (`text.lexicon`): words to replacement text or
+//!   phoneme tokens.
+//! * [`pause`]: pause tags (`[pause:0.5s]`): a text cut into stretches and exact silences.
+//! * [`ssml`]: the SSML subset (`<speak>`, `<break>`, `<sub>`, `<say-as>`, `<phoneme>`) as plain
+//!   text and pause tags.
 //! * [`tn`]: wetext text normalisation (the official frontend's TN grammars run as FSTs).
 //! * [`prompt`]: the prompt modes (zero-shot, cross-lingual, instruct, raw) and the
 //!   `<|endofprompt|>` rules.
@@ -14,11 +19,14 @@
 pub mod align;
 pub mod audio;
 pub mod fbank;
+pub mod lexicon;
 pub mod markdown;
 pub mod mel;
 pub mod numbers;
+pub mod pause;
 pub mod prompt;
 pub mod resample;
+pub mod ssml;
 pub mod text;
 pub mod tn;
 pub mod tokenizer;

@@ -39,6 +39,8 @@ use crate::config::{Config, MarkdownSettings, NormalizerChoice};
 use crate::error::{Error, Result};
 use crate::flow::StreamParams;
 use crate::frontend::prompt::plan;
+use crate::frontend::lexicon::Lexicon;
+use crate::frontend::pause::Piece;
 use crate::frontend::markdown::{to_speech, MarkdownStream};
 use crate::frontend::text::{bypasses_frontend, is_only_punctuation, normalize, IdentityNormalizer, Normalizer};
 use crate::frontend::tn::WetextPair;
@@ -103,6 +105,15 @@ fn lock(session: &Mutex<StageSession>) -> std::sync::MutexGuard<'_, StageSession
     session.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
+/// One item of what a request says, in order ([`Synthesizer::plan_text`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Spoken {
+    /// A sentence, exactly as the model gets it.
+    Sentence(String),
+    /// Exact silence from a pause tag: this many samples of zeros.
+    Pause { samples: usize },
+}
+
 /// A loaded model ready to synthesise: its data, its open stages, and the request defaults.
 pub struct Synthesizer {
     data: ModelData,
@@ -121,6 +132,9 @@ pub struct Synthesizer {
     /// `text.markdown`, `text.code_blocks`, `text.symbols`: how Markdown is read unless a request
     /// turns it off.
     markdown: MarkdownSettings,
+    /// `text.lexicon`: the user's pronunciation lexicon, applied after Markdown and before the
+    /// official frontend (empty without one).
+    lexicon: Lexicon,
 }
 
 /// A model folder's data, read and checked before any session is opened: everything the
@@ -163,13 +177,7 @@ impl ModelData {
             return Err(model_err(&dir, format!("{first}{more}; re-export the model")));
         }
         let constants = ModelConstants::from_manifest(&dir)?;
-        let file_of = |key: &str| -> Result<PathBuf> {
-            dir.manifest
-                .files
-                .get(key)
-                .map(|f| dir.path_of(&f.file))
-                .ok_or_else(|| model_err(&dir, format!("manifest.json lists no {key} file")))
-        };
+        let file_of = |key: &str| dir.listed_file(key);
         let side = Arc::new(SideFile::open(&file_of("side")?)?);
         let embeddings = SideEmbeddings::new(side.clone())?;
         if embeddings_hidden(&embeddings) != constants.llm_shape.hidden {
@@ -254,6 +262,10 @@ impl Synthesizer {
             frontend_precision: config.precision_for(crate::vocab::StageGroup::Frontend),
             profiler,
             markdown: config.text.markdown,
+            lexicon: match &config.text.lexicon {
+                Some(path) => Lexicon::load(path)?,
+                None => Lexicon::default(),
+            },
         })
     }
 
@@ -277,19 +289,74 @@ impl Synthesizer {
         &self.data.tokenizer
     }
 
-    /// The sentences a request's text becomes, and the prompt text (both after the frontend).
-    pub fn plan_text(&self, req: &Request) -> Result<(String, Vec<String>)> {
+    /// What a request's text becomes, in order: the sentences as the model gets them and the
+    /// pauses of its pause tags (`frontend::pause`); and the prompt text (both after the frontend).
+    pub fn plan_text(&self, req: &Request) -> Result<(String, Vec<Spoken>)> {
         let written = req.text.trim_end_matches(['\n', '\r']);
         check_speakable(written)?;
         check_text_length(written, self.max_text_chars)?;
+        // SSML (a text that starts with `<speak>`) becomes plain text and pause tags first; it is
+        // not Markdown.
+        let ssml_text;
+        let (written, markdown) = if req.text_frontend && crate::frontend::ssml::is_ssml(written) {
+            ssml_text = crate::frontend::ssml::to_text(written)?;
+            (ssml_text.as_str(), false)
+        } else {
+            (written, true)
+        };
+        // Pause tags are part of the text layer: text the frontend does not see keeps them as written.
+        let pieces = if req.text_frontend && !bypasses_frontend(written) {
+            crate::frontend::pause::split(written, self.data.constants.sample_rate)?
+        } else {
+            vec![Piece::Text(written)]
+        };
+        let mut spoken = Vec::new();
+        let mut read_text = String::new();
+        let mut prompt_text = None;
+        for piece in pieces {
+            match piece {
+                Piece::Pause { samples } => spoken.push(Spoken::Pause { samples }),
+                Piece::Text(text) => {
+                    let (prompt, read, sentences) = self.sentences_of(text, req, markdown);
+                    prompt_text.get_or_insert(prompt);
+                    read_text.push_str(&read);
+                    spoken.extend(sentences.into_iter().map(Spoken::Sentence));
+                }
+            }
+        }
+        let prompt_text = match prompt_text {
+            Some(prompt) if spoken.iter().any(|s| matches!(s, Spoken::Sentence(_))) && !is_only_punctuation(read_text.trim()) => prompt,
+            _ => {
+                return Err(Error::invalid(format!(
+                    "the text {:?} has nothing speakable (only punctuation, symbols, emoji or blanks); give some words",
+                    shorten(written.trim(), 40)
+                )))
+            }
+        };
+        Ok((self.prompt_text_of(&prompt_text, req.text_frontend), spoken))
+    }
+
+    /// One stretch of a request's text (between pause tags) through the text layer: Markdown, the
+    /// lexicon, the official frontend (`markdown`: false for text from SSML). Returns the prompt
+    /// text before normalisation, the text as read before the official frontend, and its non-blank
+    /// sentences.
+    fn sentences_of(&self, written: &str, req: &Request, markdown: bool) -> (String, String, Vec<String>) {
         // Markdown is read before the official frontend; markup (`<|…|>`) bypasses both.
         let read;
         let text = match self.markdown_for(&req.normalization, req.text_frontend) {
-            Some(settings) if !bypasses_frontend(written) => {
+            Some(settings) if markdown && !bypasses_frontend(written) => {
                 read = to_speech(written, settings);
                 read.as_str()
             }
             _ => written,
+        };
+        // The lexicon reads the words as the user said, after Markdown, before the official frontend.
+        let pronounced;
+        let text = if req.text_frontend && !self.lexicon.is_empty() && !bypasses_frontend(written) {
+            pronounced = self.lexicon.apply(text);
+            pronounced.as_str()
+        } else {
+            text
         };
         let p = plan(&req.voice.mode(), text, req.text_frontend);
         let count = |s: &str| self.data.tokenizer.count(s);
@@ -298,14 +365,8 @@ impl Synthesizer {
         } else {
             vec![p.tts_text.clone()]
         };
-        let segments: Vec<String> = segments.into_iter().filter(|s| !s.trim().is_empty()).collect();
-        if segments.is_empty() || is_only_punctuation(text.trim()) {
-            return Err(Error::invalid(format!(
-                "the text {:?} has nothing speakable (only punctuation, symbols, emoji or blanks); give some words",
-                shorten(written.trim(), 40)
-            )));
-        }
-        Ok((self.prompt_text_of(&p.prompt_text, req.text_frontend), segments))
+        let segments = segments.into_iter().filter(|s| !s.trim().is_empty()).collect();
+        (p.prompt_text, text.to_string(), segments)
     }
 
     /// How a request's text is read as Markdown, if it is ([`Normalization::markdown`]).
@@ -341,7 +402,14 @@ impl Synthesizer {
         let profiler = self.profiler.for_request();
         let frontend_span = profiler.span("frontend");
         let tokenizer_span = profiler.span("frontend.tokenizer");
-        let (prompt_text, segments) = self.plan_text(req)?;
+        let (prompt_text, spoken) = self.plan_text(req)?;
+        let segments: Vec<&String> = spoken
+            .iter()
+            .filter_map(|s| match s {
+                Spoken::Sentence(sentence) => Some(sentence),
+                Spoken::Pause { .. } => None,
+            })
+            .collect();
         let p = plan(&req.voice.mode(), &req.text, req.text_frontend);
         let prompt_text_token = self.encode(&prompt_text)?;
         tokenizer_span.end();
@@ -351,10 +419,23 @@ impl Synthesizer {
         self.check_forced_tokens(&prompt, req.ignore_stop_until)?;
         let mut run = RequestRun::new(self, req, observer, &profiler);
         let mut summary = Summary { sentences: segments.len(), ..Summary::default() };
-        for (i, segment) in segments.iter().enumerate() {
+        let mut i = 0;
+        for item in &spoken {
             if observer.cancelled() {
                 return Err(Error::Cancelled);
             }
+            let segment = match item {
+                Spoken::Sentence(sentence) => sentence,
+                Spoken::Pause { samples } => {
+                    // Exact silence between the audio around it, as one chunk of zeros.
+                    if *samples > 0 {
+                        summary.samples += samples;
+                        summary.chunks += 1;
+                        on_chunk(&vec![0.0; *samples])?;
+                    }
+                    continue;
+                }
+            };
             let text_token = {
                 let _f = profiler.span("frontend");
                 let _t = profiler.span("frontend.tokenizer");
@@ -398,6 +479,7 @@ impl Synthesizer {
                     sample_rate: self.data.constants.sample_rate,
                 })?;
             }
+            i += 1;
         }
         summary.stages = StageTimes::of(&profiler);
         Ok(summary)
@@ -499,7 +581,8 @@ impl Synthesizer {
     fn normalize_span(&self, span: &str) -> String {
         let count = |s: &str| self.data.tokenizer.count(s);
         let lead = if span.starts_with(char::is_whitespace) { " " } else { "" };
-        format!("{lead}{}", normalize(span, true, self.data.normalizer.as_ref(), &count).text)
+        let span = self.lexicon.apply(span);
+        format!("{lead}{}", normalize(&span, true, self.data.normalizer.as_ref(), &count).text)
     }
 
     fn encode(&self, text: &str) -> Result<Vec<i64>> {

@@ -443,3 +443,97 @@ fn show_text_prints_the_sentences_the_model_gets() {
     ok(&with, "plain text");
     assert_eq!(String::from_utf8_lossy(&with.stdout), String::from_utf8_lossy(&without.stdout));
 }
+
+/// `text.lexicon` (issue 32, point 4): whole words replaced before the official frontend, as
+/// `--show-text` shows; `cosy lexicon check` names the entries whose phonemes the tokenizer lacks,
+/// and a bad lexicon file is one line naming the file and line.
+#[test]
+fn lexicon_replaces_words_and_check_names_bad_entries() {
+    let dir = tempfile::tempdir().unwrap();
+    let prompt = fixture_prompt();
+    let prompt = prompt.to_str().unwrap();
+    let good = dir.path().join("good.toml");
+    fs::write(&good, "[words]\ncosy = \"cozy\"\nNguyen = { cmu = \"W IH1 N\" }\n\"行\" = { pinyin = \"hang2\" }\n").unwrap();
+    let set = format!("text.lexicon={}", good.display());
+    let text = "Cosy greets Nguyen, not cosyness. 银行";
+    let o = cosy(dir.path(), &file_args(prompt, "out.wav", &["--set", &set, "--show-text"], text));
+    ok(&o, "--show-text with a lexicon");
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "cozy greets [W][IH1][N], not cosyness。银[h][áng]。\n");
+
+    let o = cosy(dir.path(), &["lexicon", "check", good.to_str().unwrap()]);
+    ok(&o, "lexicon check of a good file");
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "");
+
+    let bad = dir.path().join("bad.toml");
+    fs::write(&bad, "[words]\nfine = { cmu = \"F AY1 N\" }\nodd = { cmu = \"Q AA1\" }\n\"哦\" = { pinyin = \"zzz\" }\n").unwrap();
+    let o = cosy(dir.path(), &["lexicon", "check", bad.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1), "{}", String::from_utf8_lossy(&o.stderr));
+    let b = bad.display();
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout),
+        format!("{b}: line 3: \"odd\": not in the tokenizer: [Q]\n{b}: line 4: \"哦\": not in the tokenizer: [zz]\n")
+    );
+
+    let broken = dir.path().join("broken.toml");
+    fs::write(&broken, "[words]\nfine = \"ok\"\nodd = { cmuu = \"K\" }\n").unwrap();
+    let o = cosy(dir.path(), &["lexicon", "check", broken.to_str().unwrap()]);
+    refused(&o, "a bad lexicon file", &[&format!("lexicon {} line 3: \"odd\": unknown field \"cmuu\"", broken.display())]);
+    let set = format!("text.lexicon={}", broken.display());
+    let o = cosy(dir.path(), &file_args(prompt, "out.wav", &["--set", &set, "--show-text"], text));
+    refused(&o, "file with a bad lexicon", &[&format!("lexicon {} line 3", broken.display())]);
+}
+
+/// A pause tag (issue 32, point 3) is exact silence: the wav of a text with `[pause:0.5s]` is the
+/// wav of the same text with `[pause:0ms]` (the same stretches, no silence) with exactly
+/// round(0.5 × rate) zero samples put in where the first stretch's audio ends. A bad tag is one
+/// line naming its place, and nothing is written.
+#[test]
+fn pause_tags_give_exact_silence() {
+    let dir = tempfile::tempdir().unwrap();
+    let prompt = fixture_prompt();
+    let prompt = prompt.to_str().unwrap();
+    let read = |name: &str| -> (u32, Vec<i16>) {
+        let wav = hound::WavReader::open(dir.path().join(name)).expect("a wav");
+        let rate = wav.spec().sample_rate;
+        (rate, wav.into_samples::<i16>().map(|s| s.expect("sample")).collect())
+    };
+    let o = cosy(dir.path(), &file_args(prompt, "none.wav", &["--seed", "7"], "The fog rolled in. [pause:0ms] The light blinked twice."));
+    ok(&o, "[pause:0ms]");
+    let o = cosy(dir.path(), &file_args(prompt, "half.wav", &["--seed", "7"], "The fog rolled in. [pause:0.5s] The light blinked twice."));
+    ok(&o, "[pause:0.5s]");
+    let (rate, none) = read("none.wav");
+    let (_, half) = read("half.wav");
+    let silence = (0.5 * f64::from(rate)).round() as usize;
+    assert_eq!(half.len(), none.len() + silence, "exactly the pause's samples are added");
+    let first_difference = none.iter().zip(&half).position(|(a, b)| a != b).expect("the pause is inside the audio");
+    // The pause starts where the first stretch's audio ends: at the first difference, or just
+    // before it when that audio ends in zeros itself.
+    let start = (first_difference.saturating_sub(silence)..=first_difference)
+        .find(|&k| half[..k] == none[..k] && half[k..k + silence].iter().all(|&s| s == 0) && half[k + silence..] == none[k..])
+        .expect("the 0.5 s pause is the other wav with that many zeros put in one place");
+    assert!(start > 0 && start < none.len(), "between the two stretches' audio: {start} of {}", none.len());
+
+    let o = cosy(dir.path(), &file_args(prompt, "bad.wav", &[], "Wait [pause:half] for it."));
+    refused(&o, "a bad pause tag", &["pause tag \"[pause:half]\" at character 6 is not a pause"]);
+    let o = cosy(dir.path(), &file_args(prompt, "bad.wav", &[], "Wait [pause:11s] for it."));
+    refused(&o, "a pause too long", &["pause tag [pause:11s] at character 6 is longer than the longest pause, 10 s"]);
+    assert!(!dir.path().join("bad.wav").exists(), "nothing is written for a bad tag");
+}
+
+/// SSML (issue 32, point 3): a text starting `<speak>` is read as the SSML subset, its breaks
+/// exact pauses; bad markup is one line naming its place, and nothing is said.
+#[test]
+fn ssml_is_read_when_the_text_starts_with_speak() {
+    let dir = tempfile::tempdir().unwrap();
+    let prompt = fixture_prompt();
+    let prompt = prompt.to_str().unwrap();
+    let ssml = r#"<speak>Call <sub alias="the consortium">W3C</sub>.<break time="250ms"/>Say <phoneme alphabet="cmu" ph="T AH M EY T OW">tomato</phoneme>.</speak>"#;
+    let o = cosy(dir.path(), &file_args(prompt, "out.wav", &["--show-text"], ssml));
+    ok(&o, "--show-text of SSML");
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "Call the consortium.\n[pause: 6000 samples of silence]\nSay [T][AH][M][EY][T][OW].\n");
+    let o = cosy(dir.path(), &file_args(prompt, "bad.wav", &[], "<speak>Hi <break time=\"1s\"></speak>"));
+    refused(&o, "bad SSML", &["invalid SSML"]);
+    let o = cosy(dir.path(), &file_args(prompt, "bad.wav", &[], "<speak>Hi\n<prosody rate=\"slow\">x</prosody></speak>"));
+    refused(&o, "unsupported SSML", &["invalid SSML at line 2, column 1: <prosody> is not in the SSML cosy reads"]);
+    assert!(!dir.path().join("bad.wav").exists(), "nothing is said for bad markup");
+}
