@@ -88,11 +88,27 @@ fn is_python_digit(c: char) -> bool {
 }
 
 /// Replaces every digit run with its English words (`inflect.number_to_words`), e.g.
-/// "Room 42B" → "Room forty-twoB".
+/// "Room 42B" → "Room forty-twoB". A CMU phoneme token (`[AH0]`, [`is_cmu_token`]) is kept whole:
+/// its stress digit is part of a token of the model's vocabulary, not a number. The official
+/// frontend spells it out too (`[AHzero]`), which loses the pronunciation a user (or the
+/// lexicon, or SSML's `<phoneme>`) asked for; text without such tokens is read as officially.
 pub fn spell_out_numbers(text: &str) -> String {
     let mut out = String::with_capacity(text.len() * 2);
     let mut run = String::new();
-    for c in text.chars() {
+    let mut rest = text;
+    while let Some(c) = rest.chars().next() {
+        if c == '[' {
+            if let Some(end) = rest.bytes().take(6).position(|b| b == b']').filter(|&end| is_cmu_token(&rest[..=end])) {
+                if !run.is_empty() {
+                    out.push_str(&digits_to_words(&run));
+                    run.clear();
+                }
+                out.push_str(&rest[..=end]);
+                rest = &rest[end + 1..];
+                continue;
+            }
+        }
+        rest = &rest[c.len_utf8()..];
         if is_python_digit(c) {
             run.push(c);
             continue;
@@ -107,6 +123,15 @@ pub fn spell_out_numbers(text: &str) -> String {
         out.push_str(&digits_to_words(&run));
     }
     out
+}
+
+/// True for a CMU phoneme token with a stress digit as the tokenizer spells it: `[`, one to
+/// three capital letters, one digit 0–2, `]` (`[AH0]`, `[OW1]`, `[ER2]`).
+pub fn is_cmu_token(text: &str) -> bool {
+    let Some(inner) = text.strip_prefix('[').and_then(|t| t.strip_suffix(']')) else { return false };
+    let bytes = inner.as_bytes();
+    let (letters, stress) = bytes.split_at(bytes.len().saturating_sub(1));
+    matches!(stress, [b'0'..=b'2']) && (1..=3).contains(&letters.len()) && letters.iter().all(u8::is_ascii_uppercase)
 }
 
 fn trailing_comma_run() -> &'static Regex {
@@ -443,6 +468,17 @@ mod piece_tests {
         assert_eq!(n, 9, "every byte read is counted");
         assert_eq!(strip_bom("\u{feff}Hello".into()), "Hello");
         assert_eq!(strip_bom("Hel\u{feff}lo".into()), "Hel\u{feff}lo");
+    }
+
+    /// Digits are spelt out, but a CMU phoneme token's stress digit stays (the token is in the
+    /// vocabulary; "[AHzero]" is not).
+    #[test]
+    fn cmu_tokens_keep_their_stress_digits() {
+        assert_eq!(spell_out_numbers("Room 42B"), "Room forty-twoB");
+        assert_eq!(spell_out_numbers("say [T][AH0][M][EY1][T][OW2] 2 times"), "say [T][AH0][M][EY1][T][OW2] two times");
+        assert_eq!(spell_out_numbers("note [1] and [AH3] and [ah0] and [ABCD1]"), "note [one] and [AHthree] and [ahzero] and [ABCDone]");
+        assert_eq!(spell_out_numbers("[AH0"), "[AHzero", "an unclosed bracket is text");
+        assert!(is_cmu_token("[ER2]") && !is_cmu_token("[breath]") && !is_cmu_token("[]") && !is_cmu_token("[0]"));
     }
 
     #[test]

@@ -459,6 +459,10 @@ fn lexicon_replaces_words_and_check_names_bad_entries() {
     let o = cosy(dir.path(), &file_args(prompt, "out.wav", &["--set", &set, "--show-text"], text));
     ok(&o, "--show-text with a lexicon");
     assert_eq!(String::from_utf8_lossy(&o.stdout), "cozy greets [W][IH1][N], not cosyness。银[h][áng]。\n");
+    // English text has its numbers spelt out, but not the stress digits of the phoneme tokens.
+    let o = cosy(dir.path(), &file_args(prompt, "out.wav", &["--set", &set, "--show-text"], "Nguyen won 2 games."));
+    ok(&o, "--show-text of English text with a lexicon");
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "[W][IH1][N] won two games.\n");
 
     let o = cosy(dir.path(), &["lexicon", "check", good.to_str().unwrap()]);
     ok(&o, "lexicon check of a good file");

@@ -381,7 +381,10 @@ fn prompt_prefix_cache_on_disk_serves_the_next_engine_the_same_samples() {
     let config = config_for(&fixture_model(), cache.path());
     let voice = Voice::ZeroShot { wav: fixture_prompt(), transcript: "This recording is the voice prompt.".into() };
     let req = request("The next process reads the voice's cache from disk.", voice, 3, true, Some(60));
-    let files = || std::fs::read_dir(config.prompt_cache_dir()).map(|d| d.flatten().count()).unwrap_or(0);
+    // The cache files (beside them, the lock file the writers share: cosy::fsx::LOCK_FILE).
+    let files = || {
+        std::fs::read_dir(config.prompt_cache_dir()).map(|d| d.flatten().filter(|e| e.file_name() != cosy::fsx::LOCK_FILE).count()).unwrap_or(0)
+    };
     let first = {
         let engine = Engine::builder(&config).build().expect("engine");
         let out = run_alone(&engine, &req).expect("first engine");
