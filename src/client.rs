@@ -163,7 +163,7 @@ impl Client {
             let bytes = self.runtime.block_on(axum::body::to_bytes(body, ERROR_BODY_LIMIT)).unwrap_or_default();
             return Err(self.refused(status, &bytes));
         }
-        Ok(Audio { client: self, stream: body.into_data_stream(), text: Vec::new(), events: Default::default(), done: false })
+        Ok(Audio { client: self, stream: body.into_data_stream(), text: Vec::new(), scanned: 0, events: Default::default(), done: false })
     }
 
     /// One request on a new connection (the socket is local: a connection costs next to nothing).
@@ -264,6 +264,9 @@ pub struct Audio<'a> {
     stream: axum::body::BodyDataStream,
     /// Event-stream text not yet ended by a blank line.
     text: Vec<u8>,
+    /// How far into [`Self::text`] no blank line starts: the next search starts there, so an event
+    /// arriving in many transport pieces is scanned once, not once per piece.
+    scanned: usize,
     /// Events read, not yet handed out.
     events: std::collections::VecDeque<ServerEvent>,
     /// `speech.audio.done` was read.
@@ -303,10 +306,13 @@ impl Audio<'_> {
                 Some(Err(e)) => return Err(self.client.broken(format!("the audio stopped midway ({e})"))),
                 Some(Ok(bytes)) => self.text.extend_from_slice(&bytes),
             }
-            while let Some(end) = self.text.windows(2).position(|w| w == b"\n\n") {
+            while let Some(end) = self.text[self.scanned..].windows(2).position(|w| w == b"\n\n").map(|i| i + self.scanned) {
                 let event: Vec<u8> = self.text.drain(..end + 2).collect();
+                self.scanned = 0;
                 self.read_event(&event[..end])?;
             }
+            // The last byte may be the first of a blank line's two: the next search starts at it.
+            self.scanned = self.text.len().saturating_sub(1);
             if self.text.len() > MAX_EVENT_BYTES {
                 return Err(self.client.broken(format!("an event longer than {MAX_EVENT_BYTES} bytes")));
             }

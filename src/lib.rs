@@ -16,6 +16,7 @@
 
 pub mod app;
 pub mod audio;
+pub mod captions;
 pub mod config;
 pub mod engine;
 pub mod error;
