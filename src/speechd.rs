@@ -149,14 +149,16 @@ pub fn install(conf: &str, config_dir: &Path, module_dir: &Path, generic: &Path)
     let modules = config_dir.join("modules");
     std::fs::create_dir_all(&modules).with_context(|| format!("cannot create {}", modules.display()))?;
     let conf_path = modules.join(format!("{MODULE}.conf"));
-    let tmp = modules.join(format!(".{MODULE}.conf.tmp"));
-    std::fs::write(&tmp, conf).with_context(|| format!("cannot write {}", tmp.display()))?;
-    std::fs::rename(&tmp, &conf_path).with_context(|| format!("cannot write {}", conf_path.display()))?;
+    // Through fsx: replaced whole, and a failure names the final path and the fix, never a temp.
+    cosy::fsx::Dest::new(&conf_path, "the speech-dispatcher module config").write(conf.as_bytes())?;
     std::fs::create_dir_all(module_dir).with_context(|| format!("cannot create {}", module_dir.display()))?;
     let link = module_dir.join(format!("sd_{MODULE}"));
-    let tmp_link = module_dir.join(format!(".sd_{MODULE}.tmp"));
-    let _ = std::fs::remove_file(&tmp_link);
-    std::os::unix::fs::symlink(generic, &tmp_link).with_context(|| format!("cannot create {}", tmp_link.display()))?;
-    std::fs::rename(&tmp_link, &link).with_context(|| format!("cannot create {}", link.display()))?;
+    let link_dest = cosy::fsx::Dest::new(&link, "the speech-dispatcher module link");
+    let tmp_link = link_dest.temp_path();
+    std::os::unix::fs::symlink(generic, &tmp_link).map_err(|e| link_dest.error(e))?;
+    if let Err(e) = std::fs::rename(&tmp_link, &link) {
+        let _ = std::fs::remove_file(&tmp_link);
+        return Err(link_dest.error(e).into());
+    }
     Ok((conf_path, link))
 }
