@@ -36,14 +36,22 @@ pub enum CaptionFormat {
 }
 
 impl CaptionFormat {
-    /// The format a caption file's extension names (`.srt`, `.vtt`, `.json`), if any.
-    pub fn from_path(path: &std::path::Path) -> Option<CaptionFormat> {
-        match path.extension()?.to_str()?.to_ascii_lowercase().as_str() {
+    /// The names [`Self::parse`] takes, for messages.
+    pub const ALLOWED: &'static str = "\"srt\", \"vtt\" or \"json\"";
+
+    /// A format by its name (`srt`, `vtt`, `json`; any case, blanks around ignored).
+    pub fn parse(name: &str) -> Option<CaptionFormat> {
+        match name.trim().to_ascii_lowercase().as_str() {
             "srt" => Some(CaptionFormat::Srt),
-            "vtt" => Some(CaptionFormat::Vtt),
+            "vtt" | "webvtt" => Some(CaptionFormat::Vtt),
             "json" => Some(CaptionFormat::Json),
             _ => None,
         }
+    }
+
+    /// The format a caption file's extension names (`.srt`, `.vtt`, `.webvtt`, `.json`), if any.
+    pub fn from_path(path: &std::path::Path) -> Option<CaptionFormat> {
+        CaptionFormat::parse(path.extension()?.to_str()?)
     }
 }
 
@@ -59,6 +67,18 @@ pub struct Timeline {
 impl Timeline {
     pub fn new() -> Timeline {
         Timeline::default()
+    }
+
+    /// The cues of one request's sentences, as its summary gives them (each sentence's text and
+    /// where its samples lie), in audio of `total` samples.
+    pub fn from_spans(spans: &[crate::request::SentenceSpan], total: u64) -> Timeline {
+        let mut timeline = Timeline::new();
+        for span in spans {
+            timeline.push_silence((span.start as u64).saturating_sub(timeline.position));
+            timeline.push_sentence(&span.text, span.samples as u64);
+        }
+        timeline.push_silence(total.saturating_sub(timeline.position));
+        timeline
     }
 
     /// A sentence of `samples` samples saying `text` follows. An empty text (a pause item) is

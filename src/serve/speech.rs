@@ -13,6 +13,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Extension;
 use base64::Engine as _;
 use cosy::app::speech::{api_speed, build_request, ApiSpeed, SpeechOptions};
+use cosy::captions::CaptionFormat;
 use cosy::request::TestHooks;
 use serde::Deserialize;
 use tokio::sync::mpsc::UnboundedReceiver;
@@ -54,6 +55,10 @@ pub struct SpeechParams {
     pub seed: Option<u64>,
     /// Normalisation switches by category, e.g. `{"markdown": false}` (docs/text.md).
     pub normalization: Option<NormalizationParams>,
+    /// cosy's: when each sentence is said, as captions ("srt", "vtt" or "json"); a whole file
+    /// (`stream: false`) then comes as JSON with the audio in base64 beside the captions, an event
+    /// stream carries them in `speech.audio.done` (docs/server.md, "Captions").
+    pub captions: Option<String>,
     /// Test hooks, accepted only when the server runs with `debug.test_hooks = true` (tests).
     pub cosy_test: Option<TestHooksParams>,
 }
@@ -69,6 +74,7 @@ pub struct Plan {
     pub seed: Option<u64>,
     pub voice: VoiceSpec,
     pub normalization: cosy::request::Normalization,
+    pub captions: Option<CaptionFormat>,
     pub test_hooks: TestHooks,
 }
 
@@ -131,6 +137,16 @@ async fn speech(state: &Arc<AppState>, id: &RequestId, req: Request, started: In
         }
         finish.done(samples.len());
         let body = plan.format.encode_whole(&samples, state.sample_rate())?;
+        if let Some(format) = plan.captions {
+            let captions = captions_of(running.summary.as_ref(), samples.len(), format, state.sample_rate());
+            headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+            let doc = serde_json::json!({
+                "audio": base64::engine::general_purpose::STANDARD.encode(&body),
+                "content_type": plan.format.content_type(),
+                "captions": captions,
+            });
+            return Ok((headers, doc.to_string()).into_response());
+        }
         headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(plan.format.content_type()));
         return Ok((headers, body).into_response());
     }
@@ -141,7 +157,7 @@ async fn speech(state: &Arc<AppState>, id: &RequestId, req: Request, started: In
     if plan.sse {
         headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
         headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-        return Ok((headers, sse_body(stream, sentence_ends)).into_response());
+        return Ok((headers, sse_body(stream, sentence_ends, plan.captions)).into_response());
     }
     headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(plan.format.content_type()));
     Ok((headers, audio_body(stream)).into_response())
@@ -250,7 +266,23 @@ fn check(state: &AppState, p: SpeechParams, upload: Option<Vec<u8>>) -> Result<P
     let test_hooks = test_hooks_of(p.cosy_test);
     let voice = VoiceSpec { name, recording, transcript: p.ref_text, instruction: p.instructions };
     let normalization = NormalizationParams::of(p.normalization);
-    Ok(Plan { text, format, speed, stream, sse, seed: p.seed, voice, normalization, test_hooks })
+    let captions = p
+        .captions
+        .as_deref()
+        .map(|name| {
+            CaptionFormat::parse(name).ok_or_else(|| {
+                ApiError::bad_request("invalid_captions", format!("captions {name:?}: use {}", CaptionFormat::ALLOWED)).param("captions")
+            })
+        })
+        .transpose()?;
+    if captions.is_some() && stream && !sse {
+        return Err(ApiError::bad_request(
+            "invalid_captions",
+            "captions come with a whole file (\"stream\": false) or an event stream (\"stream_format\": \"sse\"), not with streamed audio bytes",
+        )
+        .param("captions"));
+    }
+    Ok(Plan { text, format, speed, stream, sse, seed: p.seed, voice, normalization, captions, test_hooks })
 }
 
 /// Streamed audio bytes; an error after the first byte aborts the connection (the client sees a
@@ -282,7 +314,7 @@ fn sse_event(value: &serde_json::Value) -> Bytes {
 /// Where a sentence's audio ends is a delta with no audio and `sentence_end` (samples from the
 /// start), sent as soon as the engine says so and never before the delta carrying that audio: an
 /// extra field on an event OpenAI's clients already read (they append empty audio), so none breaks.
-fn sse_body(stream: Encoded, sentence_ends: Option<UnboundedReceiver<u64>>) -> Body {
+fn sse_body(stream: Encoded, sentence_ends: Option<UnboundedReceiver<u64>>, captions: Option<CaptionFormat>) -> Body {
     let b64 = &base64::engine::general_purpose::STANDARD;
     let end_event = |end: u64| sse_event(&serde_json::json!({ "type": "speech.audio.delta", "audio": "", "sentence_end": end }));
     // (the audio, the sentence ends still to come, an end told before its audio was sent)
@@ -321,7 +353,7 @@ fn sse_body(stream: Encoded, sentence_ends: Option<UnboundedReceiver<u64>>) -> B
             Ok(None) => {
                 let summary = s.running.summary.clone().unwrap_or_default();
                 let rate = s.finish.state.sample_rate();
-                let event = serde_json::json!({
+                let mut event = serde_json::json!({
                     "type": "speech.audio.done",
                     "usage": {
                         "input_tokens": summary.text_tokens,
@@ -331,7 +363,11 @@ fn sse_body(stream: Encoded, sentence_ends: Option<UnboundedReceiver<u64>>) -> B
                     "audio_seconds": s.samples as f64 / f64::from(rate),
                     "sample_rate": rate,
                     "timing": s.finish.timing(s.running.summary.as_ref(), s.samples),
+                    "sentences": sentences_of(s.running.summary.as_ref(), rate),
                 });
+                if let Some(format) = captions {
+                    event["captions"] = captions_of(s.running.summary.as_ref(), s.samples, format, rate);
+                }
                 // The last sentence's end is told just before the request is done: both are
                 // waiting now, and the end goes first.
                 let mut last = Vec::new();
@@ -350,4 +386,33 @@ fn sse_body(stream: Encoded, sentence_ends: Option<UnboundedReceiver<u64>>) -> B
         }
     });
     Body::from_stream(stream)
+}
+
+/// Each sentence said, with where its audio lies (samples and seconds), from the request's
+/// summary: `speech.audio.done`'s `sentences`.
+fn sentences_of(summary: Option<&cosy::request::Summary>, rate: u32) -> serde_json::Value {
+    let seconds = |s: usize| s as f64 / f64::from(rate);
+    let spans = summary.map(|s| s.spans.as_slice()).unwrap_or_default();
+    spans
+        .iter()
+        .map(|span| {
+            let end = span.start + span.samples;
+            serde_json::json!({
+                "text": span.text, "start_sample": span.start, "end_sample": end,
+                "start": seconds(span.start), "end": seconds(end),
+            })
+        })
+        .collect()
+}
+
+/// The request's captions in `format` (the library's [`cosy::captions`], one rule for the CLI and
+/// the server): SRT or WebVTT text, or the JSON form as an object.
+fn captions_of(summary: Option<&cosy::request::Summary>, samples: usize, format: CaptionFormat, rate: u32) -> serde_json::Value {
+    let spans = summary.map(|s| s.spans.as_slice()).unwrap_or_default();
+    let timeline = cosy::captions::Timeline::from_spans(spans, samples as u64);
+    let text = timeline.render(format, rate);
+    match format {
+        CaptionFormat::Json => serde_json::from_str(&text).unwrap_or(serde_json::Value::Null),
+        CaptionFormat::Srt | CaptionFormat::Vtt => serde_json::Value::from(text),
+    }
 }

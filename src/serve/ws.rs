@@ -226,7 +226,7 @@ async fn run_session(
         }
         None => TextStream::sentences(engine, &state.config, setup.speech),
     };
-    let mut events = Events { sink, state, id, bistream: setup.bistream.is_some(), current: None };
+    let mut events = Events { sink, state, id, bistream: setup.bistream.is_some(), current: None, position: 0 };
     events.run(client, stream).await
 }
 
@@ -336,6 +336,9 @@ struct Events<'a> {
     bistream: bool,
     /// The segment speaking.
     current: Option<Running>,
+    /// Samples of the session's audio sent before the segment speaking: where each segment's
+    /// audio lies in the whole (`audio.done`'s `start_sample`/`end_sample`, for captions).
+    position: u64,
 }
 
 impl Events<'_> {
@@ -415,14 +418,22 @@ impl Events<'_> {
         let finish = Finish::of_segment(self.state, self.id, end);
         finish.done(end.samples);
         let timing = finish.timing(ended.and_then(|r| r.summary.as_ref()), end.samples);
+        let (start_sample, end_sample) = (self.position, self.position + end.samples as u64);
+        self.position = end_sample;
         if !self.bistream {
-            return self.send(json!({ "type": "audio.done", "segment": end.index, "samples": end.samples, "timing": timing })).await;
+            return self
+                .send(json!({
+                    "type": "audio.done", "segment": end.index, "samples": end.samples,
+                    "start_sample": start_sample, "end_sample": end_sample, "timing": timing,
+                }))
+                .await;
         }
         if end.first_audio.is_none() {
             self.send(json!({ "type": "audio.start", "segment": end.index })).await?;
         }
         self.send(json!({
             "type": "audio.done", "segment": end.index, "samples": end.samples,
+            "start_sample": start_sample, "end_sample": end_sample,
             "text": end.text, "ended_early": end.ended_early, "timing": timing,
         }))
         .await

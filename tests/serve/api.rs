@@ -154,10 +154,66 @@ When he finally retired, the village gathered on the pier with music and lantern
     assert_eq!(ends.last(), Some(&samples), "the last sentence ends with the audio");
     let rate = done["sample_rate"].as_f64().expect("sample_rate");
     assert!((done["audio_seconds"].as_f64().expect("audio_seconds") - samples as f64 / rate).abs() < 1e-9, "{done}");
+    // The done event lists the sentences said, each where its audio lies: the same ends.
+    let sentences = done["sentences"].as_array().expect("sentences");
+    let told: Vec<u64> = sentences.iter().map(|s| s["end_sample"].as_u64().expect("end_sample")).collect();
+    assert_eq!(told, ends, "{done}");
+    assert_eq!(sentences[0]["start_sample"], 0, "{done}");
+    assert!(sentences.iter().all(|s| s["text"].as_str().is_some_and(|t| !t.is_empty())), "{done}");
     // The same audio as without the ends: the streamed pcm.
     let streamed = server.post_json("/v1/audio/speech", &json!({"input": text, "voice": "me", "seed": 3, "response_format": "pcm", "cosy_test": {"min_tokens": 8, "max_tokens": 8}}));
     assert_eq!(streamed.status, 200, "{}", streamed.text());
     assert!(streamed.body == pcm, "SSE audio differs from the streamed pcm");
+}
+
+/// A whole file can come with captions (issue 33): JSON with the audio in base64 and the SRT,
+/// whose cues are the sentences where their samples lie (the event stream's sentence ends, to the
+/// millisecond); captions with streamed audio bytes, or an unknown caption format, are refused.
+#[test]
+fn a_whole_file_comes_with_captions_where_its_sentences_lie() {
+    let server = start_server(&["debug.test_hooks=true"]);
+    // Two sentences long enough not to be merged into one by the official splitter.
+    let text = "The old lighthouse keeper walked along the narrow path every single evening, carrying a lantern, a notebook and a small loaf of bread for the gulls that waited for him on the rocks, and he wrote down the colour of the sky and the strength of the wind. \
+The fishermen who came back late in the autumn storms said that his light was the last thing they saw before the harbour, a steady yellow eye above the black water that never blinked, never faltered and never once went out in forty years of service.";
+    let hooks = json!({"min_tokens": 8, "max_tokens": 8});
+    let r = server.post_json("/v1/audio/speech", &json!({"input": text, "voice": "me", "seed": 3, "stream": false, "response_format": "wav", "captions": "srt", "cosy_test": hooks}));
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.header("content-type"), Some("application/json"));
+    let v = r.json();
+    assert_eq!(v["content_type"], "audio/wav", "{v}");
+    let wav = cosy::frontend::audio::decode_bytes(std::path::Path::new("wav"), unbase64(v["audio"].as_str().expect("audio"))).expect("the audio decodes");
+    let srt = v["captions"].as_str().expect("captions");
+    let sse = server.post_json("/v1/audio/speech", &json!({"input": text, "voice": "me", "seed": 3, "stream": false, "stream_format": "sse", "response_format": "pcm", "captions": "vtt", "cosy_test": hooks}));
+    assert_eq!(sse.status, 200, "{}", sse.text());
+    let done: serde_json::Value = sse
+        .text()
+        .split("\n\n")
+        .filter_map(|e| e.strip_prefix("data: "))
+        .map(|e| serde_json::from_str::<serde_json::Value>(e).expect("event JSON"))
+        .find(|e| e["type"] == "speech.audio.done")
+        .expect("speech.audio.done");
+    let sentences = done["sentences"].as_array().expect("sentences");
+    assert_eq!(sentences.len(), 2, "{done}");
+    assert_eq!(sentences[1]["end_sample"].as_u64(), Some(wav.samples.len() as u64), "{done}");
+    assert!(done["captions"].as_str().is_some_and(|c| c.starts_with("WEBVTT")), "{done}");
+    let ms = |samples: &serde_json::Value| {
+        let ms = (samples.as_u64().expect("samples") * 1000 + 12_000) / 24_000;
+        format!("{:02}:{:02}:{:02},{:03}", ms / 3_600_000, ms / 60_000 % 60, ms / 1000 % 60, ms % 1000)
+    };
+    let cues: Vec<&str> = srt.split("\n\n").filter(|c| !c.trim().is_empty()).collect();
+    assert_eq!(cues.len(), 2, "{srt}");
+    for (i, (cue, sentence)) in cues.iter().zip(sentences).enumerate() {
+        let lines: Vec<&str> = cue.lines().collect();
+        assert_eq!(lines[0], (i + 1).to_string(), "{srt}");
+        assert_eq!(lines[1], format!("{} --> {}", ms(&sentence["start_sample"]), ms(&sentence["end_sample"])), "{srt}");
+        assert_eq!(lines[2], sentence["text"].as_str().expect("text").trim(), "{srt}");
+    }
+    let streamed = server.post_json("/v1/audio/speech", &json!({"input": text, "voice": "me", "captions": "srt", "cosy_test": hooks}));
+    assert_eq!(streamed.status, 400, "{}", streamed.text());
+    assert!(streamed.error_message().contains("\"stream\": false"), "{}", streamed.text());
+    let unknown = server.post_json("/v1/audio/speech", &json!({"input": text, "voice": "me", "stream": false, "captions": "ass"}));
+    assert_eq!(unknown.status, 400, "{}", unknown.text());
+    assert_eq!(unknown.json()["error"]["param"], "captions", "{}", unknown.text());
 }
 
 #[test]

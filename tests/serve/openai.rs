@@ -346,6 +346,13 @@ fn websocket_text_after_an_early_end_is_a_new_segment() {
     assert!(dones.iter().all(|d| d["samples"].as_u64().unwrap() > 0), "every segment is spoken: {events:?}");
     let samples: u64 = dones.iter().map(|d| d["samples"].as_u64().unwrap()).sum();
     assert_eq!(samples * 2, pcm.len() as u64);
+    // Where each segment lies in the session's audio (captions): end to end, from 0 to the last.
+    let mut position = 0;
+    for d in &dones {
+        assert_eq!(d["start_sample"].as_u64(), Some(position), "{d}");
+        position += d["samples"].as_u64().unwrap();
+        assert_eq!(d["end_sample"].as_u64(), Some(position), "{d}");
+    }
     let spoken: String = dones.iter().map(|d| d["text"].as_str().unwrap()).collect();
     assert_eq!(spoken, format!("{text}{tail}"), "the segments' texts are all the text");
     assert!(dones[..dones.len() - 1].iter().all(|d| d["ended_early"] == true), "{events:?}");
