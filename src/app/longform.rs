@@ -186,8 +186,10 @@ pub struct Job {
     sample_rate: u32,
     /// The job's sentences, by index: their texts.
     sentences: Vec<String>,
-    /// Which sentences have a complete file.
-    done: BTreeSet<usize>,
+    /// The sentences with a complete file: their sample counts.
+    done: BTreeMap<usize, usize>,
+    /// Each sentence's chapter.
+    chapter_of: Vec<usize>,
     /// Whether this open resumed a job made before.
     resumed: bool,
     _lock: FolderLock,
@@ -488,10 +490,16 @@ impl Job {
                 PlannedPart::Pause(_) => None,
             })
             .collect();
-        let mut job = Job { dir: dir.to_path_buf(), spec, plan, sample_rate, sentences, done: BTreeSet::new(), resumed, _lock: lock };
+        let chapter_of = plan
+            .chapters
+            .iter()
+            .enumerate()
+            .flat_map(|(c, chapter)| chapter.parts.iter().filter(|p| matches!(p, PlannedPart::Sentence(_))).map(move |_| c))
+            .collect();
+        let mut job = Job { dir: dir.to_path_buf(), spec, plan, sample_rate, sentences, done: BTreeMap::new(), chapter_of, resumed, _lock: lock };
         for k in 0..job.sentences.len() {
-            if read_sentence(&job.sentence_path(k))?.is_some() {
-                job.done.insert(k);
+            if let Some(samples) = read_sentence(&job.sentence_path(k))? {
+                job.done.insert(k, samples.len());
             }
         }
         Ok(job)
@@ -517,16 +525,16 @@ impl Job {
     /// flight are cancelled, what is finished stays, and the run ends with [`Error::Cancelled`]).
     /// Gives back the whole job in order once every sentence is done.
     pub fn run(&mut self, engine: &Engine, mut progress: impl FnMut(&Progress) -> ControlFlow<()>) -> Result<Finished> {
-        let todo: Vec<usize> = (0..self.sentences.len()).filter(|k| !self.done.contains(k)).collect();
+        let todo: Vec<usize> = (0..self.sentences.len()).filter(|k| !self.done.contains_key(k)).collect();
         let (running, queue) = engine.limits();
         let workers = self.spec.in_flight.clamp(1, (running + queue).max(1)).min(todo.len().max(1));
         let stop = Arc::new(AtomicBool::new(false));
         let next = Mutex::new(todo.iter().copied());
         let started = Instant::now();
-        let made_at_start = self.done.len();
-        // The finished set is the caller's side's alone while the workers share `self`.
-        let mut done = std::mem::take(&mut self.done);
-        let (tx, rx) = crossbeam_channel::unbounded::<(usize, Result<()>)>();
+        // The finished sentences are this side's alone while the workers share `self`.
+        let done = std::mem::take(&mut self.done);
+        let mut tally = Tally::of(self, done);
+        let (tx, rx) = crossbeam_channel::unbounded::<(usize, Result<usize>)>();
         let outcome = std::thread::scope(|scope| -> Result<()> {
             for _ in 0..workers {
                 let tx = tx.clone();
@@ -548,9 +556,9 @@ impl Job {
             let mut first_error = None;
             for (k, result) in rx {
                 match result {
-                    Ok(()) => {
-                        done.insert(k);
-                        let report = self.progress(&done, done.len() - made_at_start, started.elapsed());
+                    Ok(samples) => {
+                        tally.add(self, k, samples);
+                        let report = tally.progress(self, started.elapsed());
                         if progress(&report).is_break() && !stop.swap(true, Ordering::Relaxed) {
                             first_error.get_or_insert(Error::Cancelled);
                         }
@@ -566,13 +574,13 @@ impl Job {
             }
             first_error.map_or(Ok(()), Err)
         });
-        self.done = done;
+        self.done = tally.done;
         outcome?;
         self.finished()
     }
 
     /// One sentence: its own request and seed, its samples into its file.
-    fn say_sentence(&self, engine: &Engine, k: usize, stop: &Arc<AtomicBool>) -> Result<()> {
+    fn say_sentence(&self, engine: &Engine, k: usize, stop: &Arc<AtomicBool>) -> Result<usize> {
         let mut req = self.spec.request.clone();
         req.text = self.sentences[k].clone();
         req.seed = Some(sentence_seed(self.spec.seed, k));
@@ -580,44 +588,8 @@ impl Job {
         req.normalization.as_planned = true;
         let handle = engine.submit_observed(req, Some(Arc::new(StopFlag(stop.clone()))))?;
         let (samples, _summary) = handle.wait()?;
-        Dest::new(self.sentence_path(k), format!("sentence {} of the job {}", k + 1, self.dir.display())).write(&sentence_bytes(&samples))
-    }
-
-    /// Where the job stands with `made` sentences made in this run after `elapsed`.
-    fn progress(&self, done: &BTreeSet<usize>, made: usize, elapsed: Duration) -> Progress {
-        let mut chapters_done = 0;
-        let mut samples = 0usize;
-        let mut k = 0;
-        for chapter in &self.plan.chapters {
-            let mut all = true;
-            let mut chapter_samples = 0usize;
-            for part in &chapter.parts {
-                match part {
-                    PlannedPart::Pause(n) => chapter_samples += n,
-                    PlannedPart::Sentence(_) => {
-                        if done.contains(&k) {
-                            // The header's count: the file is complete (written through fsx).
-                            chapter_samples += sentence_samples(&self.sentence_path(k)).unwrap_or(0);
-                        } else {
-                            all = false;
-                        }
-                        k += 1;
-                    }
-                }
-            }
-            chapters_done += usize::from(all);
-            samples += chapter_samples;
-        }
-        let left = self.sentences.len() - done.len();
-        let eta = (made > 0).then(|| elapsed.mul_f64(left as f64 / made as f64));
-        Progress {
-            chapters_done,
-            chapters_total: self.plan.chapters.len(),
-            sentences_done: done.len(),
-            sentences_total: self.sentences.len(),
-            audio_seconds: samples as f64 / f64::from(self.sample_rate),
-            eta,
-        }
+        Dest::new(self.sentence_path(k), format!("sentence {} of the job {}", k + 1, self.dir.display())).write(&sentence_bytes(&samples))?;
+        Ok(samples.len())
     }
 
     /// The job in order, every sentence's file checked again (one damaged since is an error that
@@ -654,12 +626,58 @@ impl Job {
     }
 }
 
-/// The sample count a complete sentence file's header gives (for progress; the file is read
-/// whole, and checked, when the job is finished).
-fn sentence_samples(path: &Path) -> Option<usize> {
-    let mut header = [0u8; 16];
-    std::fs::File::open(path).ok()?.read_exact(&mut header).ok()?;
-    (&header[..8] == SENTENCE_MAGIC).then(|| u64::from_le_bytes(header[8..16].try_into().unwrap_or_default()) as usize)
+/// A run's count of what is done, kept as sentences finish (a book has thousands: nothing is
+/// counted again per sentence).
+struct Tally {
+    /// The finished sentences' sample counts.
+    done: BTreeMap<usize, usize>,
+    /// Sentences not done yet, per chapter.
+    left_in_chapter: Vec<usize>,
+    chapters_done: usize,
+    /// The finished sentences' samples and the pauses of the finished chapters.
+    samples: usize,
+    made_at_start: usize,
+}
+
+impl Tally {
+    fn of(job: &Job, done: BTreeMap<usize, usize>) -> Tally {
+        let mut tally = Tally { left_in_chapter: vec![0; job.plan.chapters.len()], chapters_done: 0, samples: 0, made_at_start: 0, done: BTreeMap::new() };
+        for &c in &job.chapter_of {
+            tally.left_in_chapter[c] += 1;
+        }
+        for (k, samples) in done {
+            tally.add(job, k, samples);
+        }
+        tally.made_at_start = tally.done.len();
+        tally
+    }
+
+    fn add(&mut self, job: &Job, k: usize, samples: usize) {
+        if self.done.insert(k, samples).is_some() {
+            return;
+        }
+        self.samples += samples;
+        let c = job.chapter_of[k];
+        self.left_in_chapter[c] -= 1;
+        if self.left_in_chapter[c] == 0 {
+            self.chapters_done += 1;
+            self.samples += job.plan.chapters[c].parts.iter().map(|p| if let PlannedPart::Pause(n) = p { *n } else { 0 }).sum::<usize>();
+        }
+    }
+
+    /// Where the job stands, `elapsed` after this run started.
+    fn progress(&self, job: &Job, elapsed: Duration) -> Progress {
+        let made = self.done.len() - self.made_at_start;
+        let left = job.sentences.len() - self.done.len();
+        Progress {
+            chapters_done: self.chapters_done,
+            chapters_total: job.plan.chapters.len(),
+            sentences_done: self.done.len(),
+            sentences_total: job.sentences.len(),
+            audio_seconds: self.samples as f64 / f64::from(job.sample_rate),
+            eta: (made > 0).then(|| elapsed.mul_f64(left as f64 / made as f64)),
+        }
+    }
 }
 
 #[cfg(test)]
@@ -681,7 +699,6 @@ mod tests {
         let samples = vec![0.25f32, -0.5, 1.0];
         std::fs::write(&path, sentence_bytes(&samples)).expect("write");
         assert_eq!(read_sentence(&path).expect("read"), Some(samples.clone()));
-        assert_eq!(sentence_samples(&path), Some(3));
         let bytes = sentence_bytes(&samples);
         std::fs::write(&path, &bytes[..bytes.len() - 2]).expect("truncate");
         assert_eq!(read_sentence(&path).expect("read"), None, "a truncated file");
