@@ -133,6 +133,21 @@ impl Dest {
         out
     }
 
+    /// An exclusive hold on the folder's lock file `.lock` (the one [`Self::locked`] takes),
+    /// kept until the returned [`FolderLock`] is dropped; `None` at once when another process (or
+    /// another hold in this one) has it. For work that owns a folder for a long time and must not
+    /// share it (a long-form job's folder), rather than wait.
+    pub fn try_hold(&self) -> Result<Option<FolderLock>> {
+        self.create_folder()?;
+        let lock_path = self.folder().join(LOCK_FILE);
+        let lock = OpenOptions::new().create(true).truncate(false).write(true).open(&lock_path).map_err(|e| self.error(e))?;
+        match lock.try_lock() {
+            Ok(()) => Ok(Some(FolderLock(lock))),
+            Err(std::fs::TryLockError::WouldBlock) => Ok(None),
+            Err(std::fs::TryLockError::Error(e)) => Err(self.error(e)),
+        }
+    }
+
     /// Writes `bytes` as the file unless a file of that name exists: `Ok(false)` then (the
     /// existing file untouched). Two processes writing the same new name at once cannot both
     /// succeed: the temporary file is hard-linked to the final name, which fails if it exists.
@@ -184,6 +199,11 @@ impl Dest {
         result.map_err(|e| self.error(e))
     }
 }
+
+/// A folder's lock held ([`Dest::try_hold`]); dropping it lets the lock go (so does the end of
+/// the process, however it ends: the kernel releases the lock with the file).
+#[derive(Debug)]
+pub struct FolderLock(#[allow(dead_code)] File);
 
 /// Swaps two names atomically (`renameat2` with `RENAME_EXCHANGE`): a folder replaced this way is
 /// never absent, not even for a moment. File systems without it: the old one removed, then the

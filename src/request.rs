@@ -168,6 +168,12 @@ impl Request {
 pub struct Normalization {
     /// Read Markdown and chat text as a person would (`text.markdown`); false: as written.
     pub markdown: Option<bool>,
+    /// The text is one sentence exactly as [`crate::pipeline::Synthesizer::plan_text`] gave it
+    /// (the long-form job, `app::longform`, speaks each planned sentence as a request of its
+    /// own): it is said as given, without the text layer again (Markdown, lexicon, pause tags,
+    /// normalisation, splitting), which need not give the same text twice; the prompt text is
+    /// read as for any request.
+    pub as_planned: bool,
 }
 
 impl Normalization {

@@ -14,6 +14,8 @@
 //! * [`drain`]: run a request's handle into a sink (a file, stdout, a player, a report).
 //! * [`models`]: the user's models folder: list, add an exported folder, choose the default.
 //! * [`dump`]: `--dump DIR`, every sentence's intermediates as `.npy`, through the engine's observer.
+//! * [`longform`]: a long-form job (a book): chapters said sentence by sentence into a job folder,
+//!   resumable after any stop with the same audio, several sentences in flight.
 //!
 //! A front end translates its own input (flags, JSON, WebSocket or Wyoming messages) into these
 //! calls and their typed errors ([`crate::Error::Input`]: a code and a parameter) into its own
@@ -23,6 +25,7 @@
 pub mod buffering;
 pub mod drain;
 pub mod dump;
+pub mod longform;
 pub mod models;
 pub mod speech;
 pub mod text_stream;

@@ -295,6 +295,11 @@ impl Synthesizer {
         let written = req.text.trim_end_matches(['\n', '\r']);
         check_speakable(written)?;
         check_text_length(written, self.max_text_chars)?;
+        if req.normalization.as_planned {
+            // One sentence this function planned before: said as given (`Normalization::as_planned`).
+            let p = plan(&req.voice.mode(), written, false);
+            return Ok((self.prompt_text_of(&p.prompt_text, req.text_frontend), vec![Spoken::Sentence(p.tts_text)]));
+        }
         // SSML (a text that starts with `<speak>`) becomes plain text and pause tags first; it is
         // not Markdown.
         let ssml_text;

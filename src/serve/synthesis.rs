@@ -107,7 +107,7 @@ pub struct NormalizationParams {
 
 impl NormalizationParams {
     pub fn of(p: Option<NormalizationParams>) -> cosy::request::Normalization {
-        cosy::request::Normalization { markdown: p.and_then(|p| p.markdown) }
+        cosy::request::Normalization { markdown: p.and_then(|p| p.markdown), ..Default::default() }
     }
 }
 

@@ -8,3 +8,4 @@ mod reference;
 mod bistream;
 mod engine_concurrency;
 mod idle_unload;
+mod longform;
