@@ -20,7 +20,8 @@ use cosy::audio::{OutputFormat, WavStreamWriter};
 use cosy::output::{explain_write_error, OutputFile};
 use cosy::{Error, Result};
 
-use super::{tags, FlacStream, Mp3, OggOpus};
+use super::tags::{self, ChapterMark, Tags};
+use super::{FlacStream, Mp3, OggOpus};
 
 /// The format of a file `cosy file` writes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -31,31 +32,6 @@ pub enum FileFormat {
     /// Opus in Ogg (`.opus`, `.ogg`).
     Opus,
     Flac,
-}
-
-/// A chapter: its title and the sample it starts at (in the whole audio).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ChapterMark {
-    pub title: String,
-    pub start_sample: u64,
-}
-
-impl ChapterMark {
-    #[allow(dead_code)] // `cosy file BOOK` calls it (the book reader's side, merged separately)
-    pub fn new(title: impl Into<String>, start_sample: u64) -> ChapterMark {
-        ChapterMark { title: title.into(), start_sample }
-    }
-}
-
-/// What a file says about itself (each tag left out when `None`).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Tags {
-    pub title: Option<String>,
-    pub author: Option<String>,
-    /// The book a chapter's own file belongs to (`--split chapters`).
-    pub album: Option<String>,
-    /// Its number and how many there are (`--split chapters`).
-    pub track: Option<(u32, u32)>,
 }
 
 /// The names `--format` takes, as messages list them.

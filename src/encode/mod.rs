@@ -19,7 +19,9 @@ mod tags;
 
 // The book writer's API (`cosy file BOOK`: chapters, one file per chapter) until it is wired in.
 #[allow(unused_imports)]
-pub use file::{write_split, write_with_chapters, ChapterMark, FileFormat, Tags};
+pub use file::{write_split, write_with_chapters, FileFormat};
+#[allow(unused_imports)]
+pub use tags::{ChapterMark, Tags};
 
 /// An encoder failed (a setting it refused, a buffer it could not fill): not the user's doing.
 /// The server answers it as a 500, the command line as an internal error.

@@ -10,8 +10,32 @@
 //! Times are the sample counts rounded to the nearest millisecond (neither convention has
 //! finer units).
 
-use super::file::{ChapterMark, Tags};
 use super::EncodeError;
+
+/// A chapter: its title and the sample it starts at (in the whole audio).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChapterMark {
+    pub title: String,
+    pub start_sample: u64,
+}
+
+impl ChapterMark {
+    #[allow(dead_code)] // `cosy file BOOK` calls it (the book reader's side, merged separately)
+    pub fn new(title: impl Into<String>, start_sample: u64) -> ChapterMark {
+        ChapterMark { title: title.into(), start_sample }
+    }
+}
+
+/// What a file says about itself (each tag left out when `None`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Tags {
+    pub title: Option<String>,
+    pub author: Option<String>,
+    /// The book a chapter's own file belongs to (`--split chapters`).
+    pub album: Option<String>,
+    /// Its number and how many there are (`--split chapters`).
+    pub track: Option<(u32, u32)>,
+}
 
 /// Chapters a Vorbis-comment file can name: the convention numbers them with three digits.
 pub const MAX_VORBIS_CHAPTERS: usize = 999;
