@@ -463,6 +463,16 @@ mod tests {
     }
 
     #[test]
+    fn an_untagged_mp3_is_the_servers_whole_mp3() {
+        let dir = tempfile::tempdir().unwrap();
+        let samples = audio(40_000);
+        let path = dir.path().join("x.mp3");
+        write_audio(&path, &samples, RATE, FileFormat::Mp3).unwrap();
+        let whole = super::super::AudioFormat::Mp3.encode_whole(&samples, RATE).unwrap();
+        assert!(std::fs::read(&path).unwrap() == whole);
+    }
+
+    #[test]
     fn lossless_formats_keep_the_int16_samples() {
         let dir = tempfile::tempdir().unwrap();
         let samples = audio(50_000);
