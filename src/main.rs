@@ -5,6 +5,7 @@
 mod cli;
 mod client;
 mod doctor;
+mod encode;
 mod engines;
 mod interrupt;
 mod playback;

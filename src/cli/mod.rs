@@ -9,6 +9,7 @@ use clap::{Args, CommandFactory, Parser, Subcommand};
 
 use cosy::config::{Config, KeyTable, LoadOptions};
 use cosy::error::{Error, StorageFault};
+use crate::encode::FileFormat;
 
 /// CosyVoice3 text-to-speech over ONNX Runtime.
 #[derive(Debug, Parser)]
@@ -155,6 +156,9 @@ pub struct VoiceArgs {
     pub name: Option<String>,
 }
 
+/// `--name-template`'s default (its extension follows `--format`: `file_name_template`).
+const DEFAULT_NAME_TEMPLATE: &str = "{index:03}.wav";
+
 /// Arguments of `cosy file`.
 #[derive(Debug, Args)]
 pub struct FileArgs {
@@ -170,7 +174,7 @@ pub struct FileArgs {
     pub output: Option<PathBuf>,
     /// File name per --input line; `{index}` or `{index:03}` (width at most 9) is the 0-based
     /// number of the line among the non-empty ones.
-    #[arg(long, value_name = "TEMPLATE", default_value = "{index:03}.wav")]
+    #[arg(long, value_name = "TEMPLATE", default_value = DEFAULT_NAME_TEMPLATE)]
     pub name_template: String,
     /// Benchmark/test only, NOT the official behaviour: mask the LLM's stop ids until N tokens per
     /// sentence, so a model that stops early still produces N tokens.
@@ -191,9 +195,11 @@ pub struct FileArgs {
     /// Use the offline (whole-sentence) schedule even when streaming.enabled is true.
     #[arg(long)]
     pub no_stream: bool,
-    /// Output format: wav16, wavf32, or pcm (raw 16-bit little-endian mono, stdout by default).
-    #[arg(long, default_value = "wav16", value_parser = ["wav16", "wavf32", "pcm"])]
-    pub format: String,
+    /// Output format: wav16 (= wav), wavf32, pcm (raw 16-bit little-endian mono, stdout by
+    /// default), mp3, opus (Ogg Opus) or flac. Default: by the extension of -o (.wav, .pcm/.raw,
+    /// .mp3, .opus/.ogg, .flac), else wav16.
+    #[arg(long, value_parser = ["wav16", "wavf32", "wav", "pcm", "mp3", "opus", "flac"])]
+    pub format: Option<String>,
     /// Write every stage's intermediates (.npy, golden names) into this folder.
     #[arg(long, value_name = "DIR")]
     pub dump: Option<PathBuf>,
@@ -825,15 +831,42 @@ struct FileJob {
 /// A request of `cosy file` for one utterance's text.
 type FileRequest<'a> = dyn Fn(String) -> Result<cosy::request::Request, Error> + 'a;
 
-fn file_command(config: &Config, settings: &crate::serve::settings::Settings, args: &FileArgs) -> anyhow::Result<()> {
-    use cosy::audio::OutputFormat;
+/// `cosy file`'s format: `--format`, else the extension of `-o` (of `--name-template` with
+/// `--input`), else wav16 (`crate::encode::FileFormat::choose`). Standard output takes raw pcm
+/// only (streamed as it is made).
+fn file_format(args: &FileArgs) -> Result<FileFormat, Error> {
+    let to_stdout = args.output.as_deref().is_some_and(|p| p.as_os_str() == "-");
+    let named = if args.input.is_some() { Some(PathBuf::from(file_name_template(args))) } else { args.output.clone().filter(|_| !to_stdout) };
+    let format = FileFormat::choose(args.format.as_deref(), named.as_deref())?;
+    if to_stdout && format.has_chapter_marks() {
+        return Err(Error::invalid(format!(
+            "-o - streams raw pcm to standard output; {} is written to a file: give -o FILE.{}",
+            format.extension(),
+            format.extension()
+        )));
+    }
+    Ok(format)
+}
 
+/// The file name per `--input` line: `--name-template`, whose default takes the extension of
+/// `--format`.
+fn file_name_template(args: &FileArgs) -> String {
+    match (&args.format, args.name_template.as_str()) {
+        (Some(f), DEFAULT_NAME_TEMPLATE) => match FileFormat::parse(f) {
+            Ok(format) => format!("{{index:03}}.{}", format.extension()),
+            Err(_) => DEFAULT_NAME_TEMPLATE.to_string(),
+        },
+        (_, template) => template.to_string(),
+    }
+}
+
+fn file_command(config: &Config, settings: &crate::serve::settings::Settings, args: &FileArgs) -> anyhow::Result<()> {
     cosy::request::check_speed(args.speed)?;
-    let format: OutputFormat = args.format.parse()?;
+    let format = file_format(args)?;
     if args.bistream {
         return file_bistream(config, settings, args, format);
     }
-    let jobs = plan_file_jobs(args)?;
+    let jobs = plan_file_jobs(args, format)?;
     // Everything that can be checked is checked before the model is loaded.
     check_file_jobs(config, args, &jobs)?;
     let local_only = [
@@ -897,7 +930,7 @@ fn file_from_server(
     client: &crate::client::Client,
     args: &FileArgs,
     jobs: Vec<FileJob>,
-    format: cosy::audio::OutputFormat,
+    format: FileFormat,
 ) -> anyhow::Result<()> {
     for job in jobs {
         // The schedule this command would use (sent as `stream`: the server then uses the same).
@@ -911,7 +944,7 @@ fn file_from_server(
             Ok(())
         })?;
         if let Some(path) = job.out {
-            cosy::audio::write_audio_atomic(&path, &samples, client.sample_rate, format)?;
+            crate::encode::file::write_audio(&path, &samples, client.sample_rate, format)?;
             tracing::info!("wrote {} ({:.2} s)", path.display(), samples.len() as f64 / f64::from(client.sample_rate));
         }
     }
@@ -971,7 +1004,8 @@ fn server_request(text: &str, voice: &VoiceArgs, speed: f64, seed: Option<u64>, 
 /// The utterances of `cosy file` and where each goes: one per non-empty line of `--input` (into
 /// the `-o` folder, named by `--name-template`), or the one text (to `-o`, stdout for `-` or a
 /// pcm without `-o`, else `out.wav`).
-fn plan_file_jobs(args: &FileArgs) -> Result<Vec<FileJob>, Error> {
+fn plan_file_jobs(args: &FileArgs, format: FileFormat) -> Result<Vec<FileJob>, Error> {
+    let pcm = format == FileFormat::Plain(cosy::audio::OutputFormat::Pcm16);
     let to_stdout = |p: &Option<PathBuf>| p.as_deref().is_some_and(|p| p.as_os_str() == "-");
     let Some(input) = &args.input else {
         let text = match args.text.as_deref() {
@@ -979,7 +1013,7 @@ fn plan_file_jobs(args: &FileArgs) -> Result<Vec<FileJob>, Error> {
             Some("-") => read_stdin()?,
             Some(t) => t.to_string(),
         };
-        let out = if args.format == "pcm" && args.output.is_none() || to_stdout(&args.output) {
+        let out = if pcm && args.output.is_none() || to_stdout(&args.output) {
             None
         } else {
             Some(args.output.clone().unwrap_or_else(|| PathBuf::from("out.wav")))
@@ -992,14 +1026,14 @@ fn plan_file_jobs(args: &FileArgs) -> Result<Vec<FileJob>, Error> {
         read_text_file("--input", input)?
     };
     let folder = args.output.clone().unwrap_or_else(|| PathBuf::from("."));
-    if args.format == "pcm" || to_stdout(&args.output) {
+    if pcm || to_stdout(&args.output) {
         return Err(Error::invalid("--input writes one file per line; use a wav format and -o FOLDER"));
     }
     cosy::output::check_folder("-o", &folder, false)?;
     let mut jobs = Vec::new();
     let lines = cosy::frontend::text::split_lines(&text).enumerate().filter(|(_, l)| !l.trim().is_empty());
     for (index, (line, text)) in lines.enumerate() {
-        let out = folder.join(render_name(&args.name_template, index)?);
+        let out = folder.join(render_name(&file_name_template(args), index)?);
         jobs.push(FileJob { index, text: text.to_string(), out: Some(out), line: Some(line + 1) });
     }
     if jobs.is_empty() {
@@ -1033,7 +1067,7 @@ fn write_file_jobs_dumped(
     engine: &cosy::engine::Engine,
     jobs: Vec<FileJob>,
     dump_root: &std::path::Path,
-    format: cosy::audio::OutputFormat,
+    format: FileFormat,
     request: &FileRequest<'_>,
 ) -> anyhow::Result<()> {
     let several = jobs.len() > 1;
@@ -1044,7 +1078,7 @@ fn write_file_jobs_dumped(
         let mut samples: Vec<f32> = Vec::new();
         cosy::app::drain::drain(handle, &mut samples)?;
         match job.out {
-            Some(path) => cosy::audio::write_audio_atomic(&path, &samples, engine.sample_rate(), format)?,
+            Some(path) => crate::encode::file::write_audio(&path, &samples, engine.sample_rate(), format)?,
             None => write_pcm_stdout(&samples)?,
         }
     }
@@ -1057,7 +1091,7 @@ fn write_file_jobs(
     config: &Config,
     engine: &cosy::engine::Engine,
     jobs: Vec<FileJob>,
-    format: cosy::audio::OutputFormat,
+    format: FileFormat,
     request: &FileRequest<'_>,
 ) -> anyhow::Result<()> {
     let rate = engine.sample_rate();
@@ -1084,7 +1118,7 @@ fn write_file_jobs(
         let Some((out, handle)) = running.pop_front() else { break };
         let samples = collect_audio(out.is_none(), |sink| cosy::app::drain::drain(handle, sink))?;
         if let Some(path) = out {
-            cosy::audio::write_audio_atomic(&path, &samples, rate, format)?;
+            crate::encode::file::write_audio(&path, &samples, rate, format)?;
             tracing::info!("wrote {} ({:.2} s)", path.display(), samples.len() as f64 / f64::from(rate));
         }
         if let Some(bar) = &progress {
@@ -1115,7 +1149,7 @@ fn file_bistream(
     config: &Config,
     settings: &crate::serve::settings::Settings,
     args: &FileArgs,
-    format: cosy::audio::OutputFormat,
+    format: FileFormat,
 ) -> anyhow::Result<()> {
     if args.text.as_deref() != Some("-") || args.input.is_some() {
         return Err(Error::invalid("--bistream reads the text from standard input as it arrives: give `-` as the text").into());
@@ -1123,7 +1157,7 @@ fn file_bistream(
     if args.dump.is_some() || args.min_tokens.is_some() || args.speed != 1.0 {
         return Err(Error::invalid("--bistream does not take --dump, --min-tokens or --speed").into());
     }
-    let to_stdout = args.output.as_deref().is_some_and(|p| p.as_os_str() == "-") || (args.format == "pcm" && args.output.is_none());
+    let to_stdout = args.output.as_deref().is_some_and(|p| p.as_os_str() == "-") || (format == FileFormat::Plain(cosy::audio::OutputFormat::Pcm16) && args.output.is_none());
     let out = (!to_stdout).then(|| args.output.clone().unwrap_or_else(|| PathBuf::from("out.wav")));
     if let Some(p) = &out {
         cosy::output::check_not_an_input("-o", p, &file_inputs(args))?;
@@ -1144,7 +1178,7 @@ fn file_bistream(
     let stream = cosy::app::text_stream::TextStream::text_in(std::sync::Arc::new(engine), config, req, options, None);
     let samples = collect_audio(out.is_none(), |sink| cosy::app::text_stream::speak_read(stream, std::io::stdin(), "<stdin>", None, sink))?;
     if let Some(path) = out {
-        cosy::audio::write_audio_atomic(&path, &samples, rate, format)?;
+        crate::encode::file::write_audio(&path, &samples, rate, format)?;
         tracing::info!("wrote {} ({:.2} s)", path.display(), samples.len() as f64 / f64::from(rate));
     }
     Ok(())

@@ -541,3 +541,76 @@ fn ssml_is_read_when_the_text_starts_with_speak() {
     refused(&o, "unsupported SSML", &["invalid SSML at line 2, column 1: <prosody> is not in the SSML cosy reads"]);
     assert!(!dir.path().join("bad.wav").exists(), "nothing is said for bad markup");
 }
+
+/// ffmpeg's decoding of `path` to s16le mono at 24 kHz (a `.pcm` read as such).
+fn ffmpeg_samples(path: &Path) -> Vec<i16> {
+    let mut cmd = Command::new("ffmpeg");
+    cmd.args(["-v", "error", "-nostdin"]);
+    if path.extension().is_some_and(|e| e == "pcm") {
+        cmd.args(["-f", "s16le", "-ar", "24000", "-ac", "1"]);
+    }
+    let out = cmd
+        .arg("-i")
+        .arg(path)
+        .args(["-f", "s16le", "-ac", "1", "-ar", "24000", "-"])
+        .output()
+        .unwrap_or_else(|e| panic!("ffmpeg cannot run ({e}): scripts/setup.sh installs it (apt-get install ffmpeg)"));
+    assert!(out.status.success() && out.stderr.is_empty(), "ffmpeg {}: {}", path.display(), String::from_utf8_lossy(&out.stderr));
+    out.stdout.chunks_exact(2).map(|b| i16::from_le_bytes([b[0], b[1]])).collect()
+}
+
+/// Issue 33, point 2: `cosy file` writes every format the server has, chosen by `--format` or
+/// by the extension of `-o`; each decodes (ffmpeg) to the wav's length: flac and pcm to its very
+/// samples, mp3 (LAME's Info frame: ffmpeg trims the encoder delay and padding) and Ogg Opus
+/// (pre-skip and end trimming; ffmpeg's 48 → 24 kHz resampling) to within 2 samples (exact
+/// when this was written).
+#[test]
+fn every_format_by_extension_or_flag() {
+    let d = tempfile::tempdir().unwrap();
+    let dir = d.path();
+    let p = fixture_prompt();
+    let p = p.to_str().unwrap();
+    let seed = ["--seed", "7"];
+    ok(&cosy(dir, &file_args(p, "ref.wav", &seed, TEXT)), "-o ref.wav");
+    let want: Vec<i16> = hound::WavReader::open(dir.join("ref.wav")).unwrap().into_samples::<i16>().map(Result::unwrap).collect();
+    let runs: [(&str, &[&str], bool); 7] = [
+        ("out.flac", &[], true),
+        ("out.pcm", &[], true),
+        ("out.mp3", &[], false),
+        ("out.opus", &[], false),
+        ("out.ogg", &[], false),
+        ("flac-by-flag.audio", &["--format", "flac"], true),
+        ("by-flag.wav", &["--format", "wav"], true),
+    ];
+    for (out, flags, lossless) in runs {
+        let mut extra = seed.to_vec();
+        extra.extend_from_slice(flags);
+        ok(&cosy(dir, &file_args(p, out, &extra, TEXT)), out);
+        let path = dir.join(out);
+        // (`.audio` is no extension ffmpeg knows: it reads the content.)
+        let got = ffmpeg_samples(&path);
+        if lossless {
+            assert!(got == want, "{out}: {} samples, not the wav's {}", got.len(), want.len());
+        } else {
+            assert!(got.len().abs_diff(want.len()) <= 2, "{out}: {} samples decoded, the wav has {}", got.len(), want.len());
+        }
+    }
+    let magic = |name: &str, n: usize| fs::read(dir.join(name)).unwrap()[..n].to_vec();
+    assert_eq!(magic("out.ogg", 4), b"OggS");
+    assert_eq!(magic("flac-by-flag.audio", 4), b"fLaC");
+    assert_eq!(magic("by-flag.wav", 4), b"RIFF");
+
+    // With --input, the default file names take the format's extension.
+    fs::write(dir.join("lines.txt"), format!("{TEXT}\n")).unwrap();
+    fs::create_dir(dir.join("lines")).unwrap();
+    ok(&cosy(dir, &["file", "--prompt-wav", p, "--prompt-text", TRANSCRIPT, "--input", "lines.txt", "-o", "lines", "--format", "opus"]), "--input --format opus");
+    assert_eq!(entries(&dir.join("lines")), vec!["000.opus"]);
+    assert_eq!(fs::read(dir.join("lines/000.opus")).unwrap()[..4], *b"OggS");
+
+    // An extension that says one format and --format another; an encoded format on stdout.
+    let o = cosy_unloaded(dir, &file_args(p, "book.mp3", &["--format", "flac"], TEXT));
+    refused(&o, "-o book.mp3 --format flac", &["-o book.mp3 is an mp3 by its extension, but --format flac asks for a flac", "book.flac"]);
+    let o = cosy_unloaded(dir, &file_args(p, "-", &["--format", "mp3"], TEXT));
+    refused(&o, "-o - --format mp3", &["-o - streams raw pcm", "-o FILE.mp3"]);
+    assert!(!dir.join("book.mp3").exists() && !dir.join("book.flac").exists());
+}
