@@ -117,12 +117,15 @@ pub enum InputCode {
     InvalidVoice,
     /// A request used a test hook, which the engine refuses unless started for tests.
     TestHooksDisabled,
+    /// A book that cannot be read: a damaged or DRM-protected EPUB, a binary file, text that is
+    /// not UTF-8, a book with no text (`frontend::book`).
+    InvalidBook,
 }
 
 impl InputCode {
     pub fn as_str(self) -> &'static str {
         match self {
-            InputCode::Invalid | InputCode::InvalidText => "invalid_input",
+            InputCode::Invalid | InputCode::InvalidText | InputCode::InvalidBook => "invalid_input",
             InputCode::TextTooLong => "text_too_long",
             InputCode::InvalidSpeed => "invalid_speed",
             InputCode::Conflict => "conflicting_fields",

@@ -18,6 +18,7 @@
 
 pub mod align;
 pub mod audio;
+pub mod book;
 pub mod fbank;
 pub mod lexicon;
 pub mod markdown;

@@ -8,4 +8,5 @@ mod formats;
 mod text;
 mod tn_wetext;
 mod audio_files;
+mod book;
 mod prompt_bad_inputs;
