@@ -1,5 +1,6 @@
 //! The `cosy` command line: argument parsing and thin handlers over the library.
 
+mod book;
 pub mod profile_report;
 
 use std::io::Write;
@@ -223,6 +224,24 @@ pub struct FileArgs {
     /// Load the model here even when a `cosy serve` runs (say.server, COSY_SERVER).
     #[arg(long)]
     pub local: bool,
+    /// A book or long document to say (EPUB, Markdown or plain text, told apart by content), into
+    /// one file with chapter marks (docs/long-form.md). A TEXT that names an existing .epub, .md,
+    /// .markdown or .txt file is read as a book too.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["text", "input", "bistream", "dump", "show_text"])]
+    pub book: Option<PathBuf>,
+    /// The book's job folder: each finished sentence is kept there, and the same command run
+    /// again continues where it stopped. Default: OUTPUT.cosy-job beside the output, removed when
+    /// the book is done.
+    #[arg(long, value_name = "DIR")]
+    pub job: Option<PathBuf>,
+    /// With a book: `chapters` writes one file per chapter into the folder -o names, with an M3U8
+    /// playlist.
+    #[arg(long, value_name = "HOW", value_parser = ["chapters"])]
+    pub split: Option<String>,
+    /// With a book: captions, each sentence's start and end from the audio's sample counts; the
+    /// format by the extension (.srt, .vtt, .json).
+    #[arg(long, value_name = "FILE")]
+    pub captions: Option<PathBuf>,
 }
 
 /// Arguments of `cosy say`.
@@ -866,10 +885,18 @@ fn file_command(config: &Config, settings: &crate::serve::settings::Settings, ar
     if args.bistream {
         return file_bistream(config, settings, args, format);
     }
-    let jobs = plan_file_jobs(args, format)?;
-    // Everything that can be checked is checked before the model is loaded.
-    check_file_jobs(config, args, &jobs)?;
+    // Everything that can be checked is checked before the model is loaded: a book read, its
+    // outputs; else each utterance.
+    let book = book::book_input(args).map(|path| book::BookPlan::prepare(args, &path, format)).transpose()?;
+    let jobs = if book.is_some() {
+        Vec::new()
+    } else {
+        let jobs = plan_file_jobs(args, format)?;
+        check_file_jobs(config, args, &jobs)?;
+        jobs
+    };
     let local_only = [
+        ("a book", book.is_some()),
         ("--input", args.input.is_some()),
         ("--dump", args.dump.is_some()),
         ("--min-tokens", args.min_tokens.is_some()),
@@ -897,6 +924,10 @@ fn file_command(config: &Config, settings: &crate::serve::settings::Settings, ar
         o.min_tokens = args.min_tokens;
         cosy::app::speech::build_request(config, o)
     };
+    if let Some(book) = book {
+        crate::interrupt::install()?;
+        return book.run(config, &engine, args, &request);
+    }
     if args.show_text {
         return show_text(&engine, jobs, &request);
     }
