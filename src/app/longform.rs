@@ -320,10 +320,21 @@ fn what_changed(old: &Manifest, new: &Manifest) -> Option<String> {
     (old.fingerprint != new.fingerprint || old.sentences != new.sentences).then(|| "its fingerprint differs".to_string())
 }
 
-/// A chapter's paragraphs: its text cut at blank lines (a chapter is longer than one request may
-/// be; a paragraph ends a sentence anyway).
-fn paragraphs(text: &str) -> impl Iterator<Item = &str> {
-    text.split("\n\n").flat_map(|p| p.split("\r\n\r\n")).map(str::trim).filter(|p| !p.is_empty())
+/// A chapter's paragraphs: its text cut at blank lines (a line of blanks too; any line end,
+/// `frontend::text::split_lines`), since a chapter is longer than one request may be and a
+/// paragraph ends a sentence anyway.
+fn paragraphs(text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut lines: Vec<&str> = Vec::new();
+    for line in crate::frontend::text::split_lines(text).chain(std::iter::once("")) {
+        if !line.trim().is_empty() {
+            lines.push(line);
+        } else if !lines.is_empty() {
+            out.push(lines.join("\n").trim().to_string());
+            lines.clear();
+        }
+    }
+    out
 }
 
 /// The sentences of every chapter as the engine would say them ([`Engine::plan_text`], paragraph
@@ -333,12 +344,12 @@ fn plan_chapters(spec: &JobSpec, engine: &Engine) -> Result<Plan> {
     let mut chapters = Vec::with_capacity(spec.chapters.len());
     for (c, (title, text)) in spec.chapters.iter().enumerate() {
         let mut parts = Vec::new();
-        for (p, paragraph) in paragraphs(text).enumerate() {
+        for (p, paragraph) in paragraphs(text).iter().enumerate() {
             if crate::request::check_speakable(paragraph).is_err() || crate::frontend::text::is_only_punctuation(paragraph) {
                 continue;
             }
             let mut req = spec.request.clone();
-            req.text = paragraph.to_string();
+            req.text = paragraph.clone();
             let spoken = engine.plan_text(&req).map_err(|e| match e {
                 Error::Input { code, param, message } => Error::Input {
                     code,
@@ -728,7 +739,7 @@ mod tests {
 
     #[test]
     fn paragraphs_are_cut_at_blank_lines() {
-        let got: Vec<&str> = paragraphs("One. Two.\n\n\n  Three.\r\n\r\nFour.\nstill four.\n\n").collect();
+        let got = paragraphs("One. Two.\n\n\n  Three.\r\n \r\nFour.\rstill four.\n\n");
         assert_eq!(got, ["One. Two.", "Three.", "Four.\nstill four."]);
     }
 }
