@@ -5,6 +5,8 @@ use std::path::{Path, PathBuf};
 
 /// compare.py's audio metrics (its log-mel and max-abs checks, with its tolerances).
 pub mod compare;
+/// Written audio files decoded by ffmpeg.
+pub mod ffmpeg;
 
 use cosy::model::{sha256_file, Dim, GraphSpec, Manifest};
 use ort::value::{DynValue, Tensor};
