@@ -170,7 +170,7 @@ pub struct FileArgs {
     pub input: Option<PathBuf>,
     #[command(flatten)]
     pub voice: VoiceArgs,
-    /// Output file (`-` = stdout); with --input, the output folder. Default: out.wav (folder: .).
+    /// Output file (`-` = stdout); with --input, the output folder. Default: out.wav, or out.EXT for --format mp3, opus or flac (folder: .).
     #[arg(short = 'o', long = "output", value_name = "PATH")]
     pub output: Option<PathBuf>,
     /// File name per --input line; `{index}` or `{index:03}` (width at most 9) is the 0-based
@@ -857,7 +857,7 @@ fn file_format(args: &FileArgs) -> Result<FileFormat, Error> {
     let to_stdout = args.output.as_deref().is_some_and(|p| p.as_os_str() == "-");
     let named = if args.input.is_some() { Some(PathBuf::from(file_name_template(args))) } else { args.output.clone().filter(|_| !to_stdout) };
     let format = FileFormat::choose(args.format.as_deref(), named.as_deref())?;
-    if to_stdout && format.has_chapter_marks() {
+    if to_stdout && !matches!(format, FileFormat::Plain(_)) {
         return Err(Error::invalid(format!(
             "-o - streams raw pcm to standard output; {} is written to a file: give -o FILE.{}",
             format.extension(),
@@ -865,6 +865,11 @@ fn file_format(args: &FileArgs) -> Result<FileFormat, Error> {
         )));
     }
     Ok(format)
+}
+
+/// `-o`'s default: `out.wav`, or `out.mp3`, `out.opus`, `out.flac` for those formats.
+fn default_output(format: FileFormat) -> PathBuf {
+    PathBuf::from(format!("out.{}", format.extension()))
 }
 
 /// The file name per `--input` line: `--name-template`, whose default takes the extension of
@@ -1034,7 +1039,7 @@ fn server_request(text: &str, voice: &VoiceArgs, speed: f64, seed: Option<u64>, 
 
 /// The utterances of `cosy file` and where each goes: one per non-empty line of `--input` (into
 /// the `-o` folder, named by `--name-template`), or the one text (to `-o`, stdout for `-` or a
-/// pcm without `-o`, else `out.wav`).
+/// pcm without `-o`, else `out.wav` or the format's `out.EXT`).
 fn plan_file_jobs(args: &FileArgs, format: FileFormat) -> Result<Vec<FileJob>, Error> {
     let pcm = format == FileFormat::Plain(cosy::audio::OutputFormat::Pcm16);
     let to_stdout = |p: &Option<PathBuf>| p.as_deref().is_some_and(|p| p.as_os_str() == "-");
@@ -1047,7 +1052,7 @@ fn plan_file_jobs(args: &FileArgs, format: FileFormat) -> Result<Vec<FileJob>, E
         let out = if pcm && args.output.is_none() || to_stdout(&args.output) {
             None
         } else {
-            Some(args.output.clone().unwrap_or_else(|| PathBuf::from("out.wav")))
+            Some(args.output.clone().unwrap_or_else(|| default_output(format)))
         };
         return Ok(vec![FileJob { index: 0, text, out, line: None }]);
     };
@@ -1058,7 +1063,7 @@ fn plan_file_jobs(args: &FileArgs, format: FileFormat) -> Result<Vec<FileJob>, E
     };
     let folder = args.output.clone().unwrap_or_else(|| PathBuf::from("."));
     if pcm || to_stdout(&args.output) {
-        return Err(Error::invalid("--input writes one file per line; use a wav format and -o FOLDER"));
+        return Err(Error::invalid("--input writes one file per line; use a file format (wav, mp3, opus, flac) and -o FOLDER"));
     }
     cosy::output::check_folder("-o", &folder, false)?;
     let mut jobs = Vec::new();
@@ -1189,7 +1194,7 @@ fn file_bistream(
         return Err(Error::invalid("--bistream does not take --dump, --min-tokens or --speed").into());
     }
     let to_stdout = args.output.as_deref().is_some_and(|p| p.as_os_str() == "-") || (format == FileFormat::Plain(cosy::audio::OutputFormat::Pcm16) && args.output.is_none());
-    let out = (!to_stdout).then(|| args.output.clone().unwrap_or_else(|| PathBuf::from("out.wav")));
+    let out = (!to_stdout).then(|| args.output.clone().unwrap_or_else(|| default_output(format)));
     if let Some(p) = &out {
         cosy::output::check_not_an_input("-o", p, &file_inputs(args))?;
         cosy::output::check_file("-o", p)?;

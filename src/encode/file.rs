@@ -108,6 +108,7 @@ impl FileFormat {
     }
 
     /// Whether players find chapter marks in this format (wav and pcm have none).
+    #[allow(dead_code)] // `cosy file BOOK` says so for wav and pcm (the book reader's side, merged separately)
     pub fn has_chapter_marks(self) -> bool {
         !matches!(self, FileFormat::Plain(_))
     }
@@ -136,7 +137,7 @@ pub fn write_with_chapters<C: AsRef<[f32]>>(
     total_samples: u64,
     chunks: impl IntoIterator<Item = Result<C>>,
 ) -> Result<()> {
-    check_marks(marks, total_samples)?;
+    check_marks(format, marks, total_samples)?;
     let mut file = ChapterFile::create(dest, format, rate, marks, tags, total_samples)?;
     for chunk in chunks {
         file.push(chunk?.as_ref())?;
@@ -162,7 +163,8 @@ pub fn write_split<C: AsRef<[f32]>>(
     total_samples: u64,
     chunks: impl IntoIterator<Item = Result<C>>,
 ) -> Result<Vec<PathBuf>> {
-    check_marks(marks, total_samples)?;
+    // Each file has no marks: only the order and the length matter.
+    check_marks(FileFormat::Plain(OutputFormat::Pcm16), marks, total_samples)?;
     cosy::fsx::create_folder(dir, "the chapters' folder")?;
     let book_title = tags.title.clone().unwrap_or_else(|| stem.to_string());
     let whole = [ChapterMark::new(book_title.clone(), 0)];
@@ -248,8 +250,22 @@ pub fn safe_name(title: &str, number: usize) -> String {
     }
 }
 
-/// Marks in order, within the audio (the caller's promise; not the user's doing).
-fn check_marks(marks: &[ChapterMark], total: u64) -> Result<()> {
+/// Marks in order, within the audio (the caller's promise; not the user's doing), and no more
+/// than the format can list (the book's: refused as input, with what to do instead).
+fn check_marks(format: FileFormat, marks: &[ChapterMark], total: u64) -> Result<()> {
+    let most = match format {
+        FileFormat::Mp3 => tags::MAX_ID3_CHAPTERS,
+        FileFormat::Opus | FileFormat::Flac => tags::MAX_VORBIS_CHAPTERS,
+        FileFormat::Plain(_) => usize::MAX,
+    };
+    if marks.len() > most {
+        let why = if format == FileFormat::Mp3 { "an mp3's table of contents (ID3 CTOC) lists" } else { "the CHAPTERnnn comments of flac and Ogg Opus number" };
+        return Err(Error::invalid(format!(
+            "{} chapters: {why} at most {most}; write one file per chapter (--split chapters){}",
+            marks.len(),
+            if format == FileFormat::Mp3 { ", or flac or opus" } else { "" }
+        )));
+    }
     for pair in marks.windows(2) {
         if pair[1].start_sample < pair[0].start_sample {
             return Err(Error::Runtime(format!(
@@ -397,22 +413,10 @@ mod tests {
             .collect()
     }
 
-    /// ffmpeg's decoding of `path` to s16le mono at 24 kHz (raw pcm read as such).
-    fn decode(path: &Path) -> Vec<i16> {
-        let mut cmd = Command::new("ffmpeg");
-        cmd.args(["-v", "error", "-nostdin"]);
-        if path.extension().is_some_and(|e| e == "pcm") {
-            cmd.args(["-f", "s16le", "-ar", "24000", "-ac", "1"]);
-        }
-        let out = cmd
-            .arg("-i")
-            .arg(path)
-            .args(["-f", "s16le", "-ac", "1", "-ar", "24000", "-"])
-            .output()
-            .unwrap_or_else(|e| panic!("ffmpeg cannot run ({e}): scripts/setup.sh installs it (apt-get install ffmpeg)"));
-        assert!(out.status.success() && out.stderr.is_empty(), "ffmpeg {}: {}", path.display(), String::from_utf8_lossy(&out.stderr));
-        out.stdout.chunks_exact(2).map(|b| i16::from_le_bytes([b[0], b[1]])).collect()
+    mod ffmpeg {
+        include!(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/common/ffmpeg.rs"));
     }
+    use ffmpeg::decode_file as decode;
 
     fn probe(path: &Path) -> serde_json::Value {
         let out = Command::new("ffprobe")
@@ -531,6 +535,25 @@ mod tests {
             // The marks change nothing in the audio's length.
             let n = decode(&path).len();
             assert!(n.abs_diff(samples.len()) <= 2, "{format:?}: {n} samples");
+        }
+    }
+
+    #[test]
+    fn the_most_chapters_each_format_holds() {
+        let dir = tempfile::tempdir().unwrap();
+        for (format, most) in [(FileFormat::Mp3, tags::MAX_ID3_CHAPTERS), (FileFormat::Opus, tags::MAX_VORBIS_CHAPTERS), (FileFormat::Flac, tags::MAX_VORBIS_CHAPTERS)] {
+            // A chapter every 480 samples (20 ms), titles long enough for the Opus tags to span
+            // several Ogg pages.
+            let marks: Vec<ChapterMark> = (0..=most).map(|i| ChapterMark::new(format!("Chapter {i} of a rather long book title"), i as u64 * 480)).collect();
+            let samples = audio(marks.len() * 480);
+            let path = dir.path().join(format!("many.{}", format.extension()));
+            let err = write_with_chapters(&path, format, RATE, &marks, &Tags::default(), samples.len() as u64, chunks(&samples)).unwrap_err();
+            assert!(err.to_string().contains(&format!("at most {most}")), "{err}");
+            write_with_chapters(&path, format, RATE, &marks[..most], &Tags::default(), samples.len() as u64, chunks(&samples)).unwrap();
+            let info = probe(&path);
+            let chapters = info["chapters"].as_array().unwrap();
+            assert_eq!(chapters.len(), most, "{format:?}");
+            assert_eq!(chapters[most - 1]["tags"]["title"], marks[most - 1].title.as_str(), "{format:?}");
         }
     }
 

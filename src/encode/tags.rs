@@ -73,13 +73,8 @@ fn one_line(s: &str) -> String {
 }
 
 /// The Vorbis comments of a file: its tags, then its chapters.
+/// (At most [`MAX_VORBIS_CHAPTERS`]: `file::check_marks` refuses more.)
 pub fn vorbis_comments(tags: &Tags, marks: &[ChapterMark], rate: u32) -> Result<Vec<String>, EncodeError> {
-    if marks.len() > MAX_VORBIS_CHAPTERS {
-        return Err(EncodeError::new(format!(
-            "{} chapters: FLAC and Ogg Opus chapter comments number at most {MAX_VORBIS_CHAPTERS}; split the book (--split chapters)",
-            marks.len()
-        )));
-    }
     let mut out = Vec::new();
     let mut tag = |key: &str, value: &Option<String>| {
         if let Some(v) = value.as_deref().map(one_line).filter(|v| !v.is_empty()) {
@@ -123,14 +118,9 @@ fn text_frame(id: &[u8; 4], text: &str) -> Result<Vec<u8>, EncodeError> {
 }
 
 /// The ID3v2.4 tag of an mp3 (empty when there is nothing to say). `total` is the audio's length
-/// in samples: the last chapter ends there.
+/// in samples: the last chapter ends there. (At most [`MAX_ID3_CHAPTERS`] marks:
+/// `file::check_marks` refuses more.)
 pub fn id3v2(tags: &Tags, marks: &[ChapterMark], rate: u32, total: u64) -> Result<Vec<u8>, EncodeError> {
-    if marks.len() > MAX_ID3_CHAPTERS {
-        return Err(EncodeError::new(format!(
-            "{} chapters: an mp3's table of contents lists at most {MAX_ID3_CHAPTERS}; use flac or opus, or split the book (--split chapters)",
-            marks.len()
-        )));
-    }
     let mut frames = Vec::new();
     for (id, value) in [(b"TIT2", &tags.title), (b"TPE1", &tags.author), (b"TALB", &tags.album)] {
         if let Some(v) = value.as_deref().filter(|v| !one_line(v).is_empty()) {
@@ -144,7 +134,7 @@ pub fn id3v2(tags: &Tags, marks: &[ChapterMark], rate: u32, total: u64) -> Resul
         let ids: Vec<String> = (1..=marks.len()).map(|i| format!("ch{i}")).collect();
         let mut toc = b"toc\0".to_vec();
         toc.push(0b11); // top-level, ordered
-        toc.push(marks.len() as u8);
+        toc.push(u8::try_from(marks.len()).map_err(|_| EncodeError::new(format!("mp3: {} chapters in one CTOC", marks.len())))?);
         for id in &ids {
             toc.extend(id.as_bytes());
             toc.push(0);

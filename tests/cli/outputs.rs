@@ -542,23 +542,6 @@ fn ssml_is_read_when_the_text_starts_with_speak() {
     assert!(!dir.path().join("bad.wav").exists(), "nothing is said for bad markup");
 }
 
-/// ffmpeg's decoding of `path` to s16le mono at 24 kHz (a `.pcm` read as such).
-fn ffmpeg_samples(path: &Path) -> Vec<i16> {
-    let mut cmd = Command::new("ffmpeg");
-    cmd.args(["-v", "error", "-nostdin"]);
-    if path.extension().is_some_and(|e| e == "pcm") {
-        cmd.args(["-f", "s16le", "-ar", "24000", "-ac", "1"]);
-    }
-    let out = cmd
-        .arg("-i")
-        .arg(path)
-        .args(["-f", "s16le", "-ac", "1", "-ar", "24000", "-"])
-        .output()
-        .unwrap_or_else(|e| panic!("ffmpeg cannot run ({e}): scripts/setup.sh installs it (apt-get install ffmpeg)"));
-    assert!(out.status.success() && out.stderr.is_empty(), "ffmpeg {}: {}", path.display(), String::from_utf8_lossy(&out.stderr));
-    out.stdout.chunks_exact(2).map(|b| i16::from_le_bytes([b[0], b[1]])).collect()
-}
-
 /// Issue 33, point 2: `cosy file` writes every format the server has, chosen by `--format` or
 /// by the extension of `-o`; each decodes (ffmpeg) to the wav's length: flac and pcm to its very
 /// samples, mp3 (LAME's Info frame: ffmpeg trims the encoder delay and padding) and Ogg Opus
@@ -588,7 +571,7 @@ fn every_format_by_extension_or_flag() {
         ok(&cosy(dir, &file_args(p, out, &extra, TEXT)), out);
         let path = dir.join(out);
         // (`.audio` is no extension ffmpeg knows: it reads the content.)
-        let got = ffmpeg_samples(&path);
+        let got = crate::common::ffmpeg::decode_file(&path);
         if lossless {
             assert!(got == want, "{out}: {} samples, not the wav's {}", got.len(), want.len());
         } else {
@@ -599,6 +582,11 @@ fn every_format_by_extension_or_flag() {
     assert_eq!(magic("out.ogg", 4), b"OggS");
     assert_eq!(magic("flac-by-flag.audio", 4), b"fLaC");
     assert_eq!(magic("by-flag.wav", 4), b"RIFF");
+
+    // Without -o, the default name takes the format's extension.
+    ok(&cosy(dir, &["file", "--prompt-wav", p, "--prompt-text", TRANSCRIPT, "--format", "flac", "--", TEXT]), "--format flac without -o");
+    assert_eq!(magic("out.flac", 4), b"fLaC");
+    assert!(!dir.join("out.wav").exists());
 
     // With --input, the default file names take the format's extension.
     fs::write(dir.join("lines.txt"), format!("{TEXT}\n")).unwrap();

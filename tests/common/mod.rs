@@ -7,6 +7,8 @@ use std::path::{Path, PathBuf};
 pub mod compare;
 /// EPUB books written by the tests (issue 33).
 pub mod epub;
+/// Written audio files decoded by ffmpeg.
+pub mod ffmpeg;
 
 use cosy::model::{sha256_file, Dim, GraphSpec, Manifest};
 use ort::value::{DynValue, Tensor};
