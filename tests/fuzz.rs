@@ -83,7 +83,7 @@ fn fuzz_markdown() {
         }
         let code_blocks = *rng.pick(&[cosy::config::CodeBlocks::StandIn, cosy::config::CodeBlocks::Skip, cosy::config::CodeBlocks::Read]);
         let symbols = *rng.pick(&[cosy::config::Symbols::Drop, cosy::config::Symbols::Name, cosy::config::Symbols::Keep]);
-        let settings = cosy::config::MarkdownSettings { enabled: true, code_blocks, symbols };
+        let settings = cosy::config::MarkdownSettings { code_blocks, symbols, ..cosy::config::MarkdownSettings::ON };
         let whole = to_speech(&text, settings);
         // The same text in random pieces (cut at character boundaries) reads the same.
         let mut stream = MarkdownStream::new(settings);

@@ -166,7 +166,7 @@ fn a_plain_sentence_goes_out_before_its_paragraph_ends() {
 #[test]
 fn settings_choose_code_blocks_and_symbols() {
     let text = "Look 😀:\n\n```sh\necho hi\n```";
-    let with = |code_blocks, symbols| to_speech(text, MarkdownSettings { enabled: true, code_blocks, symbols });
+    let with = |code_blocks, symbols| to_speech(text, MarkdownSettings { code_blocks, symbols, ..ON });
     assert_eq!(with(CodeBlocks::StandIn, Symbols::Drop), "Look:\n\nsh code block");
     assert_eq!(with(CodeBlocks::Skip, Symbols::Drop), "Look:\n\n");
     assert_eq!(with(CodeBlocks::Read, Symbols::Keep), "Look 😀:\n\necho hi");
