@@ -15,10 +15,15 @@
 //! * a bare URL, e-mail address or file path is read out ("example dot com slash docs",
 //!   "jane dot doe at example dot com", "slash etc slash hosts"; a URL's scheme, query and
 //!   fragment are not said), so that number normalisation does not see character salad;
+//! * phone numbers (off by default) and units after a number ("5 km" → "5 kilometers") are read
+//!   in sentences without Chinese (`frontend::readings`);
 //! * emoji are dropped, said by name or kept ([`Symbols`]);
 //! * HTML tags are removed, except CosyVoice3's own (`<strong>`, `</strong>`, `<laughter>`,
 //!   `</laughter>`); its bracket tags (`[breath]`, `[AA1]`, `[ni3]` …) are text to Markdown and
 //!   pass untouched.
+//!
+//! Each category has its switch in [`MarkdownSettings`] (`urls`, `phone`, `units`, `symbols`);
+//! with `enabled` off the caller does not run this layer at all.
 //!
 //! Text without any of this is given back as written (whitespace at its ends aside), so plain
 //! text reaches the model exactly as before. Later text layers (pauses, SSML, a lexicon) belong

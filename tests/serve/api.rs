@@ -725,3 +725,57 @@ fn websocket_reads_markdown_across_pieces_unless_asked_not_to() {
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(r.header("x-cosy-ignored-fields"), None);
 }
+
+/// The `normalization` object switches each category (issue 32, point 2): over the WebSocket
+/// the segments' texts show phone numbers, units, URLs and emoji read or left as written, as the
+/// object says, the same across pieces; over HTTP `"numbers": false` gives the model the digits
+/// (fewer text tokens than the spelt-out words), and a bad `symbols` value is refused naming it.
+#[test]
+fn normalization_object_switches_categories_over_http_and_websocket() {
+    use tungstenite::Message;
+    let server = start_server(&[]);
+    let pieces = ["Call +1 555-0", "123 about the 5 k", "m run at https://exa", "mple.com, 3 items 😀", "."];
+    let segments = |normalization: serde_json::Value| -> String {
+        let (mut ws, _) = crate::serve::ws_connect(&server.url("/v1/audio/speech/stream").replace("http://", "ws://"));
+        let send = |ws: &mut tungstenite::WebSocket<_>, v: serde_json::Value| ws.send(Message::text(v.to_string())).expect("send");
+        send(&mut ws, json!({"type": "session.config", "voice": "me", "text_streaming": "sentences", "normalization": normalization}));
+        for piece in pieces {
+            send(&mut ws, json!({"type": "input.text", "text": piece}));
+        }
+        send(&mut ws, json!({"type": "input.done"}));
+        let mut texts = String::new();
+        loop {
+            match ws.read().expect("read") {
+                Message::Text(t) => {
+                    let v: serde_json::Value = serde_json::from_str(t.as_str()).unwrap();
+                    match v["type"].as_str() {
+                        Some("audio.start") => texts.push_str(v["text"].as_str().unwrap_or_default()),
+                        Some("session.created") => assert_eq!(v["ignored_fields"], json!([]), "{v}"),
+                        Some("session.done") => return texts,
+                        Some("error") => panic!("{v}"),
+                        _ => {}
+                    }
+                }
+                Message::Close(_) => panic!("closed before session.done: {texts:?}"),
+                _ => {}
+            }
+        }
+    };
+    assert_eq!(segments(json!({"phone": true})), "Call plus 1, 5 5 5, 0 1 2 3 about the 5 kilometers run at example dot com, 3 items.");
+    assert_eq!(segments(json!({"urls": false, "units": false, "symbols": "keep"})), pieces.concat());
+    assert_eq!(segments(json!({"symbols": "name", "numbers": false})), "Call +1 555-0123 about the 5 kilometers run at example dot com, 3 items grinning face.");
+
+    let input_tokens = |normalization: serde_json::Value| -> u64 {
+        let body = json!({"input": "I have 12345 apples and 67890 pears.", "voice": "me", "stream_format": "sse", "response_format": "pcm", "normalization": normalization});
+        let r = server.post_json("/v1/audio/speech", &body);
+        assert_eq!(r.status, 200, "{}", r.text());
+        assert_eq!(r.header("x-cosy-ignored-fields"), None);
+        let done = r.text().split("\n\n").filter_map(|e| e.strip_prefix("data: ")).last().map(|d| serde_json::from_str::<serde_json::Value>(d).expect("event JSON")).expect("events");
+        done["usage"]["input_tokens"].as_u64().expect("input_tokens")
+    };
+    let (spelt, digits) = (input_tokens(json!({})), input_tokens(json!({"numbers": false})));
+    assert!(digits < spelt, "numbers off: the digits as written ({digits} tokens), not the words ({spelt})");
+    let r = server.post_json("/v1/audio/speech", &json!({"input": "Hi.", "voice": "me", "normalization": {"symbols": "shout"}}));
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert!(r.text().contains("normalization.symbols \"shout\""), "{}", r.text());
+}
