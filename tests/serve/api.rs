@@ -777,5 +777,7 @@ fn normalization_object_switches_categories_over_http_and_websocket() {
     assert!(digits < spelt, "numbers off: the digits as written ({digits} tokens), not the words ({spelt})");
     let r = server.post_json("/v1/audio/speech", &json!({"input": "Hi.", "voice": "me", "normalization": {"symbols": "shout"}}));
     assert_eq!(r.status, 400, "{}", r.text());
-    assert!(r.text().contains("normalization.symbols \"shout\""), "{}", r.text());
+    let error: serde_json::Value = serde_json::from_str(&r.text()).expect("error JSON");
+    assert_eq!(error["error"]["message"], "normalization.symbols \"shout\" is not one of \"drop\", \"name\", \"keep\"", "{error}");
+    assert_eq!(error["error"]["param"], "normalization", "{error}");
 }
