@@ -682,41 +682,45 @@ fn voice_listing_reads_headers_only_and_names_broken_entries() {
     assert!(picker.contains(&(huge, "huge (unusable: see data)")), "{picker:?}");
 }
 
+/// The texts of the segments a WebSocket session says (each `audio.start`'s) for `config` (a
+/// `session.config`) and the text `pieces`; the session must create no ignored fields.
+fn ws_segment_texts(server: &Server, config: serde_json::Value, pieces: &[&str]) -> Vec<String> {
+    use tungstenite::Message;
+    let (mut ws, _) = crate::serve::ws_connect(&server.url("/v1/audio/speech/stream").replace("http://", "ws://"));
+    let send = |ws: &mut tungstenite::WebSocket<_>, v: serde_json::Value| ws.send(Message::text(v.to_string())).expect("send");
+    send(&mut ws, config);
+    for piece in pieces {
+        send(&mut ws, json!({"type": "input.text", "text": piece}));
+    }
+    send(&mut ws, json!({"type": "input.done"}));
+    let mut texts = Vec::new();
+    loop {
+        match ws.read().expect("read") {
+            Message::Text(t) => {
+                let v: serde_json::Value = serde_json::from_str(t.as_str()).unwrap();
+                match v["type"].as_str() {
+                    Some("audio.start") => texts.push(v["text"].as_str().unwrap_or_default().to_string()),
+                    Some("session.created") => assert_eq!(v["ignored_fields"], json!([]), "{v}"),
+                    Some("session.done") => return texts,
+                    Some("error") => panic!("{v}"),
+                    _ => {}
+                }
+            }
+            Message::Close(_) => panic!("closed before session.done: {texts:?}"),
+            _ => {}
+        }
+    }
+}
+
 /// A language model's reply sent in pieces over the WebSocket ("sentences") is read as Markdown
 /// across the pieces (issue 32): the segments' texts are the reply as a person reads it, the same
 /// as the whole reply reads; `normalization: {"markdown": false}` gives it as written. The HTTP
 /// API takes the same object.
 #[test]
 fn websocket_reads_markdown_across_pieces_unless_asked_not_to() {
-    use tungstenite::Message;
     let server = start_server(&[]);
     let pieces = ["**Bo", "ld** claim: see [the do", "cs](https://exa", "mple.com/a_b?x=1) 😀 and `cargo", " build`.\n\n- item one\n- it", "em two"];
-    let segments = |config: serde_json::Value| -> Vec<String> {
-        let (mut ws, _) = crate::serve::ws_connect(&server.url("/v1/audio/speech/stream").replace("http://", "ws://"));
-        let send = |ws: &mut tungstenite::WebSocket<_>, v: serde_json::Value| ws.send(Message::text(v.to_string())).expect("send");
-        send(&mut ws, config);
-        for piece in pieces {
-            send(&mut ws, json!({"type": "input.text", "text": piece}));
-        }
-        send(&mut ws, json!({"type": "input.done"}));
-        let mut texts = Vec::new();
-        loop {
-            match ws.read().expect("read") {
-                Message::Text(t) => {
-                    let v: serde_json::Value = serde_json::from_str(t.as_str()).unwrap();
-                    match v["type"].as_str() {
-                        Some("audio.start") => texts.push(v["text"].as_str().unwrap_or_default().to_string()),
-                        Some("session.created") => assert_eq!(v["ignored_fields"], json!([]), "{v}"),
-                        Some("session.done") => return texts,
-                        Some("error") => panic!("{v}"),
-                        _ => {}
-                    }
-                }
-                Message::Close(_) => panic!("closed before session.done: {texts:?}"),
-                _ => {}
-            }
-        }
-    };
+    let segments = |config: serde_json::Value| ws_segment_texts(&server, config, &pieces);
     let read = segments(json!({"type": "session.config", "voice": "me", "text_streaming": "sentences"}));
     assert_eq!(read.concat(), "Bold claim: see the docs and cargo build.\n\nitem one.\nitem two", "{read:?}");
     let written = segments(json!({"type": "session.config", "voice": "me", "text_streaming": "sentences", "normalization": {"markdown": false}}));
@@ -732,34 +736,11 @@ fn websocket_reads_markdown_across_pieces_unless_asked_not_to() {
 /// (fewer text tokens than the spelt-out words), and a bad `symbols` value is refused naming it.
 #[test]
 fn normalization_object_switches_categories_over_http_and_websocket() {
-    use tungstenite::Message;
     let server = start_server(&[]);
     let pieces = ["Call +1 555-0", "123 about the 5 k", "m run at https://exa", "mple.com, 3 items 😀", "."];
-    let segments = |normalization: serde_json::Value| -> String {
-        let (mut ws, _) = crate::serve::ws_connect(&server.url("/v1/audio/speech/stream").replace("http://", "ws://"));
-        let send = |ws: &mut tungstenite::WebSocket<_>, v: serde_json::Value| ws.send(Message::text(v.to_string())).expect("send");
-        send(&mut ws, json!({"type": "session.config", "voice": "me", "text_streaming": "sentences", "normalization": normalization}));
-        for piece in pieces {
-            send(&mut ws, json!({"type": "input.text", "text": piece}));
-        }
-        send(&mut ws, json!({"type": "input.done"}));
-        let mut texts = String::new();
-        loop {
-            match ws.read().expect("read") {
-                Message::Text(t) => {
-                    let v: serde_json::Value = serde_json::from_str(t.as_str()).unwrap();
-                    match v["type"].as_str() {
-                        Some("audio.start") => texts.push_str(v["text"].as_str().unwrap_or_default()),
-                        Some("session.created") => assert_eq!(v["ignored_fields"], json!([]), "{v}"),
-                        Some("session.done") => return texts,
-                        Some("error") => panic!("{v}"),
-                        _ => {}
-                    }
-                }
-                Message::Close(_) => panic!("closed before session.done: {texts:?}"),
-                _ => {}
-            }
-        }
+    let segments = |normalization: serde_json::Value| {
+        let config = json!({"type": "session.config", "voice": "me", "text_streaming": "sentences", "normalization": normalization});
+        ws_segment_texts(&server, config, &pieces).concat()
     };
     assert_eq!(segments(json!({"phone": true})), "Call plus 1, 5 5 5, 0 1 2 3 about the 5 kilometers run at example dot com, 3 items.");
     assert_eq!(segments(json!({"urls": false, "units": false, "symbols": "keep"})), pieces.concat());
