@@ -897,11 +897,13 @@ fn file_command(config: &Config, settings: &crate::serve::settings::Settings, ar
         cosy::output::check_folder("--dump", d, true)?;
     }
 
+    // A bad --normalize is refused before the model loads.
+    let normalization = args.normalize.normalization()?;
     let engine = cosy::engine::Engine::load(config)?;
     let request = |text: String| {
         let mut o = cosy::app::speech::SpeechOptions::new(text, voice.clone(), config.streaming.enabled);
         o.text_frontend = !args.no_text_frontend;
-        o.normalization = args.normalize.normalization()?;
+        o.normalization = normalization;
         o.speed = args.speed;
         o.seed = args.seed;
         o.stream = asked_streaming(args.stream, args.no_stream);
