@@ -162,12 +162,23 @@ impl Request {
     }
 }
 
-/// A request's normalisation switches, by category; `None` = as configured (`[text]`). One
-/// category so far (Markdown); numbers, URLs, symbols … would join it here.
+/// A request's normalisation switches, by category; `None` = as configured (`[text]`). Off means
+/// that category's text reaches the model as written (docs/text.md, "The switches").
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Normalization {
-    /// Read Markdown and chat text as a person would (`text.markdown`); false: as written.
+    /// Read Markdown and chat text as a person would (`text.markdown`); false: the whole text
+    /// layer is off (Markdown, URLs, symbols, phone numbers and units as written).
     pub markdown: Option<bool>,
+    /// Spell numbers out (`text.numbers`: the official normaliser and English digit runs).
+    pub numbers: Option<bool>,
+    /// Read bare URLs, e-mail addresses and file paths out (`text.urls`).
+    pub urls: Option<bool>,
+    /// Read phone numbers digit by digit in groups (`text.phone`).
+    pub phone: Option<bool>,
+    /// Read unit abbreviations after a number as words (`text.units`).
+    pub units: Option<bool>,
+    /// What emoji become (`text.symbols`).
+    pub symbols: Option<crate::config::Symbols>,
     /// The text is one sentence exactly as [`crate::pipeline::Synthesizer::plan_text`] gave it
     /// (the long-form job, `app::longform`, speaks each planned sentence as a request of its
     /// own): it is said as given, without the text layer again (Markdown, lexicon, pause tags,
@@ -177,10 +188,60 @@ pub struct Normalization {
 }
 
 impl Normalization {
-    /// How the text is read as Markdown, if it is: the request's switch, else the configured
-    /// one; never without the text frontend (`text_frontend = false` is the text as written).
+    /// How the text layer reads the text, if it runs: the request's switches over the configured
+    /// ones; never without the text frontend (`text_frontend = false` is the text as written).
+    /// The one rule that combines a request's switches with the configuration.
     pub fn markdown(&self, configured: crate::config::MarkdownSettings, text_frontend: bool) -> Option<crate::config::MarkdownSettings> {
-        (text_frontend && self.markdown.unwrap_or(configured.enabled)).then_some(configured)
+        let settings = crate::config::MarkdownSettings {
+            enabled: self.markdown.unwrap_or(configured.enabled),
+            urls: self.urls.unwrap_or(configured.urls),
+            phone: self.phone.unwrap_or(configured.phone),
+            units: self.units.unwrap_or(configured.units),
+            symbols: self.symbols.unwrap_or(configured.symbols),
+            ..configured
+        };
+        (text_frontend && settings.enabled).then_some(settings)
+    }
+
+    /// Whether the official frontend spells numbers out: the request's switch, else the
+    /// configured one (`text.numbers`).
+    pub fn numbers(&self, configured: bool) -> bool {
+        self.numbers.unwrap_or(configured)
+    }
+
+    /// The categories by name, as `--normalize` takes them.
+    pub const CATEGORIES: &'static str = "markdown, numbers, urls, phone, units, symbols";
+
+    /// Sets the switches `spec` names: `CATEGORY=VALUE` pairs separated by commas
+    /// (`numbers=off,urls=off,symbols=name`); a switch takes `on`/`off` (or `true`/`false`),
+    /// `symbols` takes `drop`, `name` or `keep` (`off` = `keep`: as written).
+    pub fn set_from(&mut self, spec: &str) -> Result<()> {
+        let bad = |message: String| Error::input(InputCode::Invalid, Some("normalize"), message);
+        for pair in spec.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            let Some((category, value)) = pair.split_once('=').map(|(c, v)| (c.trim(), v.trim())) else {
+                return Err(bad(format!("--normalize {pair:?}: write CATEGORY=on or CATEGORY=off, as numbers=off (categories: {})", Self::CATEGORIES)));
+            };
+            if category == "symbols" {
+                let symbols = if value == "off" { Some(crate::config::Symbols::Keep) } else { crate::config::Symbols::parse(value) };
+                self.symbols = Some(symbols.ok_or_else(|| bad(format!("--normalize symbols={value}: symbols takes drop, name or keep")))?);
+                continue;
+            }
+            let switch = match value {
+                "on" | "true" => true,
+                "off" | "false" => false,
+                _ => return Err(bad(format!("--normalize {category}={value}: write on or off"))),
+            };
+            let field = match category {
+                "markdown" => &mut self.markdown,
+                "numbers" => &mut self.numbers,
+                "urls" => &mut self.urls,
+                "phone" => &mut self.phone,
+                "units" => &mut self.units,
+                _ => return Err(bad(format!("--normalize {category}={value}: no category {category:?} (categories: {})", Self::CATEGORIES))),
+            };
+            *field = Some(switch);
+        }
+        Ok(())
     }
 }
 
@@ -459,6 +520,42 @@ pub fn check_text_streaming(voice: &Voice) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A request's switch wins over the configured one, `None` keeps it; without the text
+    /// frontend, or with Markdown off, the layer does not run at all.
+    #[test]
+    fn normalization_switches_combine_request_over_config() {
+        use crate::config::{MarkdownSettings, Symbols};
+        let configured = MarkdownSettings::ON;
+        assert_eq!(Normalization::default().markdown(configured, true), Some(configured));
+        assert_eq!(Normalization::default().markdown(configured, false), None);
+        assert_eq!(Normalization { markdown: Some(false), ..Default::default() }.markdown(configured, true), None);
+        let asked = Normalization { urls: Some(false), phone: Some(true), units: Some(false), symbols: Some(Symbols::Name), ..Default::default() };
+        assert_eq!(
+            asked.markdown(configured, true),
+            Some(MarkdownSettings { urls: false, phone: true, units: false, symbols: Symbols::Name, ..configured })
+        );
+        let off = MarkdownSettings { enabled: false, ..configured };
+        assert_eq!(Normalization { markdown: Some(true), ..Default::default() }.markdown(off, true), Some(configured));
+        assert!(Normalization::default().numbers(true));
+        assert!(!Normalization { numbers: Some(false), ..Default::default() }.numbers(true));
+        assert!(Normalization { numbers: Some(true), ..Default::default() }.numbers(false));
+    }
+
+    #[test]
+    fn normalize_flags_set_the_switches_they_name() {
+        let mut n = Normalization::default();
+        n.set_from("numbers=off, urls=off,symbols=name").unwrap();
+        n.set_from("phone=on,units=false,markdown=true").unwrap();
+        let want = Normalization { markdown: Some(true), numbers: Some(false), urls: Some(false), phone: Some(true), units: Some(false), symbols: Some(crate::config::Symbols::Name), ..Default::default() };
+        assert_eq!(n, want);
+        n.set_from("symbols=off").unwrap();
+        assert_eq!(n.symbols, Some(crate::config::Symbols::Keep));
+        for (bad, says) in [("numbers", "write CATEGORY=on"), ("dates=off", "no category \"dates\""), ("units=maybe", "write on or off"), ("symbols=on", "drop, name or keep")] {
+            let e = Normalization::default().set_from(bad).expect_err(bad);
+            assert!(matches!(e, Error::Input { code: InputCode::Invalid, .. }) && e.to_string().contains(says), "{bad}: {e}");
+        }
+    }
 
     /// Text that is only special tokens has nothing to speak (issue 30: `<|endofprompt|>` alone was
     /// synthesised); what follows the last `<|endofprompt|>` is what is spoken.

@@ -65,6 +65,7 @@ const MARKDOWN_PIECES: &[&str] = &[
     "<!--", "-->", "<strong>", "</strong>", "<laughter>", "[breath]", "[AA1]", "[ni3]", "<|endofprompt|>", "\\", "&amp;", "&",
     "https://example.com/a_b?x=1", "www.example.org", "docs.rs/ort", "jane.doe@example.com", "/etc/hosts", "~/notes", "./run.sh",
     "😀", "👍🏽", "❤️", "你好", "。", "，", "Hello", "world", "Mr.", "3.5", ". ", "! ", "? ", ": ", "x", "42",
+    "5 km", "km/h", "°C", " MB", "+1 555-0123", "(415) 555-0198", "+44 20 7946 0958", "-",
 ];
 
 #[test]
@@ -83,7 +84,8 @@ fn fuzz_markdown() {
         }
         let code_blocks = *rng.pick(&[cosy::config::CodeBlocks::StandIn, cosy::config::CodeBlocks::Skip, cosy::config::CodeBlocks::Read]);
         let symbols = *rng.pick(&[cosy::config::Symbols::Drop, cosy::config::Symbols::Name, cosy::config::Symbols::Keep]);
-        let settings = cosy::config::MarkdownSettings { enabled: true, code_blocks, symbols };
+        let (phone, units, urls) = (rng.chance(1, 2), rng.chance(3, 4), rng.chance(3, 4));
+        let settings = cosy::config::MarkdownSettings { code_blocks, symbols, phone, units, urls, ..cosy::config::MarkdownSettings::ON };
         let whole = to_speech(&text, settings);
         // The same text in random pieces (cut at character boundaries) reads the same.
         let mut stream = MarkdownStream::new(settings);

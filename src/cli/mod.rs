@@ -207,9 +207,8 @@ pub struct FileArgs {
     /// Pass the text to the tokenizer as is: no normalisation, no sentence splitting.
     #[arg(long)]
     pub no_text_frontend: bool,
-    /// Give the text to the frontend as written, not read as Markdown (text.markdown; docs/text.md).
-    #[arg(long)]
-    pub no_markdown: bool,
+    #[command(flatten)]
+    pub normalize: NormalizeArgs,
     /// Print the text exactly as the model gets it, one sentence a line (a line break inside a
     /// sentence written `\\n`), and stop: nothing is synthesised.
     #[arg(long, conflicts_with_all = ["dump", "bistream"])]
@@ -244,6 +243,52 @@ pub struct FileArgs {
     pub captions: Option<PathBuf>,
 }
 
+/// The normalisation switches of `say` and `file` (docs/text.md, "The switches").
+#[derive(Debug, Args)]
+pub struct NormalizeArgs {
+    /// Give the text to the frontend as written, not read as Markdown (text.markdown; docs/text.md);
+    /// the same as --normalize markdown=off.
+    #[arg(long)]
+    pub no_markdown: bool,
+    /// Normalisation switches by category, CATEGORY=on|off separated by commas (repeatable):
+    /// markdown, numbers, urls, phone, units; symbols=drop|name|keep. E.g. numbers=off,urls=off.
+    #[arg(long, value_name = "SWITCHES")]
+    pub normalize: Vec<String>,
+}
+
+impl NormalizeArgs {
+    /// The request's switches these flags give (unset: as configured).
+    pub fn normalization(&self) -> Result<cosy::request::Normalization, Error> {
+        let mut n = cosy::request::Normalization::default();
+        for spec in &self.normalize {
+            n.set_from(spec)?;
+        }
+        if self.no_markdown {
+            n.markdown = Some(false);
+        }
+        Ok(n)
+    }
+}
+
+/// A request's switches as the HTTP API's `normalization` object (`None` when all are unset).
+fn normalization_json(n: &cosy::request::Normalization) -> Option<serde_json::Value> {
+    let mut object = serde_json::Map::new();
+    for (name, switch) in [("markdown", n.markdown), ("numbers", n.numbers), ("urls", n.urls), ("phone", n.phone), ("units", n.units)] {
+        if let Some(on) = switch {
+            object.insert(name.into(), on.into());
+        }
+    }
+    if let Some(symbols) = n.symbols {
+        let name = match symbols {
+            cosy::config::Symbols::Drop => "drop",
+            cosy::config::Symbols::Name => "name",
+            cosy::config::Symbols::Keep => "keep",
+        };
+        object.insert("symbols".into(), name.into());
+    }
+    (!object.is_empty()).then_some(serde_json::Value::Object(object))
+}
+
 /// Arguments of `cosy say`.
 #[derive(Debug, Args)]
 pub struct SayArgs {
@@ -262,9 +307,8 @@ pub struct SayArgs {
     /// Pass the text to the tokenizer as is: no normalisation, no sentence splitting.
     #[arg(long)]
     pub no_text_frontend: bool,
-    /// Give the text to the frontend as written, not read as Markdown (text.markdown; docs/text.md).
-    #[arg(long)]
-    pub no_markdown: bool,
+    #[command(flatten)]
+    pub normalize: NormalizeArgs,
     /// With `-`: normalise each settled sentence of the streamed text (numbers, symbols) instead
     /// of speaking it exactly as written (the official text-in streaming normalises nothing).
     #[arg(long)]
@@ -918,11 +962,13 @@ fn file_command(config: &Config, settings: &crate::serve::settings::Settings, ar
         cosy::output::check_folder("--dump", d, true)?;
     }
 
+    // A bad --normalize is refused before the model loads.
+    let normalization = args.normalize.normalization()?;
     let engine = cosy::engine::Engine::load(config)?;
     let request = |text: String| {
         let mut o = cosy::app::speech::SpeechOptions::new(text, voice.clone(), config.streaming.enabled);
         o.text_frontend = !args.no_text_frontend;
-        o.normalization.markdown = args.no_markdown.then_some(false);
+        o.normalization = normalization;
         o.speed = args.speed;
         o.seed = args.seed;
         o.stream = asked_streaming(args.stream, args.no_stream);
@@ -971,7 +1017,7 @@ fn file_from_server(
     for job in jobs {
         // The schedule this command would use (sent as `stream`: the server then uses the same).
         let stream = cosy::app::speech::check_all_but_the_voice(config, &job.text, asked_streaming(args.stream, args.no_stream), config.streaming.enabled, args.speed)?;
-        let request = server_request(&job.text, &args.voice, args.speed, args.seed, stream, args.no_markdown)?;
+        let request = server_request(&job.text, &args.voice, args.speed, args.seed, stream, &args.normalize.normalization()?)?;
         let mut audio = client.speak(request)?;
         let samples = collect_audio(job.out.is_none(), |sink| {
             while let Some(chunk) = audio.next_chunk()? {
@@ -1009,11 +1055,11 @@ fn server_for(
 /// The speech request (the HTTP API's fields) for `text` from the command line's options: the
 /// voice as the flags give it (a saved voice's name, or the recording itself), the server's
 /// default voice and seed when none is given.
-fn server_request(text: &str, voice: &VoiceArgs, speed: f64, seed: Option<u64>, stream: bool, no_markdown: bool) -> Result<serde_json::Value, Error> {
+fn server_request(text: &str, voice: &VoiceArgs, speed: f64, seed: Option<u64>, stream: bool, normalization: &cosy::request::Normalization) -> Result<serde_json::Value, Error> {
     use base64::Engine as _;
     let mut request = serde_json::json!({ "input": text, "stream": stream });
-    if no_markdown {
-        request["normalization"] = serde_json::json!({ "markdown": false });
+    if let Some(switches) = normalization_json(normalization) {
+        request["normalization"] = switches;
     }
     if speed != 1.0 {
         request["speed"] = speed.into();
@@ -1204,7 +1250,7 @@ fn file_bistream(
     let voice = resolve_voice(config, &args.voice)?;
     let mut o = cosy::app::speech::SpeechOptions::new(String::new(), voice, config.streaming.enabled);
     o.text_frontend = !args.no_text_frontend;
-    o.normalization.markdown = args.no_markdown.then_some(false);
+    o.normalization = args.normalize.normalization()?;
     o.seed = args.seed;
     o.stream = asked_streaming(args.stream, args.no_stream);
     let req = cosy::app::speech::build_streaming_request(o)?;
@@ -1297,7 +1343,7 @@ fn say_command(config: &Config, settings: &crate::serve::settings::Settings, arg
         // the answer comes as it is made, in the schedule `say` uses (chunks at speed 1, else
         // whole sentences).
         cosy::app::speech::check_all_but_the_voice(config, text, None, true, args.speed)?;
-        let request = server_request(text, &args.voice, args.speed, args.seed, true, args.no_markdown)?;
+        let request = server_request(text, &args.voice, args.speed, args.seed, true, &args.normalize.normalization()?)?;
         let play = crate::say::PlayOptions { buffering: !args.no_buffering, notices };
         crate::say::say(crate::say::Source::Server { client: &client, request }, &output, play, args.event_log.as_deref())?;
         return Ok(());
@@ -1318,7 +1364,7 @@ fn say_command(config: &Config, settings: &crate::serve::settings::Settings, arg
     // `say` streams unless a speed asks for whole sentences.
     let mut o = cosy::app::speech::SpeechOptions::new(text, voice, true);
     o.text_frontend = !args.no_text_frontend;
-    o.normalization.markdown = args.no_markdown.then_some(false);
+    o.normalization = args.normalize.normalization()?;
     o.speed = args.speed;
     o.seed = args.seed;
     o.min_tokens = args.min_tokens;

@@ -274,6 +274,26 @@ pub static KEYS: &[Key<Config>] = &[
         Ok(())
     })
     .doc("What emoji become in speech (with text.markdown)."),
+    K::new("text.urls", "true", TRUE_FALSE, |c, v| {
+        c.text.markdown.urls = v.boolean()?;
+        Ok(())
+    })
+    .doc("Read bare URLs, e-mail addresses and file paths out (with text.markdown); false: as written."),
+    K::new("text.phone", "false", TRUE_FALSE, |c, v| {
+        c.text.markdown.phone = v.boolean()?;
+        Ok(())
+    })
+    .doc("Read phone numbers digit by digit in groups (with text.markdown); false: left to the normaliser."),
+    K::new("text.units", "true", TRUE_FALSE, |c, v| {
+        c.text.markdown.units = v.boolean()?;
+        Ok(())
+    })
+    .doc("Read unit abbreviations after a number as words, \"5 km\" as \"5 kilometers\" (with text.markdown)."),
+    K::new("text.numbers", "true", TRUE_FALSE, |c, v| {
+        c.text.numbers = v.boolean()?;
+        Ok(())
+    })
+    .doc("Spell numbers out (the official normaliser); false: the digits reach the model as written."),
     K::new("text.lexicon", "\"\"", "a path (string), or \"\" for none", |c, v| {
         c.text.lexicon = v.path_or_default()?;
         Ok(())

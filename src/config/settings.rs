@@ -170,11 +170,17 @@ pub struct TextSettings {
     /// How Markdown and chat text is spoken (`crate::frontend::markdown`); a request may turn
     /// its `markdown` off (`crate::request::Normalization`).
     pub markdown: MarkdownSettings,
+    /// `text.numbers`: the official frontend spells numbers out (the wetext normaliser, English
+    /// digit runs as words); false: the digits reach the model as written. A request may turn it
+    /// off or on (`crate::request::Normalization`).
+    pub numbers: bool,
     /// `text.lexicon`: the pronunciation lexicon file (`crate::frontend::lexicon`), if any.
     pub lexicon: Option<PathBuf>,
 }
 
-/// `text.markdown`, `text.code_blocks`, `text.symbols`: the Markdown category of normalisation.
+/// `text.markdown`, `text.code_blocks`, `text.symbols`, `text.urls`, `text.phone`, `text.units`:
+/// the text layer before the official frontend (`crate::frontend::markdown`). With `enabled`
+/// false the whole layer is off (the text as written), its other categories with it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct MarkdownSettings {
     /// Read Markdown as a person would (marks dropped, blocks end sentences …); off: the text
@@ -182,11 +188,19 @@ pub struct MarkdownSettings {
     pub enabled: bool,
     pub code_blocks: CodeBlocks,
     pub symbols: Symbols,
+    /// Bare URLs, e-mail addresses and file paths read out ("example dot com"); false: as written.
+    pub urls: bool,
+    /// Phone numbers read digit by digit in groups (`crate::frontend::readings`); false: as written.
+    pub phone: bool,
+    /// Unit abbreviations after a number read as words ("5 km" → "5 kilometers"); false: as written.
+    pub units: bool,
 }
 
 impl MarkdownSettings {
-    /// The default: Markdown read, code blocks stood in for, emoji dropped.
-    pub const ON: MarkdownSettings = MarkdownSettings { enabled: true, code_blocks: CodeBlocks::StandIn, symbols: Symbols::Drop };
+    /// The default: Markdown read, code blocks stood in for, emoji dropped, URLs and units read,
+    /// phone numbers left to the official normaliser (docs/text.md says why).
+    pub const ON: MarkdownSettings =
+        MarkdownSettings { enabled: true, code_blocks: CodeBlocks::StandIn, symbols: Symbols::Drop, urls: true, phone: false, units: true };
 }
 
 /// What a fenced code block becomes in speech.
@@ -421,7 +435,7 @@ impl Default for Config {
             voices: VoiceSettings { dir: paths::voices_dir(), default: None, aliases: BTreeMap::new() },
             limits: LimitSettings { max_text_chars: 5000, max_prompt_text_chars: 2000 },
             engine: EngineSettings { max_batch: 16, max_in_flight: 16, max_queue: 64, dit_max_batch: 8, prompt_cache_bytes: 2 << 30, prompt_cache: CpuSwitch::Auto, prompt_cache_disk_bytes: 4 << 30, first_audio_priority: CpuSwitch::Auto, file_concurrency: 4, idle_unload_s: 0 },
-            text: TextSettings { normalizer: NormalizerChoice::Auto, markdown: MarkdownSettings::ON, lexicon: None },
+            text: TextSettings { normalizer: NormalizerChoice::Auto, markdown: MarkdownSettings::ON, numbers: true, lexicon: None },
             debug: DebugSettings::default(),
             source_file: None,
             sources: Sources::default(),

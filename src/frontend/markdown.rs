@@ -15,10 +15,15 @@
 //! * a bare URL, e-mail address or file path is read out ("example dot com slash docs",
 //!   "jane dot doe at example dot com", "slash etc slash hosts"; a URL's scheme, query and
 //!   fragment are not said), so that number normalisation does not see character salad;
+//! * phone numbers (off by default) and units after a number ("5 km" → "5 kilometers") are read
+//!   in sentences without Chinese (`frontend::readings`);
 //! * emoji are dropped, said by name or kept ([`Symbols`]);
 //! * HTML tags are removed, except CosyVoice3's own (`<strong>`, `</strong>`, `<laughter>`,
 //!   `</laughter>`); its bracket tags (`[breath]`, `[AA1]`, `[ni3]` …) are text to Markdown and
 //!   pass untouched.
+//!
+//! Each category has its switch in [`MarkdownSettings`] (`urls`, `phone`, `units`, `symbols`);
+//! with `enabled` off the caller does not run this layer at all.
 //!
 //! Text without any of this is given back as written (whitespace at its ends aside), so plain
 //! text reaches the model exactly as before. Later text layers (pauses, SSML, a lexicon) belong
@@ -35,6 +40,7 @@ use pulldown_cmark::{CodeBlockKind, Event, Options, Parser, Tag, TagEnd};
 
 pub use crate::config::{CodeBlocks, MarkdownSettings, Symbols};
 
+use crate::frontend::readings;
 use crate::frontend::text::contains_chinese;
 
 /// `text` read as a person would ([`MarkdownSettings`] say how; `enabled` is not looked at: the
@@ -269,7 +275,7 @@ impl Renderer {
     fn flush_run(&mut self) {
         if !self.run.is_empty() {
             let run = std::mem::take(&mut self.run);
-            let spoken = speak_text(&run, self.settings.symbols);
+            let spoken = speak_text(&run, self.settings);
             self.say(&spoken);
         }
     }
@@ -291,7 +297,7 @@ impl Renderer {
     /// Plain text (no Markdown could be in it: [`early_sentence_end`]). Its paragraph goes on
     /// with a letter, so the blank at its end is said as it is: it goes out now.
     fn plain_text(&mut self, text: &str) {
-        let spoken = speak_text(text, self.settings.symbols);
+        let spoken = speak_text(text, self.settings);
         self.say(&spoken);
         self.out.push_str(&std::mem::take(&mut self.held));
     }
@@ -338,7 +344,7 @@ impl Renderer {
                 Event::InlineHtml(h) | Event::Html(h) => {
                     self.flush_run();
                     self.skip(before);
-                    let spoken = speak_html(&h, self.settings.symbols);
+                    let spoken = speak_html(&h, self.settings);
                     self.say(&spoken);
                     prev = range.end;
                 }
@@ -427,11 +433,11 @@ fn item_number(source: &str) -> String {
 
 /// HTML read: its text, without tags and comments, except CosyVoice3's own tags (kept as
 /// written).
-fn speak_html(html: &str, symbols: Symbols) -> String {
+fn speak_html(html: &str, settings: MarkdownSettings) -> String {
     let mut spoken = String::with_capacity(html.len());
     let mut rest = html;
     while let Some(open) = rest.find('<') {
-        spoken.push_str(&speak_text(&rest[..open], symbols));
+        spoken.push_str(&speak_text(&rest[..open], settings));
         let tag = &rest[open..];
         let close = if tag.starts_with("<!--") { tag.find("-->").map(|i| i + 3) } else { tag.find('>').map(|i| i + 1) };
         let Some(close) = close else {
@@ -444,13 +450,17 @@ fn speak_html(html: &str, symbols: Symbols) -> String {
         }
         rest = &tag[close..];
     }
-    spoken.push_str(&speak_text(rest, symbols));
+    spoken.push_str(&speak_text(rest, settings));
     spoken
 }
 
-/// Plain text read: URLs, e-mail addresses and paths read out, emoji dropped (or kept). Works
-/// word by word (white space as written), so text cut at a blank reads as it does whole.
-pub fn speak_text(text: &str, symbols: Symbols) -> String {
+/// Plain text read: phone numbers and units read ([`readings::read`]), URLs, e-mail addresses
+/// and paths read out, emoji dropped (or kept), as `settings` say. Works word by word (white space
+/// as written; phone numbers and units sentence by sentence), so text cut at a blank reads as it
+/// does whole.
+pub fn speak_text(text: &str, settings: MarkdownSettings) -> String {
+    let text = readings::read(text, settings.phone, settings.units);
+    let text = text.as_ref();
     let mut out = String::with_capacity(text.len());
     // The blank before the word being read, and whether blanks are dropped (after a word that
     // was only emoji, at the start).
@@ -458,7 +468,7 @@ pub fn speak_text(text: &str, symbols: Symbols) -> String {
     let mut word = String::new();
     let mut drop_blank = false;
     let flush = |out: &mut String, blank: &mut String, word: &mut String, drop_blank: &mut bool| {
-        let spoken = speak_word(word, symbols);
+        let spoken = speak_word(word, settings.symbols, settings.urls);
         if spoken.is_empty() {
             // A word that was only emoji goes with the blank before it (or, first, after it).
             *drop_blank = out.is_empty();
@@ -507,8 +517,9 @@ pub fn speak_text(text: &str, symbols: Symbols) -> String {
     out
 }
 
-/// One word (no white space) read.
-fn speak_word(word: &str, symbols: Symbols) -> String {
+/// One word (no white space) read: its emoji as `symbols` say, and read out if it is an address
+/// and `urls` is on.
+fn speak_word(word: &str, symbols: Symbols, urls: bool) -> String {
     let word = match symbols {
         Symbols::Drop => word.chars().filter(|&c| !is_emoji(c)).collect(),
         Symbols::Name => name_emoji(word),
@@ -517,7 +528,7 @@ fn speak_word(word: &str, symbols: Symbols) -> String {
     // Punctuation around the word is not part of an address: "(see example.com)."
     let core_start = word.find(|c: char| c.is_alphanumeric() || matches!(c, '/' | '~' | '.')).unwrap_or(word.len());
     let core_end = word.rfind(|c: char| c.is_alphanumeric() || c == '/').map_or(core_start, |i| i + word[i..].chars().next().map_or(1, char::len_utf8));
-    if core_start >= core_end {
+    if core_start >= core_end || !urls {
         return word;
     }
     let (lead, core, tail) = (&word[..core_start], &word[core_start..core_end], &word[core_end..]);

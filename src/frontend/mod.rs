@@ -10,6 +10,7 @@
 //! * [`lexicon`]: the user's pronunciation lexicon (`text.lexicon`): words to replacement text or
 //!   phoneme tokens.
 //! * [`pause`]: pause tags (`[pause:0.5s]`): a text cut into stretches and exact silences.
+//! * [`readings`]: phone numbers and units read as words (the `phone` and `units` categories).
 //! * [`ssml`]: the SSML subset (`<speak>`, `<break>`, `<sub>`, `<say-as>`, `<phoneme>`) as plain
 //!   text and pause tags.
 //! * [`tn`]: wetext text normalisation (the official frontend's TN grammars run as FSTs).
@@ -25,6 +26,7 @@ pub mod markdown;
 pub mod mel;
 pub mod numbers;
 pub mod pause;
+pub mod readings;
 pub mod prompt;
 pub mod resample;
 pub mod ssml;

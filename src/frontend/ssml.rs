@@ -86,14 +86,7 @@ fn element(doc: &Document<'_>, node: Node<'_, '_>, out: &mut String) -> Result<(
                     out.push_str(&spelled.join(" "));
                 }
                 "cardinal" | "number" => out.push_str(&text.replace([',', '_'], "")),
-                "telephone" => {
-                    let groups: Vec<String> = text
-                        .split(|c: char| !c.is_ascii_digit() && c != '+')
-                        .filter(|g| !g.is_empty())
-                        .map(|g| g.chars().map(|c| if c == '+' { "plus".to_string() } else { c.to_string() }).collect::<Vec<_>>().join(" "))
-                        .collect();
-                    out.push_str(&groups.join(", "));
-                }
+                "telephone" => out.push_str(&crate::frontend::readings::telephone(&text)),
                 other => return Err(at(doc, node, format!("<say-as interpret-as={other:?}>: allowed: characters, cardinal, telephone"))),
             }
         }

@@ -175,6 +175,27 @@ pub fn zh_post_rules(text: &str) -> String {
     trailing_comma_run().replace(&text, "。").into_owned()
 }
 
+/// [`zh_post_rules`] for text whose numbers are as written: a `.` between two ASCII digits (a
+/// decimal point, "3.5") stays.
+fn zh_post_rules_keeping_decimals(text: &str) -> String {
+    // A private-use stand-in for the decimal point, through the rules and back.
+    const POINT: char = '\u{F8FF}';
+    let chars: Vec<char> = text.chars().collect();
+    let marked: String = chars
+        .iter()
+        .enumerate()
+        .map(|(i, &c)| {
+            let between_digits = i > 0 && chars[i - 1].is_ascii_digit() && chars.get(i + 1).is_some_and(char::is_ascii_digit);
+            if c == '.' && between_digits {
+                POINT
+            } else {
+                c
+            }
+        })
+        .collect();
+    zh_post_rules(&marked).replace(POINT, ".")
+}
+
 /// `split_paragraph`: cut after each end mark (a following `"` or `”` stays attached), then
 /// merge greedily: the running segment is flushed when adding the next piece would exceed
 /// `token_max_n` and it already exceeds `token_min_n`; a last piece shorter than `merge_len`
@@ -393,14 +414,24 @@ pub fn split_lines(text: &str) -> impl Iterator<Item = &str> {
 }
 
 pub fn normalize(text: &str, enabled: bool, normalizer: &dyn Normalizer, token_len: &dyn Fn(&str) -> usize) -> Normalized {
+    normalize_numbers(text, enabled, true, normalizer, token_len)
+}
+
+/// [`normalize`], with numbers spelt out or not (`text.numbers`). With `numbers` false the
+/// digits reach the model as written: the normaliser (wetext, which acts only on text holding a
+/// digit) is not run, English digit runs are not spelt out, and in Chinese text a `.` between
+/// two digits stays (the post rule would make it `。`, a sentence end); the other post rules and
+/// the sentence splitting are as official.
+pub fn normalize_numbers(text: &str, enabled: bool, numbers: bool, normalizer: &dyn Normalizer, token_len: &dyn Fn(&str) -> usize) -> Normalized {
     if !enabled || text.is_empty() || bypasses_frontend(text) {
         return Normalized { text: text.to_string(), segments: vec![text.to_string()] };
     }
     let trimmed = text.trim();
-    let (processed, lang) = if contains_chinese(trimmed) {
-        (zh_post_rules(&normalizer.normalize(trimmed, Lang::Zh)), Lang::Zh)
-    } else {
-        (spell_out_numbers(&normalizer.normalize(trimmed, Lang::En)), Lang::En)
+    let (processed, lang) = match (contains_chinese(trimmed), numbers) {
+        (true, true) => (zh_post_rules(&normalizer.normalize(trimmed, Lang::Zh)), Lang::Zh),
+        (true, false) => (zh_post_rules_keeping_decimals(trimmed), Lang::Zh),
+        (false, true) => (spell_out_numbers(&normalizer.normalize(trimmed, Lang::En)), Lang::En),
+        (false, false) => (trimmed.to_string(), Lang::En),
     };
     let segments = split_paragraph(&processed, lang, token_len, SplitOptions::default())
         .into_iter()
@@ -479,6 +510,26 @@ mod piece_tests {
         assert_eq!(spell_out_numbers("note [1] and [AH3] and [ah0] and [ABCD1]"), "note [one] and [AHthree] and [ahzero] and [ABCDone]");
         assert_eq!(spell_out_numbers("[AH0"), "[AHzero", "an unclosed bracket is text");
         assert!(is_cmu_token("[ER2]") && !is_cmu_token("[breath]") && !is_cmu_token("[]") && !is_cmu_token("[0]"));
+    }
+
+    /// Numbers off (`text.numbers = false`): the digits as written, the normaliser not run; in
+    /// Chinese a decimal point stays a point, the other post rules and the splitting as official.
+    #[test]
+    fn numbers_off_leaves_the_digits_as_written() {
+        struct Shouting;
+        impl Normalizer for Shouting {
+            fn normalize(&self, text: &str, _lang: Lang) -> String {
+                text.to_uppercase()
+            }
+        }
+        let count = |s: &str| s.split_whitespace().count();
+        let en = "Room 42B costs 3.5 dollars.";
+        assert_eq!(normalize(en, true, &Shouting, &count).text, "ROOM forty-twoB COSTS three.five DOLLARS.");
+        assert_eq!(normalize_numbers(en, true, false, &Shouting, &count).text, en);
+        let zh = "价格是3.5元. 共（2）件";
+        assert_eq!(normalize_numbers(zh, true, false, &IdentityNormalizer, &count).text, "价格是3.5元。共2件");
+        assert_eq!(normalize(zh, true, &IdentityNormalizer, &count).text, "价格是3。5元。共2件");
+        assert_eq!(normalize_numbers(en, false, false, &Shouting, &count).text, en, "no frontend: as written");
     }
 
     #[test]

@@ -42,7 +42,7 @@ use crate::frontend::prompt::plan;
 use crate::frontend::lexicon::Lexicon;
 use crate::frontend::pause::Piece;
 use crate::frontend::markdown::{to_speech, MarkdownStream};
-use crate::frontend::text::{bypasses_frontend, is_only_punctuation, normalize, IdentityNormalizer, Normalizer};
+use crate::frontend::text::{bypasses_frontend, is_only_punctuation, normalize, normalize_numbers, IdentityNormalizer, Normalizer};
 use crate::frontend::tn::WetextPair;
 use crate::frontend::tokenizer::TextTokenizer;
 use crate::hift::{F0Predictor, SourceGenerator};
@@ -132,6 +132,8 @@ pub struct Synthesizer {
     /// `text.markdown`, `text.code_blocks`, `text.symbols`: how Markdown is read unless a request
     /// turns it off.
     markdown: MarkdownSettings,
+    /// `text.numbers`: numbers spelt out by the official frontend unless a request says otherwise.
+    numbers: bool,
     /// `text.lexicon`: the user's pronunciation lexicon, applied after Markdown and before the
     /// official frontend (empty without one).
     lexicon: Lexicon,
@@ -210,7 +212,7 @@ impl ModelData {
 /// (the engine's keeps the model in memory while the iterator lives). With `markdown`, the
 /// pieces are read as Markdown first ([`MarkdownStream`]: a construct split across pieces reads
 /// as whole), then cut into sentences.
-pub fn normalize_sentences_in<'a, S, I>(synth: S, markdown: Option<MarkdownSettings>, pieces: I) -> impl Iterator<Item = Result<String>> + 'a
+pub fn normalize_sentences_in<'a, S, I>(synth: S, markdown: Option<MarkdownSettings>, numbers: bool, pieces: I) -> impl Iterator<Item = Result<String>> + 'a
 where
     S: std::ops::Deref<Target = Synthesizer> + 'a,
     I: IntoIterator<Item = Result<String>>,
@@ -225,7 +227,7 @@ where
             return None;
         }
         if let Some(settled) = buffer.take_settled() {
-            return Some(Ok(synth.normalize_span(&settled)));
+            return Some(Ok(synth.normalize_span(&settled, numbers)));
         }
         match pieces.next() {
             Some(Ok(piece)) => match markdown.as_mut() {
@@ -242,7 +244,7 @@ where
                 if rest.trim().is_empty() {
                     return None;
                 }
-                return Some(Ok(synth.normalize_span(&rest)));
+                return Some(Ok(synth.normalize_span(&rest, numbers)));
             }
         }
     })
@@ -262,6 +264,7 @@ impl Synthesizer {
             frontend_precision: config.precision_for(crate::vocab::StageGroup::Frontend),
             profiler,
             markdown: config.text.markdown,
+            numbers: config.text.numbers,
             lexicon: match &config.text.lexicon {
                 Some(path) => Lexicon::load(path)?,
                 None => Lexicon::default(),
@@ -366,7 +369,7 @@ impl Synthesizer {
         let p = plan(&req.voice.mode(), text, req.text_frontend);
         let count = |s: &str| self.data.tokenizer.count(s);
         let segments = if p.text_frontend {
-            normalize(&p.tts_text, true, self.data.normalizer.as_ref(), &count).segments
+            normalize_numbers(&p.tts_text, true, self.numbers_for(&req.normalization), self.data.normalizer.as_ref(), &count).segments
         } else {
             vec![p.tts_text.clone()]
         };
@@ -377,6 +380,11 @@ impl Synthesizer {
     /// How a request's text is read as Markdown, if it is ([`Normalization::markdown`]).
     pub fn markdown_for(&self, normalization: &Normalization, text_frontend: bool) -> Option<MarkdownSettings> {
         normalization.markdown(self.markdown, text_frontend)
+    }
+
+    /// Whether a request's numbers are spelt out ([`Normalization::numbers`]).
+    pub fn numbers_for(&self, normalization: &Normalization) -> bool {
+        normalization.numbers(self.numbers)
     }
 
     /// The prompt text as the LLM gets it: the official frontend normalises it too (split=False),
@@ -579,15 +587,15 @@ impl Synthesizer {
         I: IntoIterator<Item = Result<String>>,
         I::IntoIter: 'a,
     {
-        normalize_sentences_in(self, self.markdown_for(&req.normalization, req.text_frontend), pieces)
+        normalize_sentences_in(self, self.markdown_for(&req.normalization, req.text_frontend), self.numbers_for(&req.normalization), pieces)
     }
 
     /// One settled span normalised, keeping the blank between sentences that the normaliser trims.
-    fn normalize_span(&self, span: &str) -> String {
+    fn normalize_span(&self, span: &str, numbers: bool) -> String {
         let count = |s: &str| self.data.tokenizer.count(s);
         let lead = if span.starts_with(char::is_whitespace) { " " } else { "" };
         let span = self.lexicon.apply(span);
-        format!("{lead}{}", normalize(&span, true, self.data.normalizer.as_ref(), &count).text)
+        format!("{lead}{}", normalize_numbers(&span, true, numbers, self.data.normalizer.as_ref(), &count).text)
     }
 
     fn encode(&self, text: &str) -> Result<Vec<i64>> {

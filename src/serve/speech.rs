@@ -265,7 +265,7 @@ fn check(state: &AppState, p: SpeechParams, upload: Option<Vec<u8>>) -> Result<P
     let _ = p.model;
     let test_hooks = test_hooks_of(p.cosy_test);
     let voice = VoiceSpec { name, recording, transcript: p.ref_text, instruction: p.instructions };
-    let normalization = NormalizationParams::of(p.normalization);
+    let normalization = NormalizationParams::of(p.normalization)?;
     let captions = p
         .captions
         .as_deref()

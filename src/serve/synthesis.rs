@@ -103,11 +103,32 @@ pub async fn resolve_voice(state: &Arc<AppState>, spec: VoiceSpec) -> Result<Res
 pub struct NormalizationParams {
     /// Read Markdown and chat text (`text.markdown`); false: the text as written.
     pub markdown: Option<bool>,
+    /// Spell numbers out (`text.numbers`); false: the digits as written.
+    pub numbers: Option<bool>,
+    /// Read bare URLs, e-mail addresses and file paths out (`text.urls`).
+    pub urls: Option<bool>,
+    /// Read phone numbers digit by digit in groups (`text.phone`).
+    pub phone: Option<bool>,
+    /// Read unit abbreviations after a number as words (`text.units`).
+    pub units: Option<bool>,
+    /// What emoji become: "drop", "name" or "keep" (`text.symbols`).
+    pub symbols: Option<String>,
 }
 
 impl NormalizationParams {
-    pub fn of(p: Option<NormalizationParams>) -> cosy::request::Normalization {
-        cosy::request::Normalization { markdown: p.and_then(|p| p.markdown), ..Default::default() }
+    pub fn of(p: Option<NormalizationParams>) -> Result<cosy::request::Normalization, ApiError> {
+        let Some(p) = p else { return Ok(cosy::request::Normalization::default()) };
+        let symbols = match p.symbols.as_deref() {
+            None => None,
+            Some(s) => Some(cosy::config::Symbols::parse(s).ok_or_else(|| {
+                ApiError::bad_request(
+                    "invalid_normalization",
+                    format!("normalization.symbols {s:?} is not one of {}", cosy::config::Symbols::ALLOWED),
+                )
+                .param("normalization")
+            })?),
+        };
+        Ok(cosy::request::Normalization { markdown: p.markdown, numbers: p.numbers, urls: p.urls, phone: p.phone, units: p.units, symbols, ..Default::default() })
     }
 }
 

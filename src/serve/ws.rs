@@ -285,7 +285,7 @@ async fn configure(state: &Arc<AppState>, id: &str, config: SessionConfig, ignor
     });
     let mut speech = SpeechOptions::new(String::new(), resolved.voice, true);
     speech.seed = config.seed;
-    speech.normalization = super::synthesis::NormalizationParams::of(config.normalization);
+    speech.normalization = super::synthesis::NormalizationParams::of(config.normalization)?;
     speech.test_hooks = test_hooks;
     let options = cosy::engine::BistreamOptions { normalize_sentences: config.normalize.unwrap_or(false) };
     Ok(Setup { speech, bistream: bistream.then_some(options), created })

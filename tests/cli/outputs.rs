@@ -444,6 +444,31 @@ fn show_text_prints_the_sentences_the_model_gets() {
     assert_eq!(String::from_utf8_lossy(&with.stdout), String::from_utf8_lossy(&without.stdout));
 }
 
+/// The normalisation switches on the command line (issue 32, point 2): `--normalize` turns
+/// categories on and off (repeatable), off leaves that category's text as written, as
+/// `--show-text` shows; an unknown category is refused naming the categories.
+#[test]
+fn show_text_follows_the_normalize_switches() {
+    let dir = tempfile::tempdir().unwrap();
+    let prompt = fixture_prompt();
+    let prompt = prompt.to_str().unwrap();
+    let text = "Call +1 555-0123 about the 5 km run at https://example.com, 3 items 😀.";
+    let shown = |extra: &[&str]| {
+        let mut flags = vec!["--show-text"];
+        flags.extend_from_slice(extra);
+        let o = cosy(dir.path(), &file_args(prompt, "out.wav", &flags, text));
+        ok(&o, &format!("{extra:?}"));
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    assert_eq!(shown(&["--normalize", "numbers=off,phone=on"]), "Call plus 1, 5 5 5, 0 1 2 3 about the 5 kilometers run at example dot com, 3 items.\n");
+    assert_eq!(shown(&["--normalize", "numbers=off", "--normalize", "urls=off,units=off,symbols=keep"]), format!("{text}\n"));
+    assert_eq!(shown(&["--normalize", "numbers=off", "--no-markdown"]), format!("{text}\n"), "--no-markdown: the whole layer off");
+    let spelt = shown(&["--normalize", "phone=on"]);
+    assert!(spelt.contains("plus one, five five five, zero one two three") && spelt.contains("five kilometers"), "numbers spelt out: {spelt}");
+    let o = cosy(dir.path(), &file_args(prompt, "out.wav", &["--show-text", "--normalize", "dates=off"], text));
+    refused(&o, "an unknown category", &["dates", "markdown, numbers, urls, phone, units, symbols"]);
+}
+
 /// `text.lexicon` (issue 32, point 4): whole words replaced before the official frontend, as
 /// `--show-text` shows; `cosy lexicon check` names the entries whose phonemes the tokenizer lacks,
 /// and a bad lexicon file is one line naming the file and line.

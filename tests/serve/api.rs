@@ -738,41 +738,45 @@ fn voice_listing_reads_headers_only_and_names_broken_entries() {
     assert!(picker.contains(&(huge, "huge (unusable: see data)")), "{picker:?}");
 }
 
+/// The texts of the segments a WebSocket session says (each `audio.start`'s) for `config` (a
+/// `session.config`) and the text `pieces`; the session must create no ignored fields.
+fn ws_segment_texts(server: &Server, config: serde_json::Value, pieces: &[&str]) -> Vec<String> {
+    use tungstenite::Message;
+    let (mut ws, _) = crate::serve::ws_connect(&server.url("/v1/audio/speech/stream").replace("http://", "ws://"));
+    let send = |ws: &mut tungstenite::WebSocket<_>, v: serde_json::Value| ws.send(Message::text(v.to_string())).expect("send");
+    send(&mut ws, config);
+    for piece in pieces {
+        send(&mut ws, json!({"type": "input.text", "text": piece}));
+    }
+    send(&mut ws, json!({"type": "input.done"}));
+    let mut texts = Vec::new();
+    loop {
+        match ws.read().expect("read") {
+            Message::Text(t) => {
+                let v: serde_json::Value = serde_json::from_str(t.as_str()).unwrap();
+                match v["type"].as_str() {
+                    Some("audio.start") => texts.push(v["text"].as_str().unwrap_or_default().to_string()),
+                    Some("session.created") => assert_eq!(v["ignored_fields"], json!([]), "{v}"),
+                    Some("session.done") => return texts,
+                    Some("error") => panic!("{v}"),
+                    _ => {}
+                }
+            }
+            Message::Close(_) => panic!("closed before session.done: {texts:?}"),
+            _ => {}
+        }
+    }
+}
+
 /// A language model's reply sent in pieces over the WebSocket ("sentences") is read as Markdown
 /// across the pieces (issue 32): the segments' texts are the reply as a person reads it, the same
 /// as the whole reply reads; `normalization: {"markdown": false}` gives it as written. The HTTP
 /// API takes the same object.
 #[test]
 fn websocket_reads_markdown_across_pieces_unless_asked_not_to() {
-    use tungstenite::Message;
     let server = start_server(&[]);
     let pieces = ["**Bo", "ld** claim: see [the do", "cs](https://exa", "mple.com/a_b?x=1) 😀 and `cargo", " build`.\n\n- item one\n- it", "em two"];
-    let segments = |config: serde_json::Value| -> Vec<String> {
-        let (mut ws, _) = crate::serve::ws_connect(&server.url("/v1/audio/speech/stream").replace("http://", "ws://"));
-        let send = |ws: &mut tungstenite::WebSocket<_>, v: serde_json::Value| ws.send(Message::text(v.to_string())).expect("send");
-        send(&mut ws, config);
-        for piece in pieces {
-            send(&mut ws, json!({"type": "input.text", "text": piece}));
-        }
-        send(&mut ws, json!({"type": "input.done"}));
-        let mut texts = Vec::new();
-        loop {
-            match ws.read().expect("read") {
-                Message::Text(t) => {
-                    let v: serde_json::Value = serde_json::from_str(t.as_str()).unwrap();
-                    match v["type"].as_str() {
-                        Some("audio.start") => texts.push(v["text"].as_str().unwrap_or_default().to_string()),
-                        Some("session.created") => assert_eq!(v["ignored_fields"], json!([]), "{v}"),
-                        Some("session.done") => return texts,
-                        Some("error") => panic!("{v}"),
-                        _ => {}
-                    }
-                }
-                Message::Close(_) => panic!("closed before session.done: {texts:?}"),
-                _ => {}
-            }
-        }
-    };
+    let segments = |config: serde_json::Value| ws_segment_texts(&server, config, &pieces);
     let read = segments(json!({"type": "session.config", "voice": "me", "text_streaming": "sentences"}));
     assert_eq!(read.concat(), "Bold claim: see the docs and cargo build.\n\nitem one.\nitem two", "{read:?}");
     let written = segments(json!({"type": "session.config", "voice": "me", "text_streaming": "sentences", "normalization": {"markdown": false}}));
@@ -780,4 +784,37 @@ fn websocket_reads_markdown_across_pieces_unless_asked_not_to() {
     let r = server.post_json("/v1/audio/speech", &json!({"input": "**Hi** there.", "voice": "me", "stream": false, "normalization": {"markdown": false}}));
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(r.header("x-cosy-ignored-fields"), None);
+}
+
+/// The `normalization` object switches each category (issue 32, point 2): over the WebSocket
+/// the segments' texts show phone numbers, units, URLs and emoji read or left as written, as the
+/// object says, the same across pieces; over HTTP `"numbers": false` gives the model the digits
+/// (fewer text tokens than the spelt-out words), and a bad `symbols` value is refused naming it.
+#[test]
+fn normalization_object_switches_categories_over_http_and_websocket() {
+    let server = start_server(&[]);
+    let pieces = ["Call +1 555-0", "123 about the 5 k", "m run at https://exa", "mple.com, 3 items 😀", "."];
+    let segments = |normalization: serde_json::Value| {
+        let config = json!({"type": "session.config", "voice": "me", "text_streaming": "sentences", "normalization": normalization});
+        ws_segment_texts(&server, config, &pieces).concat()
+    };
+    assert_eq!(segments(json!({"phone": true})), "Call plus 1, 5 5 5, 0 1 2 3 about the 5 kilometers run at example dot com, 3 items.");
+    assert_eq!(segments(json!({"urls": false, "units": false, "symbols": "keep"})), pieces.concat());
+    assert_eq!(segments(json!({"symbols": "name", "numbers": false})), "Call +1 555-0123 about the 5 kilometers run at example dot com, 3 items grinning face.");
+
+    let input_tokens = |normalization: serde_json::Value| -> u64 {
+        let body = json!({"input": "I have 12345 apples and 67890 pears.", "voice": "me", "stream_format": "sse", "response_format": "pcm", "normalization": normalization});
+        let r = server.post_json("/v1/audio/speech", &body);
+        assert_eq!(r.status, 200, "{}", r.text());
+        assert_eq!(r.header("x-cosy-ignored-fields"), None);
+        let done = r.text().split("\n\n").filter_map(|e| e.strip_prefix("data: ")).last().map(|d| serde_json::from_str::<serde_json::Value>(d).expect("event JSON")).expect("events");
+        done["usage"]["input_tokens"].as_u64().expect("input_tokens")
+    };
+    let (spelt, digits) = (input_tokens(json!({})), input_tokens(json!({"numbers": false})));
+    assert!(digits < spelt, "numbers off: the digits as written ({digits} tokens), not the words ({spelt})");
+    let r = server.post_json("/v1/audio/speech", &json!({"input": "Hi.", "voice": "me", "normalization": {"symbols": "shout"}}));
+    assert_eq!(r.status, 400, "{}", r.text());
+    let error: serde_json::Value = serde_json::from_str(&r.text()).expect("error JSON");
+    assert_eq!(error["error"]["message"], "normalization.symbols \"shout\" is not one of \"drop\", \"name\", \"keep\"", "{error}");
+    assert_eq!(error["error"]["param"], "normalization", "{error}");
 }

@@ -115,7 +115,7 @@ enum Pending {
     TextIn { waiting: Vec<String> },
     /// Text not settled yet, and settled sentences waiting for their turn; `markdown` reads the
     /// text before it is cut into sentences (a construct split across pieces reads as whole).
-    Sentences { markdown: Option<MarkdownStream>, buffer: SentenceBuffer, settled: VecDeque<String> },
+    Sentences { markdown: Option<Box<MarkdownStream>>, buffer: SentenceBuffer, settled: VecDeque<String> },
 }
 
 /// The segment speaking.
@@ -176,7 +176,7 @@ impl Session {
     /// must then not read it again. Text-in pieces are given as written.
     pub fn with_markdown(mut self, settings: Option<MarkdownSettings>) -> Session {
         if let Pending::Sentences { markdown, .. } = &mut self.pending {
-            *markdown = settings.map(MarkdownStream::new);
+            *markdown = settings.map(|s| Box::new(MarkdownStream::new(s)));
         }
         self
     }

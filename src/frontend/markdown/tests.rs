@@ -68,6 +68,12 @@ const TABLE: &[(&str, &str)] = &[
     ("Read [R][IY1][D] now [quick_breath] ok", "Read [R][IY1][D] now [quick_breath] ok"),
     ("报道[j][ǐ]予", "报道[j][ǐ]予"),
     ("[AA1] and [ni3]", "[AA1] and [ni3]"),
+    // Units after a number (text.units, on by default); phone numbers are left to the normaliser
+    // by default (text.phone: `categories_switch_their_readings`).
+    ("I ran 5 km in **30 min**. Then 1 km more at 20°C.", "I ran 5 kilometers in 30 minutes. Then 1 kilometer more at 20 degrees Celsius."),
+    ("- 3 MB\n- 2 GB/s", "3 megabytes.\n2 gigabytes per second"),
+    ("Call +1 555-0123 now.", "Call +1 555-0123 now."),
+    ("我跑了5 km。", "我跑了5 km。"),
 ];
 
 /// `text` cut at random places (never inside a character), seeded.
@@ -166,7 +172,7 @@ fn a_plain_sentence_goes_out_before_its_paragraph_ends() {
 #[test]
 fn settings_choose_code_blocks_and_symbols() {
     let text = "Look 😀:\n\n```sh\necho hi\n```";
-    let with = |code_blocks, symbols| to_speech(text, MarkdownSettings { enabled: true, code_blocks, symbols });
+    let with = |code_blocks, symbols| to_speech(text, MarkdownSettings { code_blocks, symbols, ..ON });
     assert_eq!(with(CodeBlocks::StandIn, Symbols::Drop), "Look:\n\nsh code block");
     assert_eq!(with(CodeBlocks::Skip, Symbols::Drop), "Look:\n\n");
     assert_eq!(with(CodeBlocks::Read, Symbols::Keep), "Look 😀:\n\necho hi");
@@ -198,5 +204,31 @@ fn deep_nesting_and_long_lines_return() {
         let streamed_text = &text[..text.len().min(20_000)];
         let pieces: Vec<String> = streamed_text.as_bytes().chunks(997).map(|c| String::from_utf8_lossy(c).into_owned()).collect();
         let _ = streamed(&pieces, ON);
+    }
+}
+
+/// Each category of the layer switched on and off: off leaves that category's text as written,
+/// and the new readings (phone numbers, units) read the same in any chunking.
+#[test]
+fn categories_switch_their_readings() {
+    let text = "Mail jane@example.com or call +1 (415) 555-0198 🎉. It is 5 km away, 3 MB.\n\n**Done** at https://docs.rs/ort";
+    let all = MarkdownSettings { phone: true, symbols: Symbols::Name, ..ON };
+    assert_eq!(
+        to_speech(text, all),
+        "Mail jane at example dot com or call plus 1, 4 1 5, 5 5 5, 0 1 9 8 party popper. It is 5 kilometers away, 3 megabytes.\n\nDone at docs dot rs slash ort"
+    );
+    assert_eq!(
+        to_speech(text, MarkdownSettings { urls: false, ..all }),
+        "Mail jane@example.com or call plus 1, 4 1 5, 5 5 5, 0 1 9 8 party popper. It is 5 kilometers away, 3 megabytes.\n\nDone at https://docs.rs/ort"
+    );
+    assert_eq!(
+        to_speech(text, MarkdownSettings { phone: false, units: false, symbols: Symbols::Keep, ..all }),
+        "Mail jane at example dot com or call +1 (415) 555-0198 🎉. It is 5 km away, 3 MB.\n\nDone at docs dot rs slash ort"
+    );
+    for settings in [all, ON, MarkdownSettings { urls: false, units: false, ..all }] {
+        let whole = to_speech(text, settings);
+        for (k, pieces) in chunkings(text, 7, 24).iter().enumerate() {
+            assert_eq!(streamed(pieces, settings), whole, "chunking {k} with {settings:?}: {pieces:?}");
+        }
     }
 }
