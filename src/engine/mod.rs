@@ -341,7 +341,8 @@ impl Engine {
         let sentences: Box<dyn Iterator<Item = Result<String>> + 'a> = match self.residency.acquire() {
             Ok(model) => {
                 let markdown = model.synth.markdown_for(&normalization, true);
-                Box::new(crate::pipeline::normalize_sentences_in(residency::LeasedSynthesizer(model), markdown, pieces))
+                // The global lexicon: no voice is known here.
+                Box::new(crate::pipeline::normalize_sentences_in(residency::LeasedSynthesizer(model), markdown, None, pieces))
             }
             Err(e) => Box::new(std::iter::once(Err(e))),
         };

@@ -6,117 +6,278 @@
 //! `<say-as interpret-as="characters|cardinal|telephone">`, `<phoneme alphabet="cmu|pinyin" ph="…">`.
 //! Anything else, or markup that is not well-formed XML, is one error naming its line and column.
 
-use roxmltree::{Document, Node};
+use roxmltree::{Document, Node, TextPos};
 
-use crate::error::{Error, Result};
+use crate::error::{Error, InputCode, Result};
 use crate::frontend::lexicon::{is_pinyin_syllable, Pronunciation};
+use crate::frontend::tn::TnLang;
+
+/// How an SSML text starts.
+const SSML_STARTS: [&str; 3] = ["<speak>", "<speak ", "<?xml"];
 
 /// Whether `text` is SSML: it starts with a `<speak>` element.
 pub fn is_ssml(text: &str) -> bool {
     let start = text.trim_start();
-    start.starts_with("<speak>") || start.starts_with("<speak ") || start.starts_with("<?xml")
+    SSML_STARTS.iter().any(|s| start.starts_with(s))
 }
+
+/// What a request says its text is (HTTP `input_format`, the WebSocket's `session.config`,
+/// `--ssml` on the command line). The one rule of which texts are SSML: [`InputFormat::ssml`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum InputFormat {
+    /// SSML when it starts with `<speak>` ([`is_ssml`]), else text (Markdown, plain).
+    #[default]
+    Auto,
+    /// SSML: a text without a leading `<speak>` is read as if it were inside one.
+    Ssml,
+    /// Text (Markdown, plain), a leading `<speak>` too.
+    Text,
+}
+
+impl InputFormat {
+    /// The names a front end takes: "auto", "ssml", "text".
+    pub const NAMES: [&'static str; 3] = ["auto", "ssml", "text"];
+
+    /// The format named `name` (see [`InputFormat::NAMES`]); another name is refused.
+    pub fn parse(name: &str) -> Result<InputFormat> {
+        match name.trim() {
+            "auto" => Ok(InputFormat::Auto),
+            "ssml" => Ok(InputFormat::Ssml),
+            "text" => Ok(InputFormat::Text),
+            other => Err(Error::input(
+                InputCode::Invalid,
+                Some("input_format"),
+                format!("input_format {other:?}: use \"ssml\", \"text\" or \"auto\" (SSML only when the text starts with <speak>)"),
+            )),
+        }
+    }
+
+    /// Whether `text` is read as SSML in this format.
+    pub fn is_ssml(self, text: &str) -> bool {
+        match self {
+            InputFormat::Auto => is_ssml(text),
+            InputFormat::Ssml => true,
+            InputFormat::Text => false,
+        }
+    }
+
+    /// Whether a text that starts with `start` is SSML in this format; `None`: it cannot be told
+    /// yet (auto, and `start` could still become `<speak>`: text that arrives in pieces waits).
+    pub fn decided(self, start: &str) -> Option<bool> {
+        let start = start.trim_start();
+        let undecided = self == InputFormat::Auto && SSML_STARTS.iter().any(|s| s.len() > start.len() && s.starts_with(start));
+        (!undecided).then(|| self.is_ssml(start))
+    }
+
+    /// What `text` says, if it is SSML in this format ([`to_text`]); `None`: it is text.
+    pub fn ssml(self, text: &str) -> Option<Result<String>> {
+        match self {
+            InputFormat::Ssml if !is_ssml(text) => Some(read(&format!("{SPEAK_OPEN}{text}</speak>"), SPEAK_OPEN.len())),
+            format => format.is_ssml(text).then(|| to_text(text)),
+        }
+    }
+}
+
+/// The element an SSML text without one is read inside (`InputFormat::Ssml`).
+const SPEAK_OPEN: &str = "<speak>";
 
 /// The text an SSML document says, with its breaks as pause tags.
 pub fn to_text(ssml: &str) -> Result<String> {
-    let doc = Document::parse(ssml).map_err(|e| Error::invalid(format!("invalid SSML: {e}")))?;
+    read(ssml, 0)
+}
+
+/// [`to_text`] of `ssml`, whose first `wrapped` bytes (on its first line) were put there by cosy:
+/// positions are told in the text as the user wrote it.
+fn read(ssml: &str, wrapped: usize) -> Result<String> {
+    let place = |pos: TextPos| Place { row: pos.row, col: if pos.row == 1 { pos.col.saturating_sub(wrapped as u32).max(1) } else { pos.col } };
+    let doc = Document::parse(ssml).map_err(|e| {
+        // roxmltree ends its message with " at ROW:COL"; the place is told first, as for the rest.
+        let message = e.to_string();
+        let message = message.strip_suffix(&format!(" at {}", e.pos())).unwrap_or(&message).to_string();
+        place(e.pos()).error(message)
+    })?;
+    let reader = Reader { doc: &doc, place: &place };
     let root = doc.root_element();
     if root.tag_name().name() != "speak" {
-        return Err(at(&doc, root, format!("the root element is <{}>, not <speak>", root.tag_name().name())));
+        return Err(reader.at(root, format!("the root element is <{}>, not <speak>", root.tag_name().name())));
     }
     let mut out = String::new();
-    children(&doc, root, &mut out)?;
+    reader.children(root, &mut out)?;
     Ok(out.trim().to_string())
 }
 
-fn at(doc: &Document<'_>, node: Node<'_, '_>, msg: String) -> Error {
-    let pos = doc.text_pos_at(node.range().start);
-    Error::invalid(format!("invalid SSML at line {}, column {}: {msg}", pos.row, pos.col))
+/// A line and column (1 = the first) in the text as written.
+struct Place {
+    row: u32,
+    col: u32,
 }
 
-fn children(doc: &Document<'_>, node: Node<'_, '_>, out: &mut String) -> Result<()> {
-    for child in node.children() {
-        if child.is_text() {
-            out.push_str(child.text().unwrap_or(""));
-        } else if child.is_element() {
-            element(doc, child, out)?;
+impl Place {
+    fn error(&self, message: String) -> Error {
+        Error::invalid(format!("invalid SSML at line {}, column {}: {message}", self.row, self.col))
+    }
+}
+
+/// A parsed document and how its positions are told.
+struct Reader<'d, 'input, 'p> {
+    doc: &'d Document<'input>,
+    place: &'p dyn Fn(TextPos) -> Place,
+}
+
+impl Reader<'_, '_, '_> {
+    fn at(&self, node: Node<'_, '_>, msg: String) -> Error {
+        (self.place)(self.doc.text_pos_at(node.range().start)).error(msg)
+    }
+
+    fn children(&self, node: Node<'_, '_>, out: &mut String) -> Result<()> {
+        for child in node.children() {
+            if child.is_text() {
+                out.push_str(child.text().unwrap_or(""));
+            } else if child.is_element() {
+                self.element(child, out)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn element(&self, node: Node<'_, '_>, out: &mut String) -> Result<()> {
+        let name = node.tag_name().name();
+        let attr = |key: &str| node.attribute(key);
+        let at = |msg: String| self.at(node, msg);
+        let need = |key: &str| attr(key).ok_or_else(|| at(format!("<{name}> needs a {key} attribute")));
+        match name {
+            "break" => {
+                let time = match (attr("time"), attr("strength")) {
+                    (Some(time), _) => time.trim().to_string(),
+                    (None, strength) => match strength.unwrap_or("medium") {
+                        "none" => "0ms",
+                        "x-weak" => "100ms",
+                        "weak" => "250ms",
+                        "medium" => "500ms",
+                        "strong" => "750ms",
+                        "x-strong" => "1s",
+                        other => return Err(at(format!("<break strength={other:?}>: allowed: none, x-weak, weak, medium, strong, x-strong"))),
+                    }
+                    .to_string(),
+                };
+                if !crate::frontend::pause::is_pause_length(&time) {
+                    return Err(at(format!("<break time={time:?}>: give seconds or milliseconds up to 10 s, as \"0.5s\" or \"500ms\"")));
+                }
+                let tag = format!("[pause:{time}]");
+                out.push(' ');
+                out.push_str(&tag);
+                out.push(' ');
+            }
+            "sub" => out.push_str(need("alias")?),
+            "say-as" => {
+                let text = inner_text(node);
+                match need("interpret-as")? {
+                    "characters" | "spell-out" => {
+                        let spelled: Vec<String> = text.chars().filter(|c| !c.is_whitespace()).map(String::from).collect();
+                        out.push_str(&spelled.join(" "));
+                    }
+                    "cardinal" | "number" => out.push_str(&text.replace([',', '_'], "")),
+                    "telephone" => {
+                        let groups: Vec<String> = text
+                            .split(|c: char| !c.is_ascii_digit() && c != '+')
+                            .filter(|g| !g.is_empty())
+                            .map(|g| g.chars().map(|c| if c == '+' { "plus".to_string() } else { c.to_string() }).collect::<Vec<_>>().join(" "))
+                            .collect();
+                        out.push_str(&groups.join(", "));
+                    }
+                    "date" => {
+                        let format = attr("format").unwrap_or("ymd");
+                        // Written out as the official frontend reads a date in the text's language
+                        // (its own choice of grammars: `TnLang::for_text` of the whole document).
+                        let chinese = TnLang::for_text(&inner_text(self.doc.root_element())) == TnLang::Zh;
+                        let said = date(&text, format, chinese).map_err(|why| at(format!("<say-as interpret-as=\"date\" format={format:?}>: {why}")))?;
+                        out.push_str(&said);
+                    }
+                    other => return Err(at(format!("<say-as interpret-as={other:?}>: allowed: characters, cardinal, date, telephone"))),
+                }
+            }
+            "phoneme" => {
+                let ph: Vec<String> = need("ph")?.split_whitespace().map(str::to_string).collect();
+                if ph.is_empty() {
+                    return Err(at("<phoneme> has an empty ph".into()));
+                }
+                let pronunciation = match need("alphabet")? {
+                    "cmu" => Pronunciation::Cmu(ph),
+                    "pinyin" => {
+                        if let Some(bad) = ph.iter().find(|s| !is_pinyin_syllable(s)) {
+                            return Err(at(format!("<phoneme> pinyin {bad:?}: a syllable is letters, then a tone digit 1-5 or none")));
+                        }
+                        Pronunciation::Pinyin(ph)
+                    }
+                    other => return Err(at(format!("<phoneme alphabet={other:?}>: allowed: cmu, pinyin"))),
+                };
+                out.push_str(&pronunciation.spoken());
+            }
+            other => return Err(at(format!("<{other}> is not in the SSML cosy reads (speak, break, sub, say-as, phoneme)"))),
+        }
+        Ok(())
+    }
+}
+
+/// The formats of `<say-as interpret-as="date">`: which fields the text gives, in order.
+const DATE_FORMATS: [&str; 10] = ["mdy", "dmy", "ymd", "md", "dm", "ym", "my", "y", "m", "d"];
+
+const MONTHS: [&str; 12] = ["January", "February", "March", "April", "May", "June", "July", "August", "September", "October", "November", "December"];
+
+/// A date written in digits in `format` ("03/05/2024" in "mdy"), written out as a person says it:
+/// "March 5, 2024" (English), "2024年3月5日" (`chinese`); the official frontend then reads it as
+/// it reads such a date in the text. `Err`: why it is not a date.
+fn date(text: &str, format: &str, chinese: bool) -> std::result::Result<String, String> {
+    if !DATE_FORMATS.contains(&format) {
+        return Err(format!("the format is one of {}", DATE_FORMATS.join(", ")));
+    }
+    let text = text.trim();
+    let fields: Vec<&str> = text.split(['-', '/', '.', ' ']).filter(|f| !f.is_empty()).collect();
+    let digits = |f: &&str| !f.is_empty() && f.len() <= 4 && f.bytes().all(|b| b.is_ascii_digit());
+    if fields.len() != format.len() || !fields.iter().all(digits) {
+        return Err(format!("{text:?} is not a date written {format} in digits (as \"2024-03-05\" for ymd, \"03/05/2024\" for mdy)"));
+    }
+    let (mut year, mut month, mut day) = (None, None, None);
+    for (field, value) in format.chars().zip(&fields) {
+        // At most four digits each (checked above): the parse cannot fail.
+        let value: u32 = value.parse().unwrap_or(0);
+        match field {
+            'y' => year = Some(value),
+            'm' => month = Some(value),
+            _ => day = Some(value),
         }
     }
-    Ok(())
+    if let Some(m) = month.filter(|m| !(1..=12).contains(m)) {
+        return Err(format!("{text:?}: month {m} is not 1-12"));
+    }
+    if let Some(d) = day {
+        let leap = year.is_none_or(|y| (y % 4 == 0 && y % 100 != 0) || y % 400 == 0);
+        let last = match month {
+            Some(2) if leap => 29,
+            Some(2) => 28,
+            Some(4 | 6 | 9 | 11) => 30,
+            _ => 31,
+        };
+        if !(1..=last).contains(&d) {
+            return Err(format!("{text:?}: day {d} is not 1-{last}"));
+        }
+    }
+    if chinese {
+        let parts = [(year, "年"), (month, "月"), (day, "日")];
+        return Ok(parts.iter().filter_map(|(v, unit)| v.map(|v| format!("{v}{unit}"))).collect());
+    }
+    let month = month.map(|m| MONTHS[m as usize - 1]);
+    Ok(match (year, month, day) {
+        (Some(y), Some(m), Some(d)) => format!("{m} {d}, {y}"),
+        (None, Some(m), Some(d)) => format!("{m} {d}"),
+        (Some(y), Some(m), None) => format!("{m} {y}"),
+        (y, m, d) => [y.map(|y| y.to_string()), m.map(str::to_string), d.map(|d| d.to_string())].into_iter().flatten().collect::<Vec<_>>().join(" "),
+    })
 }
 
 /// All the text inside `node`.
 fn inner_text(node: Node<'_, '_>) -> String {
     node.descendants().filter(|n| n.is_text()).filter_map(|n| n.text()).collect()
-}
-
-fn element(doc: &Document<'_>, node: Node<'_, '_>, out: &mut String) -> Result<()> {
-    let name = node.tag_name().name();
-    let attr = |key: &str| node.attribute(key);
-    let need = |key: &str| attr(key).ok_or_else(|| at(doc, node, format!("<{name}> needs a {key} attribute")));
-    match name {
-        "break" => {
-            let time = match (attr("time"), attr("strength")) {
-                (Some(time), _) => time.trim().to_string(),
-                (None, strength) => match strength.unwrap_or("medium") {
-                    "none" => "0ms",
-                    "x-weak" => "100ms",
-                    "weak" => "250ms",
-                    "medium" => "500ms",
-                    "strong" => "750ms",
-                    "x-strong" => "1s",
-                    other => return Err(at(doc, node, format!("<break strength={other:?}>: allowed: none, x-weak, weak, medium, strong, x-strong"))),
-                }
-                .to_string(),
-            };
-            if !crate::frontend::pause::is_pause_length(&time) {
-                return Err(at(doc, node, format!("<break time={time:?}>: give seconds or milliseconds up to 10 s, as \"0.5s\" or \"500ms\"")));
-            }
-            let tag = format!("[pause:{time}]");
-            out.push(' ');
-            out.push_str(&tag);
-            out.push(' ');
-        }
-        "sub" => out.push_str(need("alias")?),
-        "say-as" => {
-            let text = inner_text(node);
-            match need("interpret-as")? {
-                "characters" | "spell-out" => {
-                    let spelled: Vec<String> = text.chars().filter(|c| !c.is_whitespace()).map(String::from).collect();
-                    out.push_str(&spelled.join(" "));
-                }
-                "cardinal" | "number" => out.push_str(&text.replace([',', '_'], "")),
-                "telephone" => {
-                    let groups: Vec<String> = text
-                        .split(|c: char| !c.is_ascii_digit() && c != '+')
-                        .filter(|g| !g.is_empty())
-                        .map(|g| g.chars().map(|c| if c == '+' { "plus".to_string() } else { c.to_string() }).collect::<Vec<_>>().join(" "))
-                        .collect();
-                    out.push_str(&groups.join(", "));
-                }
-                other => return Err(at(doc, node, format!("<say-as interpret-as={other:?}>: allowed: characters, cardinal, telephone"))),
-            }
-        }
-        "phoneme" => {
-            let ph: Vec<String> = need("ph")?.split_whitespace().map(str::to_string).collect();
-            if ph.is_empty() {
-                return Err(at(doc, node, "<phoneme> has an empty ph".into()));
-            }
-            let pronunciation = match need("alphabet")? {
-                "cmu" => Pronunciation::Cmu(ph),
-                "pinyin" => {
-                    if let Some(bad) = ph.iter().find(|s| !is_pinyin_syllable(s)) {
-                        return Err(at(doc, node, format!("<phoneme> pinyin {bad:?}: a syllable is letters, then a tone digit 1-5 or none")));
-                    }
-                    Pronunciation::Pinyin(ph)
-                }
-                other => return Err(at(doc, node, format!("<phoneme alphabet={other:?}>: allowed: cmu, pinyin"))),
-            };
-            out.push_str(&pronunciation.spoken());
-        }
-        other => return Err(at(doc, node, format!("<{other}> is not in the SSML cosy reads (speak, break, sub, say-as, phoneme)"))),
-    }
-    Ok(())
 }
 
 #[cfg(test)]
@@ -143,11 +304,86 @@ mod tests {
     #[test]
     fn bad_markup_names_its_place() {
         let err = |t: &str| to_text(t).expect_err("refused").to_string();
-        assert!(err("<speak>Hi <break time=\"5\"></speak>").starts_with("invalid SSML: "), "{}", err("<speak>Hi <break time=\"5\"></speak>"));
-        assert!(err("<speak>Hi <break time=\"5\"></speak>").contains("1:"));
-        assert_eq!(err("<speak>Hi\n <break time=\"11s\"/></speak>"), "invalid SSML at line 2, column 2: <break time=\"11s\">: give seconds or milliseconds up to 10 s, as \"0.5s\" or \"500ms\"");
-        assert_eq!(err("<speak><prosody rate=\"slow\">x</prosody></speak>"), "invalid SSML at line 1, column 8: <prosody> is not in the SSML cosy reads (speak, break, sub, say-as, phoneme)");
+        // XML that is not well-formed: roxmltree's words, the place told first as for the rest.
+        assert_eq!(err("<speak>Hi <break time=\"5\"></speak>"), "invalid SSML at line 1, column 27: expected 'break' tag, not 'speak'");
+        assert_eq!(
+            err("<speak>Hi\n <break time=\"11s\"/></speak>"),
+            "invalid SSML at line 2, column 2: <break time=\"11s\">: give seconds or milliseconds up to 10 s, as \"0.5s\" or \"500ms\""
+        );
+        assert_eq!(
+            err("<speak><prosody rate=\"slow\">x</prosody></speak>"),
+            "invalid SSML at line 1, column 8: <prosody> is not in the SSML cosy reads (speak, break, sub, say-as, phoneme)"
+        );
         assert_eq!(err("<speak><sub>x</sub></speak>"), "invalid SSML at line 1, column 8: <sub> needs a alias attribute");
-        assert_eq!(err("<speak><say-as interpret-as=\"date\">x</say-as></speak>"), "invalid SSML at line 1, column 8: <say-as interpret-as=\"date\">: allowed: characters, cardinal, telephone");
+        assert_eq!(
+            err("<speak><say-as interpret-as=\"ordinal\">x</say-as></speak>"),
+            "invalid SSML at line 1, column 8: <say-as interpret-as=\"ordinal\">: allowed: characters, cardinal, date, telephone"
+        );
+    }
+
+    #[test]
+    fn a_date_is_written_out_as_said() {
+        let said = |body: &str| to_text(&format!("<speak>{body}</speak>"));
+        let ok = |body: &str| said(body).expect("a date");
+        assert_eq!(ok(r#"On <say-as interpret-as="date" format="mdy">03/05/2024</say-as>."#), "On March 5, 2024.");
+        assert_eq!(ok(r#"On <say-as interpret-as="date" format="dmy">5.3.2024</say-as>."#), "On March 5, 2024.");
+        assert_eq!(ok(r#"On <say-as interpret-as="date">2024-03-05</say-as>."#), "On March 5, 2024.");
+        assert_eq!(ok(r#"On <say-as interpret-as="date" format="md">12/31</say-as>."#), "On December 31.");
+        assert_eq!(ok(r#"In <say-as interpret-as="date" format="my">02/2024</say-as>."#), "In February 2024.");
+        assert_eq!(ok(r#"In <say-as interpret-as="date" format="y">1999</say-as>."#), "In 1999.");
+        assert_eq!(ok(r#"On <say-as interpret-as="date" format="md">2/29</say-as>."#), "On February 29.");
+        // Chinese text: the date as Chinese writes it.
+        assert_eq!(ok(r#"我们在<say-as interpret-as="date" format="ymd">2024-03-05</say-as>见面。"#), "我们在2024年3月5日见面。");
+        assert_eq!(ok(r#"在<say-as interpret-as="date" format="md">3/5</say-as>。"#), "在3月5日。");
+        let err = |body: &str| said(body).expect_err("not a date").to_string();
+        assert_eq!(
+            err("Hi\n<say-as interpret-as=\"date\" format=\"mdy\">13/05/2024</say-as>"),
+            "invalid SSML at line 2, column 1: <say-as interpret-as=\"date\" format=\"mdy\">: \"13/05/2024\": month 13 is not 1-12"
+        );
+        assert_eq!(
+            err("<say-as interpret-as=\"date\" format=\"ymd\">2023-02-29</say-as>"),
+            "invalid SSML at line 1, column 8: <say-as interpret-as=\"date\" format=\"ymd\">: \"2023-02-29\": day 29 is not 1-28"
+        );
+        assert_eq!(
+            err("<say-as interpret-as=\"date\" format=\"mdy\">March 5</say-as>"),
+            "invalid SSML at line 1, column 8: <say-as interpret-as=\"date\" format=\"mdy\">: \"March 5\" is not a date written mdy in digits (as \"2024-03-05\" for ymd, \"03/05/2024\" for mdy)"
+        );
+        assert_eq!(
+            err("<say-as interpret-as=\"date\" format=\"yy\">2024</say-as>"),
+            "invalid SSML at line 1, column 8: <say-as interpret-as=\"date\" format=\"yy\">: the format is one of mdy, dmy, ymd, md, dm, ym, my, y, m, d"
+        );
+    }
+
+    #[test]
+    fn the_input_format_says_what_is_ssml() {
+        let said = |format: InputFormat, text: &str| format.ssml(text).map(|r| r.expect("valid SSML"));
+        // Auto: only a leading <speak>.
+        assert_eq!(said(InputFormat::Auto, "<speak>A <sub alias=\"b\">c</sub></speak>").as_deref(), Some("A b"));
+        assert_eq!(said(InputFormat::Auto, "A <sub alias=\"b\">c</sub>"), None);
+        // Ssml: a text without <speak> is read as if inside one; one with it as it is.
+        assert_eq!(said(InputFormat::Ssml, "A <sub alias=\"b\">c</sub> &amp; d").as_deref(), Some("A b & d"));
+        assert_eq!(said(InputFormat::Ssml, "<speak>A</speak>").as_deref(), Some("A"));
+        assert_eq!(said(InputFormat::Ssml, "2 &lt; 3").as_deref(), Some("2 < 3"));
+        // Text: never SSML, a leading <speak> too.
+        assert_eq!(said(InputFormat::Text, "<speak>A</speak>"), None);
+        // A wrapped text's errors are placed in the text as written (not in the <speak> around it).
+        let err = |text: &str| InputFormat::Ssml.ssml(text).expect("SSML").expect_err("refused").to_string();
+        assert_eq!(err("Hi <b>x</b>"), "invalid SSML at line 1, column 4: <b> is not in the SSML cosy reads (speak, break, sub, say-as, phoneme)");
+        assert_eq!(err("Hi\n<b>x</b>"), "invalid SSML at line 2, column 1: <b> is not in the SSML cosy reads (speak, break, sub, say-as, phoneme)");
+        assert_eq!(err("2 < 3"), "invalid SSML at line 1, column 4: invalid name token");
+        // Text in pieces: auto waits while the start could still be <speak>.
+        assert_eq!(InputFormat::Auto.decided(" <spe"), None);
+        assert_eq!(InputFormat::Auto.decided(""), None);
+        assert_eq!(InputFormat::Auto.decided("<speak>"), Some(true));
+        assert_eq!(InputFormat::Auto.decided("<b"), Some(false));
+        assert_eq!(InputFormat::Auto.decided("Hi"), Some(false));
+        assert_eq!(InputFormat::Ssml.decided(""), Some(true));
+        assert_eq!(InputFormat::Text.decided("<spe"), Some(false));
+        assert_eq!(InputFormat::parse("ssml").unwrap(), InputFormat::Ssml);
+        assert_eq!(InputFormat::parse(" text ").unwrap(), InputFormat::Text);
+        assert_eq!(InputFormat::parse("auto").unwrap(), InputFormat::Auto);
+        let bad = InputFormat::parse("xml").expect_err("refused");
+        assert!(matches!(bad, Error::Input { param: Some("input_format"), .. }), "{bad:?}");
+        assert_eq!(bad.to_string(), "input_format \"xml\": use \"ssml\", \"text\" or \"auto\" (SSML only when the text starts with <speak>)");
     }
 }

@@ -209,8 +209,9 @@ impl ModelData {
 /// [`Synthesizer::normalize_sentences`] over any hold on the pipeline that the iterator keeps
 /// (the engine's keeps the model in memory while the iterator lives). With `markdown`, the
 /// pieces are read as Markdown first ([`MarkdownStream`]: a construct split across pieces reads
-/// as whole), then cut into sentences.
-pub fn normalize_sentences_in<'a, S, I>(synth: S, markdown: Option<MarkdownSettings>, pieces: I) -> impl Iterator<Item = Result<String>> + 'a
+/// as whole), then cut into sentences. `lexicon`: the request's (its voice's over the global
+/// one), `None` = the global one.
+pub fn normalize_sentences_in<'a, S, I>(synth: S, markdown: Option<MarkdownSettings>, lexicon: Option<Lexicon>, pieces: I) -> impl Iterator<Item = Result<String>> + 'a
 where
     S: std::ops::Deref<Target = Synthesizer> + 'a,
     I: IntoIterator<Item = Result<String>>,
@@ -225,7 +226,7 @@ where
             return None;
         }
         if let Some(settled) = buffer.take_settled() {
-            return Some(Ok(synth.normalize_span(&settled)));
+            return Some(Ok(synth.normalize_span(&settled, lexicon.as_ref())));
         }
         match pieces.next() {
             Some(Ok(piece)) => match markdown.as_mut() {
@@ -242,7 +243,7 @@ where
                 if rest.trim().is_empty() {
                     return None;
                 }
-                return Some(Ok(synth.normalize_span(&rest)));
+                return Some(Ok(synth.normalize_span(&rest, lexicon.as_ref())));
             }
         }
     })
@@ -295,14 +296,15 @@ impl Synthesizer {
         let written = req.text.trim_end_matches(['\n', '\r']);
         check_speakable(written)?;
         check_text_length(written, self.max_text_chars)?;
-        // SSML (a text that starts with `<speak>`) becomes plain text and pause tags first; it is
-        // not Markdown.
+        // SSML (a text that starts with `<speak>`, or any text the request says is SSML) becomes
+        // plain text and pause tags first; it is not Markdown.
         let ssml_text;
-        let (written, markdown) = if req.text_frontend && crate::frontend::ssml::is_ssml(written) {
-            ssml_text = crate::frontend::ssml::to_text(written)?;
-            (ssml_text.as_str(), false)
-        } else {
-            (written, true)
+        let (written, markdown) = match req.text_frontend.then(|| req.input_format.ssml(written)).flatten() {
+            Some(text) => {
+                ssml_text = text?;
+                (ssml_text.as_str(), false)
+            }
+            None => (written, true),
         };
         // Pause tags are part of the text layer: text the frontend does not see keeps them as written.
         let pieces = if req.text_frontend && !bypasses_frontend(written) {
@@ -310,6 +312,7 @@ impl Synthesizer {
         } else {
             vec![Piece::Text(written)]
         };
+        let lexicon = self.lexicon_for(&req.voice);
         let mut spoken = Vec::new();
         let mut read_text = String::new();
         let mut prompt_text = None;
@@ -317,7 +320,7 @@ impl Synthesizer {
             match piece {
                 Piece::Pause { samples } => spoken.push(Spoken::Pause { samples }),
                 Piece::Text(text) => {
-                    let (prompt, read, sentences) = self.sentences_of(text, req, markdown);
+                    let (prompt, read, sentences) = self.sentences_of(text, req, markdown, &lexicon);
                     prompt_text.get_or_insert(prompt);
                     read_text.push_str(&read);
                     spoken.extend(sentences.into_iter().map(Spoken::Sentence));
@@ -336,11 +339,20 @@ impl Synthesizer {
         Ok((self.prompt_text_of(&prompt_text, req.text_frontend), spoken))
     }
 
+    /// The lexicon a request's text is read with: its saved voice's over the global one
+    /// (`text.lexicon`), the voice's entries winning.
+    fn lexicon_for(&self, voice: &Voice) -> std::borrow::Cow<'_, Lexicon> {
+        match voice {
+            Voice::Saved { lexicon: Some(own), .. } => std::borrow::Cow::Owned(own.over(&self.lexicon)),
+            _ => std::borrow::Cow::Borrowed(&self.lexicon),
+        }
+    }
+
     /// One stretch of a request's text (between pause tags) through the text layer: Markdown, the
     /// lexicon, the official frontend (`markdown`: false for text from SSML). Returns the prompt
     /// text before normalisation, the text as read before the official frontend, and its non-blank
     /// sentences.
-    fn sentences_of(&self, written: &str, req: &Request, markdown: bool) -> (String, String, Vec<String>) {
+    fn sentences_of(&self, written: &str, req: &Request, markdown: bool, lexicon: &Lexicon) -> (String, String, Vec<String>) {
         // Markdown is read before the official frontend; markup (`<|…|>`) bypasses both.
         let read;
         let text = match self.markdown_for(&req.normalization, req.text_frontend) {
@@ -352,8 +364,8 @@ impl Synthesizer {
         };
         // The lexicon reads the words as the user said, after Markdown, before the official frontend.
         let pronounced;
-        let text = if req.text_frontend && !self.lexicon.is_empty() && !bypasses_frontend(written) {
-            pronounced = self.lexicon.apply(text);
+        let text = if req.text_frontend && !lexicon.is_empty() && !bypasses_frontend(written) {
+            pronounced = lexicon.apply(text);
             pronounced.as_str()
         } else {
             text
@@ -574,14 +586,19 @@ impl Synthesizer {
         I: IntoIterator<Item = Result<String>>,
         I::IntoIter: 'a,
     {
-        normalize_sentences_in(self, self.markdown_for(&req.normalization, req.text_frontend), pieces)
+        let lexicon = match self.lexicon_for(&req.voice) {
+            std::borrow::Cow::Owned(own) => Some(own),
+            std::borrow::Cow::Borrowed(_) => None,
+        };
+        normalize_sentences_in(self, self.markdown_for(&req.normalization, req.text_frontend), lexicon, pieces)
     }
 
-    /// One settled span normalised, keeping the blank between sentences that the normaliser trims.
-    fn normalize_span(&self, span: &str) -> String {
+    /// One settled span normalised, keeping the blank between sentences that the normaliser trims;
+    /// `lexicon`: the request's ([`Synthesizer::lexicon_for`]), `None` = the global one.
+    fn normalize_span(&self, span: &str, lexicon: Option<&Lexicon>) -> String {
         let count = |s: &str| self.data.tokenizer.count(s);
         let lead = if span.starts_with(char::is_whitespace) { " " } else { "" };
-        let span = self.lexicon.apply(span);
+        let span = lexicon.unwrap_or(&self.lexicon).apply(span);
         format!("{lead}{}", normalize(&span, true, self.data.normalizer.as_ref(), &count).text)
     }
 

@@ -54,6 +54,8 @@ pub struct SpeechParams {
     pub seed: Option<u64>,
     /// Normalisation switches by category, e.g. `{"markdown": false}` (docs/text.md).
     pub normalization: Option<NormalizationParams>,
+    /// "ssml", "text" or "auto" (absent: SSML only when the input starts with `<speak>`; docs/text.md).
+    pub input_format: Option<String>,
     /// Test hooks, accepted only when the server runs with `debug.test_hooks = true` (tests).
     pub cosy_test: Option<TestHooksParams>,
 }
@@ -69,6 +71,7 @@ pub struct Plan {
     pub seed: Option<u64>,
     pub voice: VoiceSpec,
     pub normalization: cosy::request::Normalization,
+    pub input_format: cosy::frontend::ssml::InputFormat,
     pub test_hooks: TestHooks,
 }
 
@@ -104,6 +107,7 @@ async fn speech(state: &Arc<AppState>, id: &RequestId, req: Request, started: In
     options.speed = plan.speed.used;
     options.seed = plan.seed;
     options.normalization = plan.normalization;
+    options.input_format = plan.input_format;
     options.test_hooks = plan.test_hooks;
     let request = build_request(&state.config, options).map_err(|e| state.api_error(e))?;
     let schedule = if request.stream { "chunks" } else { "sentences" };
@@ -250,7 +254,8 @@ fn check(state: &AppState, p: SpeechParams, upload: Option<Vec<u8>>) -> Result<P
     let test_hooks = test_hooks_of(p.cosy_test);
     let voice = VoiceSpec { name, recording, transcript: p.ref_text, instruction: p.instructions };
     let normalization = NormalizationParams::of(p.normalization);
-    Ok(Plan { text, format, speed, stream, sse, seed: p.seed, voice, normalization, test_hooks })
+    let input_format = super::synthesis::input_format_of(p.input_format.as_deref())?;
+    Ok(Plan { text, format, speed, stream, sse, seed: p.seed, voice, normalization, input_format, test_hooks })
 }
 
 /// Streamed audio bytes; an error after the first byte aborts the connection (the client sees a

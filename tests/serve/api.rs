@@ -725,3 +725,83 @@ fn websocket_reads_markdown_across_pieces_unless_asked_not_to() {
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(r.header("x-cosy-ignored-fields"), None);
 }
+
+/// `input_format` (issue 32, point 3): "ssml" reads a text without `<speak>` as if inside one (the
+/// same audio as the text inside `<speak>`), its errors placed in the text as sent; "text" reads
+/// a leading `<speak>` as text; absent, only a leading `<speak>` is SSML; another value is
+/// refused, naming the field.
+#[test]
+fn input_format_says_whether_the_input_is_ssml() {
+    let server = start_server(&[]);
+    let speak = |input: &str, format: Option<&str>| {
+        let mut body = json!({"input": input, "voice": "me", "seed": 3, "stream": false, "response_format": "wav"});
+        if let Some(format) = format {
+            body["input_format"] = format.into();
+        }
+        server.post_json("/v1/audio/speech", &body)
+    };
+    let inner = r#"Call <sub alias="the consortium">W3C</sub>. <break time="250ms"/> Bye."#;
+    let wrapped = speak(&format!("<speak>{inner}</speak>"), None);
+    assert_eq!(wrapped.status, 200, "{}", wrapped.text());
+    let ssml = speak(inner, Some("ssml"));
+    assert_eq!(ssml.status, 200, "{}", ssml.text());
+    assert_eq!(ssml.header("x-cosy-ignored-fields"), None);
+    assert!(ssml.body == wrapped.body, "input_format ssml reads the text as inside <speak>");
+    // Errors: "ssml" places them in the text as sent; auto would read it as text.
+    let r = speak("Hi <b>x</b>.", Some("ssml"));
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert_eq!(r.json()["error"]["message"], "invalid SSML at line 1, column 4: <b> is not in the SSML cosy reads (speak, break, sub, say-as, phoneme)");
+    assert_eq!(speak("Hi <b>x</b>.", None).status, 200);
+    // "text": a leading <speak> that is not well-formed XML is text (its tags dropped as HTML).
+    let broken = "<speak>Hi <b>there.</speak>";
+    assert_eq!(speak(broken, None).status, 400);
+    let r = speak(broken, Some("text"));
+    assert_eq!(r.status, 200, "{}", r.text());
+    let r = speak("Hi.", Some("xml"));
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert_eq!(r.json()["error"]["param"], "input_format", "{}", r.text());
+}
+
+/// SSML sent in pieces over the WebSocket (issue 32): with `input_format: "ssml"` (or a stream
+/// that starts with `<speak>`) the text is held until `input.done` and read whole, one segment
+/// (sentences, the default then); text-in streaming ("bistream") cannot read it and is refused.
+#[test]
+fn websocket_reads_ssml_whole() {
+    use tungstenite::Message;
+    let server = start_server(&[]);
+    let run = |config: serde_json::Value, pieces: &[&str]| -> Result<(Vec<String>, serde_json::Value), String> {
+        let (mut ws, _) = crate::serve::ws_connect(&server.url("/v1/audio/speech/stream").replace("http://", "ws://"));
+        let send = |ws: &mut tungstenite::WebSocket<_>, v: serde_json::Value| ws.send(Message::text(v.to_string())).expect("send");
+        send(&mut ws, config);
+        for piece in pieces {
+            send(&mut ws, json!({"type": "input.text", "text": piece}));
+        }
+        send(&mut ws, json!({"type": "input.done"}));
+        let (mut texts, mut created) = (Vec::new(), json!(null));
+        loop {
+            match ws.read() {
+                Ok(Message::Text(t)) => {
+                    let v: serde_json::Value = serde_json::from_str(t.as_str()).unwrap();
+                    match v["type"].as_str() {
+                        Some("audio.start") => texts.push(v["text"].as_str().unwrap_or_default().to_string()),
+                        Some("session.created") => created = v,
+                        Some("session.done") => return Ok((texts, created)),
+                        Some("error") => return Err(v["error"]["message"].as_str().unwrap_or_default().to_string()),
+                        _ => {}
+                    }
+                }
+                Ok(Message::Close(_)) | Err(_) => return Err(format!("closed before session.done: {texts:?}")),
+                Ok(_) => {}
+            }
+        }
+    };
+    let pieces = ["One. <break time=\"250ms\"/> Tw", "o <sub alias=\"three\">", "3</sub>."];
+    let (texts, created) = run(json!({"type": "session.config", "voice": "me", "seed": 1, "input_format": "ssml"}), &pieces).expect("spoken");
+    assert_eq!(texts, vec![pieces.concat()], "one segment, the whole text");
+    assert_eq!(created["text_streaming"], "sentences", "{created}");
+    let spoken = format!("<speak>{}</speak>", pieces.concat());
+    let (texts, _) = run(json!({"type": "session.config", "voice": "me", "seed": 1, "text_streaming": "sentences"}), &[&spoken[..9], &spoken[9..]]).expect("spoken");
+    assert_eq!(texts, vec![spoken.clone()], "a stream that starts with <speak> is held too");
+    let refused = run(json!({"type": "session.config", "voice": "me", "input_format": "ssml", "text_streaming": "bistream"}), &pieces).expect_err("refused");
+    assert!(refused.contains("SSML is read whole"), "{refused}");
+}

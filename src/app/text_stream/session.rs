@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use crate::error::{Error, Result};
 use crate::config::MarkdownSettings;
 use crate::frontend::markdown::MarkdownStream;
+use crate::frontend::ssml::InputFormat;
 use crate::frontend::text::SentenceBuffer;
 use crate::request::{check_speakable, check_streamed_length};
 
@@ -115,7 +116,52 @@ enum Pending {
     TextIn { waiting: Vec<String> },
     /// Text not settled yet, and settled sentences waiting for their turn; `markdown` reads the
     /// text before it is cut into sentences (a construct split across pieces reads as whole).
-    Sentences { markdown: Option<MarkdownStream>, buffer: SentenceBuffer, settled: VecDeque<String> },
+    Sentences { markdown: Option<MarkdownStream>, buffer: SentenceBuffer, settled: VecDeque<String>, ssml: SsmlHold },
+}
+
+/// Whether a sentence-segmented stream is SSML, which is read whole (an element may span
+/// sentences and pieces): held until the input is done, then one segment.
+#[derive(Debug)]
+enum SsmlHold {
+    /// Not known yet (the text so far could still start `<speak>`): the text so far.
+    Undecided(String),
+    /// SSML: all the text so far.
+    Whole(String),
+    /// Text: read sentence by sentence.
+    Text,
+}
+
+impl SsmlHold {
+    /// `piece` arrived: the text to read sentence by sentence now (none while held).
+    fn push(&mut self, piece: &str) -> Option<String> {
+        match self {
+            SsmlHold::Text => Some(piece.to_string()),
+            SsmlHold::Whole(all) => {
+                all.push_str(piece);
+                None
+            }
+            SsmlHold::Undecided(so_far) => {
+                so_far.push_str(piece);
+                match InputFormat::Auto.decided(so_far)? {
+                    true => *self = SsmlHold::Whole(std::mem::take(so_far)),
+                    false => {
+                        let text = std::mem::take(so_far);
+                        *self = SsmlHold::Text;
+                        return Some(text);
+                    }
+                }
+                None
+            }
+        }
+    }
+}
+
+/// Text to cut into sentences, read as Markdown first when it is.
+fn read_into(markdown: &mut Option<MarkdownStream>, buffer: &mut SentenceBuffer, text: &str) {
+    match markdown.as_mut() {
+        Some(stream) => buffer.push(&stream.push(text)),
+        None => buffer.push(text),
+    }
 }
 
 /// The segment speaking.
@@ -167,7 +213,9 @@ impl Session {
     pub fn new(segmenting: Segmenting, max_text_chars: usize) -> Session {
         let pending = match segmenting {
             Segmenting::TextIn => Pending::TextIn { waiting: Vec::new() },
-            Segmenting::Sentences => Pending::Sentences { markdown: None, buffer: SentenceBuffer::default(), settled: VecDeque::new() },
+            Segmenting::Sentences => {
+                Pending::Sentences { markdown: None, buffer: SentenceBuffer::default(), settled: VecDeque::new(), ssml: SsmlHold::Undecided(String::new()) }
+            }
         };
         Session { pending, received: 0, limit: max_text_chars, input_done: false, over: false, speaking: None, started: 0, samples: 0 }
     }
@@ -179,6 +227,24 @@ impl Session {
             *markdown = settings.map(MarkdownStream::new);
         }
         self
+    }
+
+    /// Whether sentences are SSML (`format`; auto: the stream starts with `<speak>`): an SSML
+    /// stream is held until the input is done and then spoken whole, one segment.
+    pub fn with_input_format(mut self, format: InputFormat) -> Session {
+        if let Pending::Sentences { ssml, .. } = &mut self.pending {
+            *ssml = match format {
+                InputFormat::Auto => SsmlHold::Undecided(String::new()),
+                InputFormat::Ssml => SsmlHold::Whole(String::new()),
+                InputFormat::Text => SsmlHold::Text,
+            };
+        }
+        self
+    }
+
+    /// Whether the segments are SSML (held whole), not text.
+    pub fn reads_ssml(&self) -> bool {
+        matches!(self.pending, Pending::Sentences { ssml: SsmlHold::Whole(_), .. })
     }
 
     /// The session begins: text-in streaming starts its first segment now, with no text yet.
@@ -250,11 +316,9 @@ impl Session {
                 }
                 None => waiting.push(piece),
             },
-            Pending::Sentences { markdown, buffer, settled } => {
-                match markdown.as_mut() {
-                    Some(stream) => buffer.push(&stream.push(&piece)),
-                    None => buffer.push(&piece),
-                }
+            Pending::Sentences { markdown, buffer, settled, ssml } => {
+                let Some(piece) = ssml.push(&piece) else { return Ok(()) };
+                read_into(markdown, buffer, &piece);
                 if let Some(sentence) = buffer.take_settled() {
                     // Text with nothing to say (only punctuation) joins the next sentence.
                     if check_speakable(&sentence).is_ok() {
@@ -283,11 +347,20 @@ impl Session {
                     return Ok(());
                 }
             }
-            Pending::Sentences { markdown, buffer, settled } => {
-                if let Some(stream) = markdown.as_mut() {
-                    buffer.push(&stream.finish());
-                }
-                let rest = buffer.take_rest();
+            Pending::Sentences { markdown, buffer, settled, ssml } => {
+                let rest = match ssml {
+                    SsmlHold::Whole(all) => std::mem::take(all),
+                    _ => {
+                        // A stream too short to tell (`<spe`) is text.
+                        if let SsmlHold::Undecided(so_far) = std::mem::replace(ssml, SsmlHold::Text) {
+                            read_into(markdown, buffer, &so_far);
+                        }
+                        if let Some(stream) = markdown.as_mut() {
+                            buffer.push(&stream.finish());
+                        }
+                        buffer.take_rest()
+                    }
+                };
                 match check_speakable(&rest) {
                     Ok(()) => settled.push_back(rest),
                     // Nothing at all to say in the whole session.
