@@ -328,6 +328,18 @@ pub fn check_options(speed: f64, stream: bool) -> Result<()> {
     Ok(())
 }
 
+/// The speed of a stretch of SSML at `rate` (`<prosody rate>`) in a request at `speed`: their
+/// product, under a request's speed rules ([`check_options`]: in range, not streamed), refused in
+/// the markup's name.
+pub fn rated_speed(speed: f64, rate: f64, stream: bool) -> Result<f64> {
+    let rated = speed * rate;
+    check_options(rated, stream).map_err(|e| match e {
+        Error::Input { code, message, .. } => Error::Input { code, param: Some("input"), message: format!("<prosody rate> {rate} at speed {speed}: {message}") },
+        other => other,
+    })?;
+    Ok(rated)
+}
+
 /// Refuses a speed outside [`SPEED_RANGE`] (and NaN, infinities).
 pub fn check_speed(speed: f64) -> Result<()> {
     if speed.is_finite() && SPEED_RANGE.contains(&speed) {

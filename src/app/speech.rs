@@ -106,7 +106,10 @@ pub fn check_text(config: &Config, text: &str) -> Result<()> {
 
 /// A whole-text request, every rule checked (text, speed, streaming with a speed).
 pub fn build_request(config: &Config, o: SpeechOptions) -> Result<Request> {
-    let stream = check_all_but_the_voice(config, &o.text, o.stream, o.default_stream, o.speed)?;
+    // SSML that changes its rate (`<prosody rate>`) is made whole, sentence by sentence, unless
+    // streaming is asked for, as a speed is: the streaming schedule cannot stretch.
+    let default_stream = o.default_stream && !(o.text_frontend && o.input_format.may_change_rate(&o.text));
+    let stream = check_all_but_the_voice(config, &o.text, o.stream, default_stream, o.speed)?;
     Ok(Request {
         text: o.text,
         voice: o.voice,

@@ -896,6 +896,7 @@ fn show_text(engine: &cosy::engine::Engine, jobs: Vec<FileJob>, request: &FileRe
                     writeln!(out, "{}", sentence.replace('\\', "\\\\").replace('\n', "\\n").replace('\r', "\\r"))?
                 }
                 cosy::pipeline::Spoken::Pause { samples } => writeln!(out, "[pause: {samples} samples of silence]")?,
+                cosy::pipeline::Spoken::Speed(speed) => writeln!(out, "[speed: {speed}]")?,
             }
         }
     }

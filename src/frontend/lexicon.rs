@@ -134,7 +134,7 @@ impl Lexicon {
     pub fn over(&self, base: &Lexicon) -> Lexicon {
         let mine: std::collections::HashSet<&str> = self.entries.iter().map(|e| e.folded.as_str()).collect();
         let mut entries: Vec<Entry> = self.entries.iter().chain(base.entries.iter().filter(|e| !mine.contains(e.folded.as_str()))).cloned().collect();
-        entries.sort_by(|a, b| b.chars.cmp(&a.chars));
+        entries.sort_by_key(|e| std::cmp::Reverse(e.chars));
         Lexicon { entries }
     }
 

@@ -69,26 +69,38 @@ impl InputFormat {
         (!undecided).then(|| self.is_ssml(start))
     }
 
-    /// What `text` says, if it is SSML in this format ([`to_text`]); `None`: it is text.
-    pub fn ssml(self, text: &str) -> Option<Result<String>> {
+    /// What `text` says, if it is SSML in this format ([`to_stretches`]); `None`: it is text.
+    pub fn ssml(self, text: &str) -> Option<Result<Vec<Stretch>>> {
         match self {
             InputFormat::Ssml if !is_ssml(text) => Some(read(&format!("{SPEAK_OPEN}{text}</speak>"), SPEAK_OPEN.len())),
-            format => format.is_ssml(text).then(|| to_text(text)),
+            format => format.is_ssml(text).then(|| to_stretches(text)),
         }
+    }
+
+    /// Whether `text` may change its rate (SSML with a `<prosody>`): its audio is then made whole,
+    /// sentence by sentence, as a speed's is (the streaming schedule cannot stretch it).
+    pub fn may_change_rate(self, text: &str) -> bool {
+        self.is_ssml(text) && text.contains("<prosody")
     }
 }
 
 /// The element an SSML text without one is read inside (`InputFormat::Ssml`).
 const SPEAK_OPEN: &str = "<speak>";
 
-/// The text an SSML document says, with its breaks as pause tags.
+/// The text an SSML document says, with its breaks as pause tags (its rates left out: see
+/// [`to_stretches`]).
 pub fn to_text(ssml: &str) -> Result<String> {
+    read(ssml, 0).map(|stretches| text_of(&stretches))
+}
+
+/// What an SSML document says, stretch by stretch of one `<prosody rate>`.
+pub fn to_stretches(ssml: &str) -> Result<Vec<Stretch>> {
     read(ssml, 0)
 }
 
 /// [`to_text`] of `ssml`, whose first `wrapped` bytes (on its first line) were put there by cosy:
 /// positions are told in the text as the user wrote it.
-fn read(ssml: &str, wrapped: usize) -> Result<String> {
+fn read(ssml: &str, wrapped: usize) -> Result<Vec<Stretch>> {
     let place = |pos: TextPos| Place { row: pos.row, col: if pos.row == 1 { pos.col.saturating_sub(wrapped as u32).max(1) } else { pos.col } };
     let doc = Document::parse(ssml).map_err(|e| {
         // roxmltree ends its message with " at ROW:COL"; the place is told first, as for the rest.
@@ -101,9 +113,71 @@ fn read(ssml: &str, wrapped: usize) -> Result<String> {
     if root.tag_name().name() != "speak" {
         return Err(reader.at(root, format!("the root element is <{}>, not <speak>", root.tag_name().name())));
     }
-    let mut out = String::new();
+    let mut out = Out { stretches: Vec::new(), text: String::new(), rate: 1.0 };
     reader.children(root, &mut out)?;
-    Ok(out.trim().to_string())
+    out.flush();
+    Ok(out.stretches)
+}
+
+/// A stretch of an SSML text said at one rate (`<prosody rate>`): its text, with pause tags, and
+/// its rate (1 = as the request says; 0.5 = half as fast, the audio twice as long).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Stretch {
+    pub text: String,
+    pub rate: f64,
+}
+
+/// The text of `stretches`, one after another (their rates left out).
+pub fn text_of(stretches: &[Stretch]) -> String {
+    stretches.iter().map(|s| s.text.as_str()).collect::<Vec<_>>().join(" ")
+}
+
+/// What an SSML document says so far: the stretches done, and the one being read at `rate`.
+struct Out {
+    stretches: Vec<Stretch>,
+    text: String,
+    rate: f64,
+}
+
+impl Out {
+    fn push_str(&mut self, text: &str) {
+        self.text.push_str(text);
+    }
+
+    fn push(&mut self, c: char) {
+        self.text.push(c);
+    }
+
+    /// The text so far is a stretch of its own (when it says anything).
+    fn flush(&mut self) {
+        let text = std::mem::take(&mut self.text);
+        if !text.trim().is_empty() {
+            self.stretches.push(Stretch { text: text.trim().to_string(), rate: self.rate });
+        }
+    }
+
+    /// What follows is read at `rate`; returns the rate before.
+    fn set_rate(&mut self, rate: f64) -> f64 {
+        self.flush();
+        std::mem::replace(&mut self.rate, rate)
+    }
+}
+
+/// `<prosody rate>` as a factor of the speed: the named rates, or a percentage from 50% to 200%.
+fn prosody_rate(rate: &str) -> std::result::Result<f64, String> {
+    let factor = match rate.trim() {
+        "x-slow" => 0.5,
+        "slow" => 0.75,
+        "medium" | "default" => 1.0,
+        "fast" => 1.5,
+        "x-fast" => 2.0,
+        other => other.strip_suffix('%').and_then(|p| p.parse::<f64>().ok()).filter(|p| p.is_finite()).map_or(f64::NAN, |p| p / 100.0),
+    };
+    if (0.5..=2.0).contains(&factor) {
+        Ok(factor)
+    } else {
+        Err("use x-slow, slow, medium, fast, x-fast or a percentage from 50% to 200%".into())
+    }
 }
 
 /// A line and column (1 = the first) in the text as written.
@@ -129,7 +203,7 @@ impl Reader<'_, '_, '_> {
         (self.place)(self.doc.text_pos_at(node.range().start)).error(msg)
     }
 
-    fn children(&self, node: Node<'_, '_>, out: &mut String) -> Result<()> {
+    fn children(&self, node: Node<'_, '_>, out: &mut Out) -> Result<()> {
         for child in node.children() {
             if child.is_text() {
                 out.push_str(child.text().unwrap_or(""));
@@ -140,7 +214,7 @@ impl Reader<'_, '_, '_> {
         Ok(())
     }
 
-    fn element(&self, node: Node<'_, '_>, out: &mut String) -> Result<()> {
+    fn element(&self, node: Node<'_, '_>, out: &mut Out) -> Result<()> {
         let name = node.tag_name().name();
         let attr = |key: &str| node.attribute(key);
         let at = |msg: String| self.at(node, msg);
@@ -213,7 +287,18 @@ impl Reader<'_, '_, '_> {
                 };
                 out.push_str(&pronunciation.spoken());
             }
-            other => return Err(at(format!("<{other}> is not in the SSML cosy reads (speak, break, sub, say-as, phoneme)"))),
+            "prosody" => {
+                // Only the rate is read: a pitch or volume cosy would drop is refused, not ignored.
+                if let Some(other) = node.attributes().map(|a| a.name()).find(|a| *a != "rate") {
+                    return Err(at(format!("<prosody {other}>: cosy reads only the rate of <prosody>")));
+                }
+                let rate = need("rate")?;
+                let factor = prosody_rate(rate).map_err(|why| at(format!("<prosody rate={rate:?}>: {why}")))?;
+                let outer = out.set_rate(out.rate * factor);
+                self.children(node, out)?;
+                out.set_rate(outer);
+            }
+            other => return Err(at(format!("<{other}> is not in the SSML cosy reads (speak, break, sub, say-as, phoneme, prosody)"))),
         }
         Ok(())
     }
@@ -311,14 +396,36 @@ mod tests {
             "invalid SSML at line 2, column 2: <break time=\"11s\">: give seconds or milliseconds up to 10 s, as \"0.5s\" or \"500ms\""
         );
         assert_eq!(
-            err("<speak><prosody rate=\"slow\">x</prosody></speak>"),
-            "invalid SSML at line 1, column 8: <prosody> is not in the SSML cosy reads (speak, break, sub, say-as, phoneme)"
+            err("<speak><emphasis>x</emphasis></speak>"),
+            "invalid SSML at line 1, column 8: <emphasis> is not in the SSML cosy reads (speak, break, sub, say-as, phoneme, prosody)"
         );
         assert_eq!(err("<speak><sub>x</sub></speak>"), "invalid SSML at line 1, column 8: <sub> needs a alias attribute");
         assert_eq!(
             err("<speak><say-as interpret-as=\"ordinal\">x</say-as></speak>"),
             "invalid SSML at line 1, column 8: <say-as interpret-as=\"ordinal\">: allowed: characters, cardinal, date, telephone"
         );
+    }
+
+    #[test]
+    fn a_prosody_rate_is_a_stretch_of_its_own() {
+        let stretches = |body: &str| to_stretches(&format!("<speak>{body}</speak>")).expect("valid SSML");
+        let s = |text: &str, rate: f64| Stretch { text: text.into(), rate };
+        assert_eq!(
+            stretches(r#"One. <prosody rate="50%">Two <prosody rate="fast">three</prosody>.</prosody> Four."#),
+            vec![s("One.", 1.0), s("Two", 0.5), s("three", 0.75), s(".", 0.5), s("Four.", 1.0)]
+        );
+        assert_eq!(stretches(r#"<prosody rate="x-slow">A</prosody><prosody rate="x-fast">B</prosody><prosody rate="medium">C</prosody>"#), vec![s("A", 0.5), s("B", 2.0), s("C", 1.0)]);
+        assert_eq!(to_text(r#"<speak>One. <prosody rate="slow">Two.</prosody></speak>"#).unwrap(), "One. Two.");
+        let err = |body: &str| to_stretches(&format!("<speak>{body}</speak>")).expect_err("refused").to_string();
+        assert_eq!(
+            err(r#"<prosody rate="300%">x</prosody>"#),
+            "invalid SSML at line 1, column 8: <prosody rate=\"300%\">: use x-slow, slow, medium, fast, x-fast or a percentage from 50% to 200%"
+        );
+        assert_eq!(err(r#"<prosody pitch="high">x</prosody>"#), "invalid SSML at line 1, column 8: <prosody pitch>: cosy reads only the rate of <prosody>");
+        assert_eq!(err("<prosody>x</prosody>"), "invalid SSML at line 1, column 8: <prosody> needs a rate attribute");
+        assert!(InputFormat::Auto.may_change_rate("<speak><prosody rate=\"slow\">x</prosody></speak>"));
+        assert!(!InputFormat::Auto.may_change_rate("<prosody rate=\"slow\">x</prosody>"));
+        assert!(InputFormat::Ssml.may_change_rate("<prosody rate=\"slow\">x</prosody>"));
     }
 
     #[test]
@@ -356,7 +463,7 @@ mod tests {
 
     #[test]
     fn the_input_format_says_what_is_ssml() {
-        let said = |format: InputFormat, text: &str| format.ssml(text).map(|r| r.expect("valid SSML"));
+        let said = |format: InputFormat, text: &str| format.ssml(text).map(|r| text_of(&r.expect("valid SSML")));
         // Auto: only a leading <speak>.
         assert_eq!(said(InputFormat::Auto, "<speak>A <sub alias=\"b\">c</sub></speak>").as_deref(), Some("A b"));
         assert_eq!(said(InputFormat::Auto, "A <sub alias=\"b\">c</sub>"), None);
@@ -368,8 +475,8 @@ mod tests {
         assert_eq!(said(InputFormat::Text, "<speak>A</speak>"), None);
         // A wrapped text's errors are placed in the text as written (not in the <speak> around it).
         let err = |text: &str| InputFormat::Ssml.ssml(text).expect("SSML").expect_err("refused").to_string();
-        assert_eq!(err("Hi <b>x</b>"), "invalid SSML at line 1, column 4: <b> is not in the SSML cosy reads (speak, break, sub, say-as, phoneme)");
-        assert_eq!(err("Hi\n<b>x</b>"), "invalid SSML at line 2, column 1: <b> is not in the SSML cosy reads (speak, break, sub, say-as, phoneme)");
+        assert_eq!(err("Hi <b>x</b>"), "invalid SSML at line 1, column 4: <b> is not in the SSML cosy reads (speak, break, sub, say-as, phoneme, prosody)");
+        assert_eq!(err("Hi\n<b>x</b>"), "invalid SSML at line 2, column 1: <b> is not in the SSML cosy reads (speak, break, sub, say-as, phoneme, prosody)");
         assert_eq!(err("2 < 3"), "invalid SSML at line 1, column 4: invalid name token");
         // Text in pieces: auto waits while the start could still be <speak>.
         assert_eq!(InputFormat::Auto.decided(" <spe"), None);

@@ -56,7 +56,8 @@ use crate::side::{SideEmbeddings, SideFile};
 
 pub use constants::ModelConstants;
 pub use crate::request::{PromptFeatures, SegmentTrace, SentenceRecord};
-use crate::request::{check_options, check_speakable, check_text_length, sentence_label, shorten, NoObserver, Normalization, Request, SentenceSpan, StageTimes, Summary, SynthesisObserver, Voice};
+use crate::frontend::ssml::Stretch;
+use crate::request::{check_options, rated_speed, check_speakable, check_text_length, sentence_label, shorten, NoObserver, Normalization, Request, SentenceSpan, StageTimes, Summary, SynthesisObserver, Voice};
 use token2wav::{RequestState, TokenToWav};
 
 /// The LLM as the pipeline uses it: one [`LlmStep`] per sentence. The serving engine implements
@@ -106,12 +107,15 @@ fn lock(session: &Mutex<StageSession>) -> std::sync::MutexGuard<'_, StageSession
 }
 
 /// One item of what a request says, in order ([`Synthesizer::plan_text`]).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum Spoken {
     /// A sentence, exactly as the model gets it.
     Sentence(String),
     /// Exact silence from a pause tag: this many samples of zeros.
     Pause { samples: usize },
+    /// The sentences from here on are said at this speed (an SSML `<prosody rate>` times the
+    /// request's speed), until the next; only where it changes.
+    Speed(f64),
 }
 
 /// A loaded model ready to synthesise: its data, its open stages, and the request defaults.
@@ -297,36 +301,44 @@ impl Synthesizer {
         check_speakable(written)?;
         check_text_length(written, self.max_text_chars)?;
         // SSML (a text that starts with `<speak>`, or any text the request says is SSML) becomes
-        // plain text and pause tags first; it is not Markdown.
-        let ssml_text;
-        let (written, markdown) = match req.text_frontend.then(|| req.input_format.ssml(written)).flatten() {
-            Some(text) => {
-                ssml_text = text?;
-                (ssml_text.as_str(), false)
-            }
-            None => (written, true),
-        };
-        // Pause tags are part of the text layer: text the frontend does not see keeps them as written.
-        let pieces = if req.text_frontend && !bypasses_frontend(written) {
-            crate::frontend::pause::split(written, self.data.constants.sample_rate)?
-        } else {
-            vec![Piece::Text(written)]
+        // plain text and pause tags first, stretch by stretch of one `<prosody rate>`; it is not
+        // Markdown.
+        let (stretches, markdown) = match req.text_frontend.then(|| req.input_format.ssml(written)).flatten() {
+            Some(stretches) => (stretches?, false),
+            None => (vec![Stretch { text: written.to_string(), rate: 1.0 }], true),
         };
         let lexicon = self.lexicon_for(&req.voice);
         let mut spoken = Vec::new();
         let mut read_text = String::new();
         let mut prompt_text = None;
-        for piece in pieces {
-            match piece {
-                Piece::Pause { samples } => spoken.push(Spoken::Pause { samples }),
-                Piece::Text(text) => {
-                    let (prompt, read, sentences) = self.sentences_of(text, req, markdown, &lexicon);
-                    prompt_text.get_or_insert(prompt);
-                    read_text.push_str(&read);
-                    spoken.extend(sentences.into_iter().map(Spoken::Sentence));
+        let mut speed = req.speed;
+        for stretch in &stretches {
+            // A rate is a speed of its own for the sentences of its stretch (said only where it changes).
+            let rated = if stretch.rate == 1.0 { req.speed } else { rated_speed(req.speed, stretch.rate, req.stream)? };
+            if rated != speed {
+                speed = rated;
+                spoken.push(Spoken::Speed(speed));
+            }
+            // Pause tags are part of the text layer: text the frontend does not see keeps them as written.
+            let written = stretch.text.as_str();
+            let pieces = if req.text_frontend && !bypasses_frontend(written) {
+                crate::frontend::pause::split(written, self.data.constants.sample_rate)?
+            } else {
+                vec![Piece::Text(written)]
+            };
+            for piece in pieces {
+                match piece {
+                    Piece::Pause { samples } => spoken.push(Spoken::Pause { samples }),
+                    Piece::Text(text) => {
+                        let (prompt, read, sentences) = self.sentences_of(text, req, markdown, &lexicon);
+                        prompt_text.get_or_insert(prompt);
+                        read_text.push_str(&read);
+                        spoken.extend(sentences.into_iter().map(Spoken::Sentence));
+                    }
                 }
             }
         }
+        let written = crate::frontend::ssml::text_of(&stretches);
         let prompt_text = match prompt_text {
             Some(prompt) if spoken.iter().any(|s| matches!(s, Spoken::Sentence(_))) && !is_only_punctuation(read_text.trim()) => prompt,
             _ => {
@@ -419,7 +431,7 @@ impl Synthesizer {
             .iter()
             .filter_map(|s| match s {
                 Spoken::Sentence(sentence) => Some(sentence),
-                Spoken::Pause { .. } => None,
+                Spoken::Pause { .. } | Spoken::Speed(_) => None,
             })
             .collect();
         let p = plan(&req.voice.mode(), &req.text, req.text_frontend);
@@ -432,6 +444,7 @@ impl Synthesizer {
         let mut run = RequestRun::new(self, req, observer, &profiler);
         let mut summary = Summary { sentences: segments.len(), ..Summary::default() };
         let mut i = 0;
+        let mut speed = req.speed;
         for item in &spoken {
             if observer.cancelled() {
                 return Err(Error::Cancelled);
@@ -445,6 +458,10 @@ impl Synthesizer {
                         summary.chunks += 1;
                         on_chunk(&vec![0.0; *samples])?;
                     }
+                    continue;
+                }
+                Spoken::Speed(rated) => {
+                    speed = *rated;
                     continue;
                 }
             };
@@ -473,6 +490,7 @@ impl Synthesizer {
                 prompt_text_token: &prompt_text_token,
                 text: SegmentText::Tokens(&text_token),
                 llm_prompt_speech: llm_speech,
+                speed,
             };
             let emitted = self.run_segment(seg, &mut run, trace.as_mut(), &mut on)?;
             summary.speech_tokens += emitted;
@@ -566,6 +584,7 @@ impl Synthesizer {
             prompt_text_token: &prompt_text_token,
             text: SegmentText::Streamed(&mut tokens),
             llm_prompt_speech: llm_speech,
+            speed: req.speed,
         };
         let emitted = self.run_segment(seg, &mut run, None, &mut on)?;
         summary.speech_tokens = emitted;
@@ -663,7 +682,7 @@ impl Synthesizer {
             first_audio_made: &mut state.first_audio_made,
             llm: self.sessions.llm.as_ref(),
             stream: req.stream,
-            speed: req.speed,
+            speed: seg.speed,
             sentence: seg.sentence_label(),
             filter: SilentTokenFilter::new(&c.silent_tokens, c.max_silent_run),
             observer,
@@ -836,6 +855,8 @@ struct Segment<'a> {
     text: SegmentText<'a>,
     /// Prompt speech tokens for the LLM (empty in cross-lingual and instruct modes).
     llm_prompt_speech: &'a [i64],
+    /// Its mel time-stretch: the request's speed, or an SSML `<prosody rate>`'s.
+    speed: f64,
 }
 
 impl Segment<'_> {

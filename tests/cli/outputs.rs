@@ -573,9 +573,31 @@ fn ssml_is_read_when_the_text_starts_with_speak() {
     assert_eq!(String::from_utf8_lossy(&o.stdout), "Call the consortium.\n[pause: 6000 samples of silence]\nSay [T][AH][M][EY][T][OW].\n");
     let o = cosy(dir.path(), &file_args(prompt, "bad.wav", &[], "<speak>Hi <break time=\"1s\"></speak>"));
     refused(&o, "bad SSML", &["invalid SSML"]);
-    let o = cosy(dir.path(), &file_args(prompt, "bad.wav", &[], "<speak>Hi\n<prosody rate=\"slow\">x</prosody></speak>"));
-    refused(&o, "unsupported SSML", &["invalid SSML at line 2, column 1: <prosody> is not in the SSML cosy reads"]);
+    let o = cosy(dir.path(), &file_args(prompt, "bad.wav", &[], "<speak>Hi\n<emphasis>x</emphasis></speak>"));
+    refused(&o, "unsupported SSML", &["invalid SSML at line 2, column 1: <emphasis> is not in the SSML cosy reads"]);
     assert!(!dir.path().join("bad.wav").exists(), "nothing is said for bad markup");
+}
+
+/// `<prosody rate>` (issue 32, point 3): its stretch is its own sentences at that speed (a mel
+/// time-stretch, as `--speed`): the audio of a `rate="50%"` text is longer than the same text's
+/// plain, with the same seed; asked to stream, it is refused in its own name.
+#[test]
+fn prosody_rate_stretches_its_sentences() {
+    let dir = tempfile::tempdir().unwrap();
+    let prompt = fixture_prompt();
+    let prompt = prompt.to_str().unwrap();
+    let samples = |name: &str| hound::WavReader::open(dir.path().join(name)).expect("a wav").len();
+    let plain = "<speak>The fog rolled in over the bay.</speak>";
+    let slow = "<speak><prosody rate=\"50%\">The fog rolled in over the bay.</prosody></speak>";
+    let o = cosy(dir.path(), &file_args(prompt, "out.wav", &["--show-text"], slow));
+    ok(&o, "--show-text of a prosody rate");
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "[speed: 0.5]\nThe fog rolled in over the bay.\n");
+    ok(&cosy(dir.path(), &file_args(prompt, "plain.wav", &["--seed", "7"], plain)), "plain SSML");
+    ok(&cosy(dir.path(), &file_args(prompt, "slow.wav", &["--seed", "7"], slow)), "rate 50%");
+    let (plain, slow) = (samples("plain.wav"), samples("slow.wav"));
+    assert!(slow > plain * 3 / 2, "rate 50% stretches the audio: {slow} samples against {plain}");
+    let o = cosy(dir.path(), &file_args(prompt, "bad.wav", &["--stream"], "<speak>One. <prosody rate=\"slow\">Two.</prosody></speak>"));
+    refused(&o, "a prosody rate, streamed", &["<prosody rate> 0.75 at speed 1: speed 0.75 works only without streaming"]);
 }
 
 /// `--ssml` (issue 32, point 3): the text is SSML without `<speak>` too, read as if inside one;

@@ -682,40 +682,48 @@ fn voice_listing_reads_headers_only_and_names_broken_entries() {
     assert!(picker.contains(&(huge, "huge (unusable: see data)")), "{picker:?}");
 }
 
+/// A WebSocket session of `config` sent `pieces` then `input.done`: the text of each segment
+/// (`audio.start`) and the `session.created` event, or the error the session ended with.
+fn ws_segments(server: &Server, config: serde_json::Value, pieces: &[&str]) -> Result<(Vec<String>, serde_json::Value), String> {
+    use tungstenite::Message;
+    let (mut ws, _) = crate::serve::ws_connect(&server.url("/v1/audio/speech/stream").replace("http://", "ws://"));
+    let send = |ws: &mut tungstenite::WebSocket<_>, v: serde_json::Value| ws.send(Message::text(v.to_string())).expect("send");
+    send(&mut ws, config);
+    for piece in pieces {
+        send(&mut ws, json!({"type": "input.text", "text": piece}));
+    }
+    send(&mut ws, json!({"type": "input.done"}));
+    let (mut texts, mut created) = (Vec::new(), json!(null));
+    loop {
+        match ws.read() {
+            Ok(Message::Text(t)) => {
+                let v: serde_json::Value = serde_json::from_str(t.as_str()).unwrap();
+                match v["type"].as_str() {
+                    Some("audio.start") => texts.push(v["text"].as_str().unwrap_or_default().to_string()),
+                    Some("session.created") => created = v,
+                    Some("session.done") => return Ok((texts, created)),
+                    Some("error") => return Err(v.to_string()),
+                    _ => {}
+                }
+            }
+            Ok(Message::Close(_)) | Err(_) => return Err(format!("closed before session.done: {texts:?}")),
+            Ok(_) => {}
+        }
+    }
+}
+
 /// A language model's reply sent in pieces over the WebSocket ("sentences") is read as Markdown
 /// across the pieces (issue 32): the segments' texts are the reply as a person reads it, the same
 /// as the whole reply reads; `normalization: {"markdown": false}` gives it as written. The HTTP
 /// API takes the same object.
 #[test]
 fn websocket_reads_markdown_across_pieces_unless_asked_not_to() {
-    use tungstenite::Message;
     let server = start_server(&[]);
     let pieces = ["**Bo", "ld** claim: see [the do", "cs](https://exa", "mple.com/a_b?x=1) 😀 and `cargo", " build`.\n\n- item one\n- it", "em two"];
     let segments = |config: serde_json::Value| -> Vec<String> {
-        let (mut ws, _) = crate::serve::ws_connect(&server.url("/v1/audio/speech/stream").replace("http://", "ws://"));
-        let send = |ws: &mut tungstenite::WebSocket<_>, v: serde_json::Value| ws.send(Message::text(v.to_string())).expect("send");
-        send(&mut ws, config);
-        for piece in pieces {
-            send(&mut ws, json!({"type": "input.text", "text": piece}));
-        }
-        send(&mut ws, json!({"type": "input.done"}));
-        let mut texts = Vec::new();
-        loop {
-            match ws.read().expect("read") {
-                Message::Text(t) => {
-                    let v: serde_json::Value = serde_json::from_str(t.as_str()).unwrap();
-                    match v["type"].as_str() {
-                        Some("audio.start") => texts.push(v["text"].as_str().unwrap_or_default().to_string()),
-                        Some("session.created") => assert_eq!(v["ignored_fields"], json!([]), "{v}"),
-                        Some("session.done") => return texts,
-                        Some("error") => panic!("{v}"),
-                        _ => {}
-                    }
-                }
-                Message::Close(_) => panic!("closed before session.done: {texts:?}"),
-                _ => {}
-            }
-        }
+        let (texts, created) = ws_segments(&server, config, &pieces).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(created["ignored_fields"], json!([]), "{created}");
+        texts
     };
     let read = segments(json!({"type": "session.config", "voice": "me", "text_streaming": "sentences"}));
     assert_eq!(read.concat(), "Bold claim: see the docs and cargo build.\n\nitem one.\nitem two", "{read:?}");
@@ -750,7 +758,7 @@ fn input_format_says_whether_the_input_is_ssml() {
     // Errors: "ssml" places them in the text as sent; auto would read it as text.
     let r = speak("Hi <b>x</b>.", Some("ssml"));
     assert_eq!(r.status, 400, "{}", r.text());
-    assert_eq!(r.json()["error"]["message"], "invalid SSML at line 1, column 4: <b> is not in the SSML cosy reads (speak, break, sub, say-as, phoneme)");
+    assert_eq!(r.json()["error"]["message"], "invalid SSML at line 1, column 4: <b> is not in the SSML cosy reads (speak, break, sub, say-as, phoneme, prosody)");
     assert_eq!(speak("Hi <b>x</b>.", None).status, 200);
     // "text": a leading <speak> that is not well-formed XML is text (its tags dropped as HTML).
     let broken = "<speak>Hi <b>there.</speak>";
@@ -767,34 +775,8 @@ fn input_format_says_whether_the_input_is_ssml() {
 /// (sentences, the default then); text-in streaming ("bistream") cannot read it and is refused.
 #[test]
 fn websocket_reads_ssml_whole() {
-    use tungstenite::Message;
     let server = start_server(&[]);
-    let run = |config: serde_json::Value, pieces: &[&str]| -> Result<(Vec<String>, serde_json::Value), String> {
-        let (mut ws, _) = crate::serve::ws_connect(&server.url("/v1/audio/speech/stream").replace("http://", "ws://"));
-        let send = |ws: &mut tungstenite::WebSocket<_>, v: serde_json::Value| ws.send(Message::text(v.to_string())).expect("send");
-        send(&mut ws, config);
-        for piece in pieces {
-            send(&mut ws, json!({"type": "input.text", "text": piece}));
-        }
-        send(&mut ws, json!({"type": "input.done"}));
-        let (mut texts, mut created) = (Vec::new(), json!(null));
-        loop {
-            match ws.read() {
-                Ok(Message::Text(t)) => {
-                    let v: serde_json::Value = serde_json::from_str(t.as_str()).unwrap();
-                    match v["type"].as_str() {
-                        Some("audio.start") => texts.push(v["text"].as_str().unwrap_or_default().to_string()),
-                        Some("session.created") => created = v,
-                        Some("session.done") => return Ok((texts, created)),
-                        Some("error") => return Err(v["error"]["message"].as_str().unwrap_or_default().to_string()),
-                        _ => {}
-                    }
-                }
-                Ok(Message::Close(_)) | Err(_) => return Err(format!("closed before session.done: {texts:?}")),
-                Ok(_) => {}
-            }
-        }
-    };
+    let run = |config: serde_json::Value, pieces: &[&str]| ws_segments(&server, config, pieces);
     let pieces = ["One. <break time=\"250ms\"/> Tw", "o <sub alias=\"three\">", "3</sub>."];
     let (texts, created) = run(json!({"type": "session.config", "voice": "me", "seed": 1, "input_format": "ssml"}), &pieces).expect("spoken");
     assert_eq!(texts, vec![pieces.concat()], "one segment, the whole text");
