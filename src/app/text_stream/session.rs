@@ -116,7 +116,7 @@ enum Pending {
     TextIn { waiting: Vec<String> },
     /// Text not settled yet, and settled sentences waiting for their turn; `markdown` reads the
     /// text before it is cut into sentences (a construct split across pieces reads as whole).
-    Sentences { markdown: Option<MarkdownStream>, buffer: SentenceBuffer, settled: VecDeque<String>, ssml: SsmlHold },
+    Sentences { markdown: Option<MarkdownStream>, buffer: SentenceBuffer, settled: VecDeque<String> },
 }
 
 /// Whether a sentence-segmented stream is SSML, which is read whole (an element may span
@@ -197,6 +197,8 @@ struct Speaking {
 #[derive(Debug)]
 pub struct Session {
     pending: Pending,
+    /// Whether the text is SSML, held whole (sentence segmenting only).
+    ssml: SsmlHold,
     received: usize,
     limit: usize,
     input_done: bool,
@@ -213,11 +215,10 @@ impl Session {
     pub fn new(segmenting: Segmenting, max_text_chars: usize) -> Session {
         let pending = match segmenting {
             Segmenting::TextIn => Pending::TextIn { waiting: Vec::new() },
-            Segmenting::Sentences => {
-                Pending::Sentences { markdown: None, buffer: SentenceBuffer::default(), settled: VecDeque::new(), ssml: SsmlHold::Undecided(String::new()) }
-            }
+            Segmenting::Sentences => Pending::Sentences { markdown: None, buffer: SentenceBuffer::default(), settled: VecDeque::new() },
         };
-        Session { pending, received: 0, limit: max_text_chars, input_done: false, over: false, speaking: None, started: 0, samples: 0 }
+        let ssml = SsmlHold::Undecided(String::new());
+        Session { pending, ssml, received: 0, limit: max_text_chars, input_done: false, over: false, speaking: None, started: 0, samples: 0 }
     }
 
     /// Sentences are read as Markdown first (`frontend::markdown`); their segments' requests
@@ -232,8 +233,8 @@ impl Session {
     /// Whether sentences are SSML (`format`; auto: the stream starts with `<speak>`): an SSML
     /// stream is held until the input is done and then spoken whole, one segment.
     pub fn with_input_format(mut self, format: InputFormat) -> Session {
-        if let Pending::Sentences { ssml, .. } = &mut self.pending {
-            *ssml = match format {
+        if matches!(self.pending, Pending::Sentences { .. }) {
+            self.ssml = match format {
                 InputFormat::Auto => SsmlHold::Undecided(String::new()),
                 InputFormat::Ssml => SsmlHold::Whole(String::new()),
                 InputFormat::Text => SsmlHold::Text,
@@ -244,7 +245,7 @@ impl Session {
 
     /// Whether the segments are SSML (held whole), not text.
     pub fn reads_ssml(&self) -> bool {
-        matches!(self.pending, Pending::Sentences { ssml: SsmlHold::Whole(_), .. })
+        matches!(self.pending, Pending::Sentences { .. }) && matches!(self.ssml, SsmlHold::Whole(_))
     }
 
     /// The session begins: text-in streaming starts its first segment now, with no text yet.
@@ -316,8 +317,8 @@ impl Session {
                 }
                 None => waiting.push(piece),
             },
-            Pending::Sentences { markdown, buffer, settled, ssml } => {
-                let Some(piece) = ssml.push(&piece) else { return Ok(()) };
+            Pending::Sentences { markdown, buffer, settled } => {
+                let Some(piece) = self.ssml.push(&piece) else { return Ok(()) };
                 read_into(markdown, buffer, &piece);
                 if let Some(sentence) = buffer.take_settled() {
                     // Text with nothing to say (only punctuation) joins the next sentence.
@@ -347,7 +348,8 @@ impl Session {
                     return Ok(());
                 }
             }
-            Pending::Sentences { markdown, buffer, settled, ssml } => {
+            Pending::Sentences { markdown, buffer, settled } => {
+                let ssml = &mut self.ssml;
                 let rest = match ssml {
                     SsmlHold::Whole(all) => std::mem::take(all),
                     _ => {
