@@ -71,6 +71,7 @@ fn main() -> anyhow::Result<()> {
         voice: voice.clone(),
         text_frontend: false,
         normalization: Default::default(),
+        input_format: Default::default(),
         speed: 1.0,
         seed: Some(seed),
         stream: true,

@@ -103,9 +103,10 @@ fn main() -> anyhow::Result<()> {
     let rate = f64::from(engine.sample_rate());
     let request = |seed: u64| Request {
         text: args.text.clone(),
-        voice: Voice::Saved { voice: voice.clone(), instruction: None },
+        voice: Voice::Saved { voice: voice.clone(), instruction: None, lexicon: None },
         text_frontend: true,
         normalization: Default::default(),
+        input_format: Default::default(),
         speed: 1.0,
         seed: Some(seed),
         stream,

@@ -112,9 +112,10 @@ fn paired(args: &Args, model: &std::path::Path, host_port: &str, body: &str, n: 
         let voice = std::sync::Arc::new(store.load(&args.voice)?);
         let request = cosy::request::Request {
             text: args.text.clone(),
-            voice: cosy::request::Voice::Saved { voice, instruction: None },
+            voice: cosy::request::Voice::Saved { voice, instruction: None, lexicon: None },
             text_frontend: true,
             normalization: Default::default(),
+            input_format: Default::default(),
             speed: 1.0,
             seed: Some(0),
             stream: true,

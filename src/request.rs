@@ -23,8 +23,9 @@ pub enum Voice {
     /// Instruct: the recording's voice plus a style instruction.
     Instruct { wav: PathBuf, instruction: String },
     /// A saved voice (`cosy voice add`): zero-shot with its transcript, or instruct with
-    /// `instruction`; no prompt audio is read.
-    Saved { voice: Arc<SavedVoice>, instruction: Option<String> },
+    /// `instruction`; no prompt audio is read. `lexicon`: its pronunciation lexicon
+    /// (`NAME.lexicon.toml` beside it), applied over the global one.
+    Saved { voice: Arc<SavedVoice>, instruction: Option<String>, lexicon: Option<Arc<crate::frontend::lexicon::Lexicon>> },
     /// A prompt recording already in memory (decoded with [`crate::frontend::audio::decode_bytes`]
     /// or [`crate::frontend::audio::from_pcm`]): zero-shot with a transcript, instruct with an
     /// instruction, cross-lingual with neither. `label` names it in messages.
@@ -46,7 +47,7 @@ impl Voice {
             Voice::Instruct { instruction, .. } | Voice::Saved { instruction: Some(instruction), .. } => {
                 PromptMode::Instruct { instruction: instruction.clone() }
             }
-            Voice::Saved { voice, instruction: None } => PromptMode::ZeroShot { transcript: voice.transcript.clone() },
+            Voice::Saved { voice, instruction: None, .. } => PromptMode::ZeroShot { transcript: voice.transcript.clone() },
             Voice::Recording { transcript: Some(transcript), .. } => PromptMode::ZeroShot { transcript: transcript.clone() },
             Voice::Recording { instruction: Some(instruction), .. } => PromptMode::Instruct { instruction: instruction.clone() },
             Voice::Recording { .. } => PromptMode::CrossLingual,
@@ -130,6 +131,8 @@ pub struct Request {
     pub text_frontend: bool,
     /// The request's own normalisation switches (`None`: as configured).
     pub normalization: Normalization,
+    /// Whether the text is SSML (`frontend::ssml::InputFormat`; default: when it starts with `<speak>`).
+    pub input_format: crate::frontend::ssml::InputFormat,
     /// Mel time-stretch (offline only); 1.0 = unchanged.
     pub speed: f64,
     /// Sampling seed; `None` = the configured `sampling.seed`.
@@ -153,6 +156,7 @@ impl Request {
             voice,
             text_frontend: true,
             normalization: Normalization::default(),
+            input_format: Default::default(),
             speed: 1.0,
             seed: None,
             stream: false,
@@ -389,6 +393,18 @@ pub fn check_options(speed: f64, stream: bool) -> Result<()> {
         ));
     }
     Ok(())
+}
+
+/// The speed of a stretch of SSML at `rate` (`<prosody rate>`) in a request at `speed`: their
+/// product, under a request's speed rules ([`check_options`]: in range, not streamed), refused in
+/// the markup's name.
+pub fn rated_speed(speed: f64, rate: f64, stream: bool) -> Result<f64> {
+    let rated = speed * rate;
+    check_options(rated, stream).map_err(|e| match e {
+        Error::Input { code, message, .. } => Error::Input { code, param: Some("input"), message: format!("<prosody rate> {rate} at speed {speed}: {message}") },
+        other => other,
+    })?;
+    Ok(rated)
 }
 
 /// Refuses a speed outside [`SPEED_RANGE`] (and NaN, infinities).

@@ -46,6 +46,9 @@ pub const VOICE_FORMAT_VERSION: &str = "1";
 /// File name extension of a voice.
 pub const VOICE_EXTENSION: &str = "safetensors";
 
+/// How a voice's pronunciation lexicon is named after it ([`VoiceStore::lexicon_path`]).
+pub const LEXICON_SUFFIX: &str = "lexicon.toml";
+
 /// The largest voice file read. A voice holds at most a 30 s prompt: 750 speech tokens, a
 /// [1500, 80] mel, a [192] embedding and a few kB of metadata, about 0.5 MB; anything far larger
 /// in the voices folder is not a voice, and is never read whole.
@@ -385,6 +388,31 @@ impl VoiceStore {
         self.dir.join(format!("{name}.{VOICE_EXTENSION}"))
     }
 
+    /// The pronunciation lexicon of voice `name`, beside its file (`NAME.lexicon.toml`;
+    /// docs/text.md): not a voice file, so never listed as one.
+    pub fn lexicon_path(&self, name: &str) -> PathBuf {
+        self.dir.join(format!("{name}.{LEXICON_SUFFIX}"))
+    }
+
+    /// Writes voice `name`'s lexicon (its text, already checked) atomically, replacing one there.
+    pub fn save_lexicon(&self, name: &str, text: &str) -> Result<PathBuf> {
+        check_voice_name(name)?;
+        let path = self.lexicon_path(name);
+        self.create_dir()?;
+        crate::fsx::Dest::new(&path, format!("the lexicon of voice {name:?}")).unwritable_fix(self.unwritable_fix()).write(text.as_bytes())?;
+        Ok(path)
+    }
+
+    /// Deletes voice `name`'s lexicon, if it has one; whether it had.
+    pub fn remove_lexicon(&self, name: &str) -> Result<bool> {
+        let path = self.lexicon_path(name);
+        match std::fs::remove_file(&path) {
+            Ok(()) => Ok(true),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+            Err(e) => Err(Error::io(&path, e)),
+        }
+    }
+
     /// Names of the stored voices, sorted (an absent folder has none).
     pub fn names(&self) -> Result<Vec<String>> {
         let entries = match std::fs::read_dir(&self.dir) {
@@ -611,12 +639,15 @@ impl VoiceStore {
         )))
     }
 
-    /// Deletes voice `name`.
+    /// Deletes voice `name`, and its lexicon with it.
     pub fn remove(&self, name: &str) -> Result<PathBuf> {
         check_voice_name(name)?;
         let path = self.path_of(name);
         match std::fs::remove_file(&path) {
-            Ok(()) => Ok(path),
+            Ok(()) => {
+                self.remove_lexicon(name)?;
+                Ok(path)
+            }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(self.unknown(name)?),
             Err(e) => Err(Error::io(&path, e)),
         }

@@ -3,6 +3,7 @@
 
 use crate::config::Config;
 use crate::error::Result;
+use crate::frontend::ssml::InputFormat;
 use crate::request::{check_options, check_speakable, check_text_length, check_text_streaming, Normalization, Request, TestHooks, Voice};
 
 /// What a front end asks for, before the rules are applied.
@@ -21,6 +22,8 @@ pub struct SpeechOptions {
     pub text_frontend: bool,
     /// Normalisation switches (Markdown …); `None` each = as configured.
     pub normalization: Normalization,
+    /// Whether the text is SSML (default: when it starts with `<speak>`).
+    pub input_format: InputFormat,
     /// Benchmark/test knob: decode exactly this many speech tokens per sentence.
     pub min_tokens: Option<usize>,
     pub test_hooks: TestHooks,
@@ -39,6 +42,7 @@ impl SpeechOptions {
             seed: None,
             text_frontend: true,
             normalization: Normalization::default(),
+            input_format: Default::default(),
             min_tokens: None,
             test_hooks: TestHooks::default(),
         }
@@ -102,12 +106,16 @@ pub fn check_text(config: &Config, text: &str) -> Result<()> {
 
 /// A whole-text request, every rule checked (text, speed, streaming with a speed).
 pub fn build_request(config: &Config, o: SpeechOptions) -> Result<Request> {
-    let stream = check_all_but_the_voice(config, &o.text, o.stream, o.default_stream, o.speed)?;
+    // SSML that changes its rate (`<prosody rate>`) is made whole, sentence by sentence, unless
+    // streaming is asked for, as a speed is: the streaming schedule cannot stretch.
+    let default_stream = o.default_stream && !(o.text_frontend && o.input_format.may_change_rate(&o.text));
+    let stream = check_all_but_the_voice(config, &o.text, o.stream, default_stream, o.speed)?;
     Ok(Request {
         text: o.text,
         voice: o.voice,
         text_frontend: o.text_frontend,
         normalization: o.normalization,
+        input_format: o.input_format,
         speed: o.speed,
         seed: o.seed,
         stream,
@@ -134,12 +142,31 @@ pub fn can_stream_text(voice: &Voice, speed: f64) -> bool {
     speed == 1.0 && check_text_streaming(voice).is_ok()
 }
 
+/// [`can_stream_text`] for text in `format`: text the request says is SSML is read whole (an
+/// element may span pieces), never given to the model as it comes.
+pub fn can_stream_text_as(voice: &Voice, speed: f64, format: InputFormat) -> bool {
+    format != InputFormat::Ssml && can_stream_text(voice, speed)
+}
+
+/// Text-in streaming gives the text to the model as it comes: not SSML, which is read whole.
+pub fn check_text_in_format(format: InputFormat) -> Result<()> {
+    if format == InputFormat::Ssml {
+        return Err(crate::Error::input(
+            crate::error::InputCode::Conflict,
+            Some("input_format"),
+            "SSML is read whole, not given to the model piece by piece (text-in streaming): send it sentence by sentence, or as one text",
+        ));
+    }
+    Ok(())
+}
+
 /// A text-in streaming request (the text comes later, through the engine's `TextFeed`), every
 /// rule checked: a voice with a prompt text, speed 1, no forced token count.
 pub fn build_streaming_request(o: SpeechOptions) -> Result<Request> {
     check_text_streaming(&o.voice)?;
     let stream = choose_streaming(o.stream, o.default_stream, 1.0);
     check_options(o.speed, true)?;
+    check_text_in_format(o.input_format)?;
     // (The test hook `min_tokens` too: text-in streaming has no forced count; its `max_tokens` works.)
     if o.min_tokens.is_some() || o.test_hooks.min_tokens.is_some() {
         return Err(crate::Error::input(
@@ -153,6 +180,7 @@ pub fn build_streaming_request(o: SpeechOptions) -> Result<Request> {
         voice: o.voice,
         text_frontend: o.text_frontend,
         normalization: o.normalization,
+        input_format: o.input_format,
         speed: 1.0,
         seed: o.seed,
         stream,

@@ -10,13 +10,14 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::config::Config;
 use crate::engine::Engine;
 use crate::error::{Error, InputCode, Result};
 use crate::frontend::audio::{check_length, load_audio, Audio, MAX_TOKENIZER_SECONDS};
+use crate::frontend::lexicon::Lexicon;
 use crate::request::Voice;
 pub use crate::vocab::OPENAI_VOICES;
 use crate::vocab::check_voice_name as check_name;
@@ -213,6 +214,8 @@ pub struct VoiceEntry {
     /// Whether it was made for the model in use (`None` when that is not known, or the file is
     /// broken).
     pub fits_model: Option<bool>,
+    /// Its pronunciation lexicon's file, if it has one.
+    pub lexicon: Option<PathBuf>,
 }
 
 /// What removing a voice did.
@@ -335,7 +338,11 @@ impl Voices {
             }
             VoiceSource::Recording => unreachable_recording(),
         }?;
-        Ok(Resolved { voice: Voice::Saved { voice: Arc::new(saved), instruction }, how })
+        let lexicon = match how.voice_name() {
+            Some(name) => self.voice_lexicon(name)?.map(Arc::new),
+            None => None,
+        };
+        Ok(Resolved { voice: Voice::Saved { voice: Arc::new(saved), instruction, lexicon }, how })
     }
 
     /// Which saved voice a name (or no name) means, and why; nothing is read but the folder.
@@ -437,6 +444,29 @@ impl Voices {
         Ok(saved)
     }
 
+    /// Voice `name`'s pronunciation lexicon, if it has one (`NAME.lexicon.toml`); a mistake in
+    /// it is one line naming the file and line, as the global one's.
+    pub fn voice_lexicon(&self, name: &str) -> Result<Option<Lexicon>> {
+        let path = self.store.lexicon_path(name);
+        if !path.exists() {
+            return Ok(None);
+        }
+        Lexicon::load(&path).map(Some)
+    }
+
+    /// The lexicon file `path` for a voice, read and checked (`cosy voice add --lexicon`): its text,
+    /// to save with [`Voices::save_lexicon`] once the voice is made.
+    pub fn read_lexicon(path: &Path) -> Result<String> {
+        let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
+        Lexicon::parse(&text, &path.display().to_string())?;
+        Ok(text)
+    }
+
+    /// Gives voice `name` the lexicon `text` (from [`Voices::read_lexicon`]).
+    pub fn save_lexicon(&self, name: &str, text: &str) -> Result<PathBuf> {
+        self.store.save_lexicon(name, text)
+    }
+
     /// Refuses a voice name or a transcript before any audio work: a name that is not allowed,
     /// one that is taken (unless `replace`), an empty transcript.
     pub fn check_new(&self, name: &str, transcript: &str, replace: bool) -> Result<()> {
@@ -467,6 +497,10 @@ impl Voices {
         };
         let voice = engine.make_voice(name, &audio, label, transcript).map_err(audio_error)?;
         let path = self.store.save(&voice, replace)?;
+        // A voice made again is a new voice: the old one's lexicon goes with it.
+        if replace {
+            self.store.remove_lexicon(name)?;
+        }
         if make_default {
             self.store.set_default(name)?;
         }
@@ -487,7 +521,8 @@ impl Voices {
                     (Ok(v), Some(k)) => Some(v.model_key == k),
                     _ => None,
                 };
-                VoiceEntry { is_default: default.as_deref() == Some(name.as_str()), name, voice, fits_model }
+                let lexicon = Some(self.store.lexicon_path(&name)).filter(|p| p.exists());
+                VoiceEntry { is_default: default.as_deref() == Some(name.as_str()), name, voice, fits_model, lexicon }
             })
             .collect())
     }

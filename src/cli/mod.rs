@@ -209,6 +209,9 @@ pub struct FileArgs {
     pub no_text_frontend: bool,
     #[command(flatten)]
     pub normalize: NormalizeArgs,
+    /// The text is SSML, `<speak>` or not (without it: SSML only when it starts with `<speak>`; docs/text.md).
+    #[arg(long)]
+    pub ssml: bool,
     /// Print the text exactly as the model gets it, one sentence a line (a line break inside a
     /// sentence written `\\n`), and stop: nothing is synthesised.
     #[arg(long, conflicts_with_all = ["dump", "bistream"])]
@@ -309,6 +312,9 @@ pub struct SayArgs {
     pub no_text_frontend: bool,
     #[command(flatten)]
     pub normalize: NormalizeArgs,
+    /// The text is SSML, `<speak>` or not (without it: SSML only when it starts with `<speak>`; docs/text.md).
+    #[arg(long)]
+    pub ssml: bool,
     /// With `-`: normalise each settled sentence of the streamed text (numbers, symbols) instead
     /// of speaking it exactly as written (the official text-in streaming normalises nothing).
     #[arg(long)]
@@ -482,6 +488,10 @@ pub enum VoiceAction {
         /// Also make it the default voice (used when neither --voice nor --prompt-wav is given).
         #[arg(long)]
         default: bool,
+        /// Its pronunciation lexicon (TOML, as text.lexicon's; docs/text.md), copied beside the
+        /// voice and applied over the global one.
+        #[arg(long, value_name = "FILE")]
+        lexicon: Option<PathBuf>,
     },
     /// List the saved voices (the default one is marked).
     List,
@@ -969,6 +979,7 @@ fn file_command(config: &Config, settings: &crate::serve::settings::Settings, ar
         let mut o = cosy::app::speech::SpeechOptions::new(text, voice.clone(), config.streaming.enabled);
         o.text_frontend = !args.no_text_frontend;
         o.normalization = normalization;
+        o.input_format = input_format(args.ssml);
         o.speed = args.speed;
         o.seed = args.seed;
         o.stream = asked_streaming(args.stream, args.no_stream);
@@ -1000,6 +1011,7 @@ fn show_text(engine: &cosy::engine::Engine, jobs: Vec<FileJob>, request: &FileRe
                     writeln!(out, "{}", sentence.replace('\\', "\\\\").replace('\n', "\\n").replace('\r', "\\r"))?
                 }
                 cosy::pipeline::Spoken::Pause { samples } => writeln!(out, "[pause: {samples} samples of silence]")?,
+                cosy::pipeline::Spoken::Speed(speed) => writeln!(out, "[speed: {speed}]")?,
             }
         }
     }
@@ -1017,7 +1029,8 @@ fn file_from_server(
     for job in jobs {
         // The schedule this command would use (sent as `stream`: the server then uses the same).
         let stream = cosy::app::speech::check_all_but_the_voice(config, &job.text, asked_streaming(args.stream, args.no_stream), config.streaming.enabled, args.speed)?;
-        let request = server_request(&job.text, &args.voice, args.speed, args.seed, stream, &args.normalize.normalization()?)?;
+        let mut request = server_request(&job.text, &args.voice, args.speed, args.seed, stream, &args.normalize.normalization()?)?;
+        ssml_field(&mut request, args.ssml);
         let mut audio = client.speak(request)?;
         let samples = collect_audio(job.out.is_none(), |sink| {
             while let Some(chunk) = audio.next_chunk()? {
@@ -1050,6 +1063,22 @@ fn server_for(
         return Ok(None);
     }
     crate::client::find(&settings.say.server, settings.server.api_key.as_deref())
+}
+
+/// `--ssml`: the text is SSML; without it, SSML only when it starts with `<speak>`.
+fn input_format(ssml: bool) -> cosy::frontend::ssml::InputFormat {
+    if ssml {
+        cosy::frontend::ssml::InputFormat::Ssml
+    } else {
+        cosy::frontend::ssml::InputFormat::Auto
+    }
+}
+
+/// `--ssml` as the HTTP API's field (`input_format`).
+fn ssml_field(request: &mut serde_json::Value, ssml: bool) {
+    if ssml {
+        request["input_format"] = "ssml".into();
+    }
 }
 
 /// The speech request (the HTTP API's fields) for `text` from the command line's options: the
@@ -1251,6 +1280,7 @@ fn file_bistream(
     let mut o = cosy::app::speech::SpeechOptions::new(String::new(), voice, config.streaming.enabled);
     o.text_frontend = !args.no_text_frontend;
     o.normalization = args.normalize.normalization()?;
+    o.input_format = input_format(args.ssml);
     o.seed = args.seed;
     o.stream = asked_streaming(args.stream, args.no_stream);
     let req = cosy::app::speech::build_streaming_request(o)?;
@@ -1343,7 +1373,8 @@ fn say_command(config: &Config, settings: &crate::serve::settings::Settings, arg
         // the answer comes as it is made, in the schedule `say` uses (chunks at speed 1, else
         // whole sentences).
         cosy::app::speech::check_all_but_the_voice(config, text, None, true, args.speed)?;
-        let request = server_request(text, &args.voice, args.speed, args.seed, true, &args.normalize.normalization()?)?;
+        let mut request = server_request(text, &args.voice, args.speed, args.seed, true, &args.normalize.normalization()?)?;
+        ssml_field(&mut request, args.ssml);
         let play = crate::say::PlayOptions { buffering: !args.no_buffering, notices };
         crate::say::say(crate::say::Source::Server { client: &client, request }, &output, play, args.event_log.as_deref())?;
         return Ok(());
@@ -1351,7 +1382,7 @@ fn say_command(config: &Config, settings: &crate::serve::settings::Settings, arg
     let voice = resolve_voice(config, &args.voice)?;
     // `say -` speaks standard input while it arrives (text-in streaming), when the voice allows
     // it (a transcript or an instruction) and no speed asks for whole sentences.
-    let streaming_stdin = args.text.as_deref() == Some("-") && cosy::app::speech::can_stream_text(&voice, args.speed);
+    let streaming_stdin = args.text.as_deref() == Some("-") && cosy::app::speech::can_stream_text_as(&voice, args.speed, input_format(args.ssml));
     if args.text.as_deref() == Some("-") && !streaming_stdin {
         tracing::info!("reading all of standard input first: text-in streaming needs a voice with a transcript or an instruction, and speed 1");
     }
@@ -1365,6 +1396,7 @@ fn say_command(config: &Config, settings: &crate::serve::settings::Settings, arg
     let mut o = cosy::app::speech::SpeechOptions::new(text, voice, true);
     o.text_frontend = !args.no_text_frontend;
     o.normalization = args.normalize.normalization()?;
+    o.input_format = input_format(args.ssml);
     o.speed = args.speed;
     o.seed = args.seed;
     o.min_tokens = args.min_tokens;
@@ -1389,15 +1421,19 @@ fn voice_command(config: &Config, action: &VoiceAction) -> anyhow::Result<()> {
     let voices = cosy::app::voices::Voices::new(config);
     let store = voices.store();
     match action {
-        VoiceAction::Add { name, wav, text, force, default } => {
-            use cosy::app::voices::{check_recording, Recording};
+        VoiceAction::Add { name, wav, text, force, default, lexicon } => {
+            use cosy::app::voices::{check_recording, Recording, Voices};
             // Refused before the model is loaded; `add` checks again.
             voices.check_new(name, text, *force)?;
+            let lexicon = lexicon.as_deref().map(Voices::read_lexicon).transpose()?;
             let recording = Recording::File(wav.clone());
             check_recording(&recording, voices.prompt_limit())?;
             let engine = cosy::engine::Engine::load(config)?;
             let (voice, path) = voices.add(&engine, name, &recording, text, *force, *default)?;
             println!("saved voice {name} ({} prompt tokens) to {}", voice.speech_token.len(), path.display());
+            if let Some(lexicon) = lexicon {
+                println!("saved its lexicon to {}", voices.save_lexicon(name, &lexicon)?.display());
+            }
             if *default {
                 println!("{name} is now the default voice");
                 warn_config_default(config, name);
@@ -1417,7 +1453,8 @@ fn voice_command(config: &Config, action: &VoiceAction) -> anyhow::Result<()> {
                         let fit = if e.fits_model == Some(false) { "  [made for another model]" } else { "" };
                         let mark = if e.is_default { "  (default)" } else { "" };
                         let secs = cosy::app::voices::summary_seconds(v);
-                        println!("{}  {}  {secs:.1} s  {:?}{fit}{mark}", e.name, v.created, v.transcript);
+                        let lexicon = e.lexicon.as_ref().map(|p| format!("  [lexicon {}]", p.display())).unwrap_or_default();
+                        println!("{}  {}  {secs:.1} s  {:?}{fit}{mark}{lexicon}", e.name, v.created, v.transcript);
                     }
                     Err(problem) => {
                         // A broken default is still the default: say so, and what it means.

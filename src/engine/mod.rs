@@ -342,7 +342,8 @@ impl Engine {
             Ok(model) => {
                 let markdown = model.synth.markdown_for(&normalization, true);
                 let numbers = model.synth.numbers_for(&normalization);
-                Box::new(crate::pipeline::normalize_sentences_in(residency::LeasedSynthesizer(model), markdown, numbers, pieces))
+                // The global lexicon: no voice is known here.
+                Box::new(crate::pipeline::normalize_sentences_in(residency::LeasedSynthesizer(model), markdown, numbers, None, pieces))
             }
             Err(e) => Box::new(std::iter::once(Err(e))),
         };

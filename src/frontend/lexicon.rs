@@ -128,6 +128,16 @@ impl Lexicon {
         self.entries.is_empty()
     }
 
+    /// This lexicon over `base` (a voice's over the global one): a word both have is said as this
+    /// one says it, whatever its case rule; the rest of `base` stays. Longest first as ever; of one
+    /// length, this lexicon's entries first.
+    pub fn over(&self, base: &Lexicon) -> Lexicon {
+        let mine: std::collections::HashSet<&str> = self.entries.iter().map(|e| e.folded.as_str()).collect();
+        let mut entries: Vec<Entry> = self.entries.iter().chain(base.entries.iter().filter(|e| !mine.contains(e.folded.as_str()))).cloned().collect();
+        entries.sort_by_key(|e| std::cmp::Reverse(e.chars));
+        Lexicon { entries }
+    }
+
     /// `text` with every lexicon word replaced by what its entry says.
     pub fn apply(&self, text: &str) -> String {
         if self.entries.is_empty() {
@@ -348,6 +358,16 @@ fn mark_tone(fin: &str, tone: u32) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_voice_lexicon_wins_over_the_global_one() {
+        let global = Lexicon::parse("[words]\ncosy = \"cozy\"\nNew = \"knew\"\nUS = { say = \"us all\", case = \"exact\" }\n", "global.toml").unwrap();
+        let voice = Lexicon::parse("[words]\nCOSY = \"koh-see\"\nus = \"you ess\"\n", "anna.lexicon.toml").unwrap();
+        let both = voice.over(&global);
+        assert_eq!(both.apply("Cosy New US us"), "koh-see knew you ess you ess");
+        assert_eq!(Lexicon::default().over(&global), global);
+        assert_eq!(voice.over(&Lexicon::default()), voice);
+    }
 
     fn lexicon(toml: &str) -> Lexicon {
         Lexicon::parse(toml, "test.toml").expect("lexicon parses")

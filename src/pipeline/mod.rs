@@ -56,7 +56,8 @@ use crate::side::{SideEmbeddings, SideFile};
 
 pub use constants::ModelConstants;
 pub use crate::request::{PromptFeatures, SegmentTrace, SentenceRecord};
-use crate::request::{check_options, check_speakable, check_text_length, sentence_label, shorten, NoObserver, Normalization, Request, SentenceSpan, StageTimes, Summary, SynthesisObserver, Voice};
+use crate::frontend::ssml::Stretch;
+use crate::request::{check_options, rated_speed, check_speakable, check_text_length, sentence_label, shorten, NoObserver, Normalization, Request, SentenceSpan, StageTimes, Summary, SynthesisObserver, Voice};
 use token2wav::{RequestState, TokenToWav};
 
 /// The LLM as the pipeline uses it: one [`LlmStep`] per sentence. The serving engine implements
@@ -106,12 +107,15 @@ fn lock(session: &Mutex<StageSession>) -> std::sync::MutexGuard<'_, StageSession
 }
 
 /// One item of what a request says, in order ([`Synthesizer::plan_text`]).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum Spoken {
     /// A sentence, exactly as the model gets it.
     Sentence(String),
     /// Exact silence from a pause tag: this many samples of zeros.
     Pause { samples: usize },
+    /// The sentences from here on are said at this speed (an SSML `<prosody rate>` times the
+    /// request's speed), until the next; only where it changes.
+    Speed(f64),
 }
 
 /// A loaded model ready to synthesise: its data, its open stages, and the request defaults.
@@ -211,8 +215,9 @@ impl ModelData {
 /// [`Synthesizer::normalize_sentences`] over any hold on the pipeline that the iterator keeps
 /// (the engine's keeps the model in memory while the iterator lives). With `markdown`, the
 /// pieces are read as Markdown first ([`MarkdownStream`]: a construct split across pieces reads
-/// as whole), then cut into sentences.
-pub fn normalize_sentences_in<'a, S, I>(synth: S, markdown: Option<MarkdownSettings>, numbers: bool, pieces: I) -> impl Iterator<Item = Result<String>> + 'a
+/// as whole), then cut into sentences. `lexicon`: the request's (its voice's over the global
+/// one), `None` = the global one; `numbers`: whether numbers are spelt out (`text.numbers`).
+pub fn normalize_sentences_in<'a, S, I>(synth: S, markdown: Option<MarkdownSettings>, numbers: bool, lexicon: Option<Lexicon>, pieces: I) -> impl Iterator<Item = Result<String>> + 'a
 where
     S: std::ops::Deref<Target = Synthesizer> + 'a,
     I: IntoIterator<Item = Result<String>>,
@@ -227,7 +232,7 @@ where
             return None;
         }
         if let Some(settled) = buffer.take_settled() {
-            return Some(Ok(synth.normalize_span(&settled, numbers)));
+            return Some(Ok(synth.normalize_span(&settled, numbers, lexicon.as_ref())));
         }
         match pieces.next() {
             Some(Ok(piece)) => match markdown.as_mut() {
@@ -244,7 +249,7 @@ where
                 if rest.trim().is_empty() {
                     return None;
                 }
-                return Some(Ok(synth.normalize_span(&rest, numbers)));
+                return Some(Ok(synth.normalize_span(&rest, numbers, lexicon.as_ref())));
             }
         }
     })
@@ -303,35 +308,45 @@ impl Synthesizer {
             let p = plan(&req.voice.mode(), written, false);
             return Ok((self.prompt_text_of(&p.prompt_text, req.text_frontend), vec![Spoken::Sentence(p.tts_text)]));
         }
-        // SSML (a text that starts with `<speak>`) becomes plain text and pause tags first; it is
-        // not Markdown.
-        let ssml_text;
-        let (written, markdown) = if req.text_frontend && crate::frontend::ssml::is_ssml(written) {
-            ssml_text = crate::frontend::ssml::to_text(written)?;
-            (ssml_text.as_str(), false)
-        } else {
-            (written, true)
+        // SSML (a text that starts with `<speak>`, or any text the request says is SSML) becomes
+        // plain text and pause tags first, stretch by stretch of one `<prosody rate>`; it is not
+        // Markdown.
+        let (stretches, markdown) = match req.text_frontend.then(|| req.input_format.ssml(written)).flatten() {
+            Some(stretches) => (stretches?, false),
+            None => (vec![Stretch { text: written.to_string(), rate: 1.0 }], true),
         };
-        // Pause tags are part of the text layer: text the frontend does not see keeps them as written.
-        let pieces = if req.text_frontend && !bypasses_frontend(written) {
-            crate::frontend::pause::split(written, self.data.constants.sample_rate)?
-        } else {
-            vec![Piece::Text(written)]
-        };
+        let lexicon = self.lexicon_for(&req.voice);
         let mut spoken = Vec::new();
         let mut read_text = String::new();
         let mut prompt_text = None;
-        for piece in pieces {
-            match piece {
-                Piece::Pause { samples } => spoken.push(Spoken::Pause { samples }),
-                Piece::Text(text) => {
-                    let (prompt, read, sentences) = self.sentences_of(text, req, markdown);
-                    prompt_text.get_or_insert(prompt);
-                    read_text.push_str(&read);
-                    spoken.extend(sentences.into_iter().map(Spoken::Sentence));
+        let mut speed = req.speed;
+        for stretch in &stretches {
+            // A rate is a speed of its own for the sentences of its stretch (said only where it changes).
+            let rated = if stretch.rate == 1.0 { req.speed } else { rated_speed(req.speed, stretch.rate, req.stream)? };
+            if rated != speed {
+                speed = rated;
+                spoken.push(Spoken::Speed(speed));
+            }
+            // Pause tags are part of the text layer: text the frontend does not see keeps them as written.
+            let written = stretch.text.as_str();
+            let pieces = if req.text_frontend && !bypasses_frontend(written) {
+                crate::frontend::pause::split(written, self.data.constants.sample_rate)?
+            } else {
+                vec![Piece::Text(written)]
+            };
+            for piece in pieces {
+                match piece {
+                    Piece::Pause { samples } => spoken.push(Spoken::Pause { samples }),
+                    Piece::Text(text) => {
+                        let (prompt, read, sentences) = self.sentences_of(text, req, markdown, &lexicon);
+                        prompt_text.get_or_insert(prompt);
+                        read_text.push_str(&read);
+                        spoken.extend(sentences.into_iter().map(Spoken::Sentence));
+                    }
                 }
             }
         }
+        let written = crate::frontend::ssml::text_of(&stretches);
         let prompt_text = match prompt_text {
             Some(prompt) if spoken.iter().any(|s| matches!(s, Spoken::Sentence(_))) && !is_only_punctuation(read_text.trim()) => prompt,
             _ => {
@@ -344,11 +359,20 @@ impl Synthesizer {
         Ok((self.prompt_text_of(&prompt_text, req.text_frontend), spoken))
     }
 
+    /// The lexicon a request's text is read with: its saved voice's over the global one
+    /// (`text.lexicon`), the voice's entries winning.
+    fn lexicon_for(&self, voice: &Voice) -> std::borrow::Cow<'_, Lexicon> {
+        match voice {
+            Voice::Saved { lexicon: Some(own), .. } => std::borrow::Cow::Owned(own.over(&self.lexicon)),
+            _ => std::borrow::Cow::Borrowed(&self.lexicon),
+        }
+    }
+
     /// One stretch of a request's text (between pause tags) through the text layer: Markdown, the
     /// lexicon, the official frontend (`markdown`: false for text from SSML). Returns the prompt
     /// text before normalisation, the text as read before the official frontend, and its non-blank
     /// sentences.
-    fn sentences_of(&self, written: &str, req: &Request, markdown: bool) -> (String, String, Vec<String>) {
+    fn sentences_of(&self, written: &str, req: &Request, markdown: bool, lexicon: &Lexicon) -> (String, String, Vec<String>) {
         // Markdown is read before the official frontend; markup (`<|…|>`) bypasses both.
         let read;
         let text = match self.markdown_for(&req.normalization, req.text_frontend) {
@@ -360,8 +384,8 @@ impl Synthesizer {
         };
         // The lexicon reads the words as the user said, after Markdown, before the official frontend.
         let pronounced;
-        let text = if req.text_frontend && !self.lexicon.is_empty() && !bypasses_frontend(written) {
-            pronounced = self.lexicon.apply(text);
+        let text = if req.text_frontend && !lexicon.is_empty() && !bypasses_frontend(written) {
+            pronounced = lexicon.apply(text);
             pronounced.as_str()
         } else {
             text
@@ -420,7 +444,7 @@ impl Synthesizer {
             .iter()
             .filter_map(|s| match s {
                 Spoken::Sentence(sentence) => Some(sentence),
-                Spoken::Pause { .. } => None,
+                Spoken::Pause { .. } | Spoken::Speed(_) => None,
             })
             .collect();
         let p = plan(&req.voice.mode(), &req.text, req.text_frontend);
@@ -433,6 +457,7 @@ impl Synthesizer {
         let mut run = RequestRun::new(self, req, observer, &profiler);
         let mut summary = Summary { sentences: segments.len(), ..Summary::default() };
         let mut i = 0;
+        let mut speed = req.speed;
         for item in &spoken {
             if observer.cancelled() {
                 return Err(Error::Cancelled);
@@ -446,6 +471,10 @@ impl Synthesizer {
                         summary.chunks += 1;
                         on_chunk(&vec![0.0; *samples])?;
                     }
+                    continue;
+                }
+                Spoken::Speed(rated) => {
+                    speed = *rated;
                     continue;
                 }
             };
@@ -474,6 +503,7 @@ impl Synthesizer {
                 prompt_text_token: &prompt_text_token,
                 text: SegmentText::Tokens(&text_token),
                 llm_prompt_speech: llm_speech,
+                speed,
             };
             let emitted = self.run_segment(seg, &mut run, trace.as_mut(), &mut on)?;
             summary.speech_tokens += emitted;
@@ -567,6 +597,7 @@ impl Synthesizer {
             prompt_text_token: &prompt_text_token,
             text: SegmentText::Streamed(&mut tokens),
             llm_prompt_speech: llm_speech,
+            speed: req.speed,
         };
         let emitted = self.run_segment(seg, &mut run, None, &mut on)?;
         summary.speech_tokens = emitted;
@@ -587,14 +618,19 @@ impl Synthesizer {
         I: IntoIterator<Item = Result<String>>,
         I::IntoIter: 'a,
     {
-        normalize_sentences_in(self, self.markdown_for(&req.normalization, req.text_frontend), self.numbers_for(&req.normalization), pieces)
+        let lexicon = match self.lexicon_for(&req.voice) {
+            std::borrow::Cow::Owned(own) => Some(own),
+            std::borrow::Cow::Borrowed(_) => None,
+        };
+        normalize_sentences_in(self, self.markdown_for(&req.normalization, req.text_frontend), self.numbers_for(&req.normalization), lexicon, pieces)
     }
 
-    /// One settled span normalised, keeping the blank between sentences that the normaliser trims.
-    fn normalize_span(&self, span: &str, numbers: bool) -> String {
+    /// One settled span normalised, keeping the blank between sentences that the normaliser trims;
+    /// `lexicon`: the request's ([`Synthesizer::lexicon_for`]), `None` = the global one.
+    fn normalize_span(&self, span: &str, numbers: bool, lexicon: Option<&Lexicon>) -> String {
         let count = |s: &str| self.data.tokenizer.count(s);
         let lead = if span.starts_with(char::is_whitespace) { " " } else { "" };
-        let span = self.lexicon.apply(span);
+        let span = lexicon.unwrap_or(&self.lexicon).apply(span);
         format!("{lead}{}", normalize_numbers(&span, true, numbers, self.data.normalizer.as_ref(), &count).text)
     }
 
@@ -659,7 +695,7 @@ impl Synthesizer {
             first_audio_made: &mut state.first_audio_made,
             llm: self.sessions.llm.as_ref(),
             stream: req.stream,
-            speed: req.speed,
+            speed: seg.speed,
             sentence: seg.sentence_label(),
             filter: SilentTokenFilter::new(&c.silent_tokens, c.max_silent_run),
             observer,
@@ -832,6 +868,8 @@ struct Segment<'a> {
     text: SegmentText<'a>,
     /// Prompt speech tokens for the LLM (empty in cross-lingual and instruct modes).
     llm_prompt_speech: &'a [i64],
+    /// Its mel time-stretch: the request's speed, or an SSML `<prosody rate>`'s.
+    speed: f64,
 }
 
 impl Segment<'_> {

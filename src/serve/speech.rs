@@ -59,6 +59,8 @@ pub struct SpeechParams {
     /// (`stream: false`) then comes as JSON with the audio in base64 beside the captions, an event
     /// stream carries them in `speech.audio.done` (docs/server.md, "Captions").
     pub captions: Option<String>,
+    /// "ssml", "text" or "auto" (absent: SSML only when the input starts with `<speak>`; docs/text.md).
+    pub input_format: Option<String>,
     /// Test hooks, accepted only when the server runs with `debug.test_hooks = true` (tests).
     pub cosy_test: Option<TestHooksParams>,
 }
@@ -75,6 +77,7 @@ pub struct Plan {
     pub voice: VoiceSpec,
     pub normalization: cosy::request::Normalization,
     pub captions: Option<CaptionFormat>,
+    pub input_format: cosy::frontend::ssml::InputFormat,
     pub test_hooks: TestHooks,
 }
 
@@ -110,6 +113,7 @@ async fn speech(state: &Arc<AppState>, id: &RequestId, req: Request, started: In
     options.speed = plan.speed.used;
     options.seed = plan.seed;
     options.normalization = plan.normalization;
+    options.input_format = plan.input_format;
     options.test_hooks = plan.test_hooks;
     let request = build_request(&state.config, options).map_err(|e| state.api_error(e))?;
     let schedule = if request.stream { "chunks" } else { "sentences" };
@@ -282,7 +286,8 @@ fn check(state: &AppState, p: SpeechParams, upload: Option<Vec<u8>>) -> Result<P
         )
         .param("captions"));
     }
-    Ok(Plan { text, format, speed, stream, sse, seed: p.seed, voice, normalization, captions, test_hooks })
+    let input_format = super::synthesis::input_format_of(p.input_format.as_deref())?;
+    Ok(Plan { text, format, speed, stream, sse, seed: p.seed, voice, normalization, captions, input_format, test_hooks })
 }
 
 /// Streamed audio bytes; an error after the first byte aborts the connection (the client sees a

@@ -132,6 +132,11 @@ impl NormalizationParams {
     }
 }
 
+/// `input_format` ("ssml", "text", "auto"), absent = auto (SSML only when the text starts with `<speak>`).
+pub fn input_format_of(name: Option<&str>) -> Result<cosy::frontend::ssml::InputFormat, ApiError> {
+    name.map(cosy::frontend::ssml::InputFormat::parse).transpose().map(Option::unwrap_or_default).map_err(ApiError::from_engine)
+}
+
 /// `cosy_test`: the test hooks of a request (docs/server.md, "For tests").
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -156,6 +156,8 @@ struct SessionConfig {
     normalize: Option<bool>,
     /// Normalisation switches by category, e.g. `{"markdown": false}` (docs/text.md).
     normalization: Option<super::synthesis::NormalizationParams>,
+    /// "ssml", "text" or "auto" (absent): whether the streamed text is SSML (docs/text.md).
+    input_format: Option<String>,
     /// Test hooks for every segment, as a speech request's (`debug.test_hooks` only).
     cosy_test: Option<TestHooksParams>,
 }
@@ -277,7 +279,14 @@ async fn configure(state: &Arc<AppState>, id: &str, config: SessionConfig, ignor
     // Test hooks are the engine's to refuse; asked here, the refusal comes before session.created.
     let test_hooks = test_hooks_of(config.cosy_test);
     state.engine()?.check_test_hooks(&test_hooks).map_err(|e| state.api_error(e))?;
-    let bistream = text_streaming(config.text_streaming.as_deref(), cosy::app::speech::can_stream_text(&resolved.voice, 1.0))?;
+    let input_format = super::synthesis::input_format_of(config.input_format.as_deref())?;
+    let bistream = match config.text_streaming.as_deref() {
+        None => cosy::app::speech::can_stream_text_as(&resolved.voice, 1.0, input_format),
+        asked => text_streaming(asked, cosy::app::speech::can_stream_text(&resolved.voice, 1.0))?,
+    };
+    if bistream {
+        cosy::app::speech::check_text_in_format(input_format).map_err(|e| state.api_error(e))?;
+    }
     let created = serde_json::json!({
         "type": "session.created", "request_id": id, "sample_rate": state.sample_rate(), "format": "pcm",
         "text_streaming": if bistream { "bistream" } else { "sentences" },
@@ -286,6 +295,7 @@ async fn configure(state: &Arc<AppState>, id: &str, config: SessionConfig, ignor
     let mut speech = SpeechOptions::new(String::new(), resolved.voice, true);
     speech.seed = config.seed;
     speech.normalization = super::synthesis::NormalizationParams::of(config.normalization)?;
+    speech.input_format = input_format;
     speech.test_hooks = test_hooks;
     let options = cosy::engine::BistreamOptions { normalize_sentences: config.normalize.unwrap_or(false) };
     Ok(Setup { speech, bistream: bistream.then_some(options), created })

@@ -512,6 +512,42 @@ fn lexicon_replaces_words_and_check_names_bad_entries() {
     refused(&o, "file with a bad lexicon", &[&format!("lexicon {} line 3", broken.display())]);
 }
 
+/// A voice's own lexicon (issue 32, point 4): `cosy voice add … --lexicon FILE` checks it and
+/// copies it beside the voice; it applies over the global one (its entries win) when that voice
+/// speaks, `voice list` names it, and it goes with the voice.
+#[test]
+fn a_voice_lexicon_applies_over_the_global_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let prompt = fixture_prompt();
+    let prompt = prompt.to_str().unwrap();
+    let voices = dir.path().join("voices");
+    let set_dir = format!("voices.dir={}", voices.display());
+    let global = dir.path().join("global.toml");
+    fs::write(&global, "[words]\ncosy = \"cozy\"\nNguyen = { cmu = \"W IH1 N\" }\n").unwrap();
+    let set_global = format!("text.lexicon={}", global.display());
+    let own = dir.path().join("anna.toml");
+    fs::write(&own, "[words]\nCOSY = \"koh see\"\n").unwrap();
+    let bad = dir.path().join("bad.toml");
+    fs::write(&bad, "[words]\nodd = { cmuu = \"K\" }\n").unwrap();
+    let add = |lexicon: &Path| cosy(dir.path(), &["--set", &set_dir, "voice", "add", "anna", "--wav", prompt, "--text", TRANSCRIPT, "--lexicon", lexicon.to_str().unwrap()]);
+    refused(&add(&bad), "a bad voice lexicon", &[&format!("lexicon {} line 2", bad.display())]);
+    assert!(!voices.join("anna.safetensors").exists(), "nothing is saved with a bad lexicon");
+    ok(&add(&own), "voice add --lexicon");
+    assert_eq!(fs::read_to_string(voices.join("anna.lexicon.toml")).unwrap(), fs::read_to_string(&own).unwrap());
+    let text = "Cosy greets Nguyen.";
+    let o = cosy(dir.path(), &["--set", &set_dir, "--set", &set_global, "file", "--voice", "anna", "-o", "out.wav", "--show-text", "--", text]);
+    ok(&o, "--show-text with a voice lexicon");
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "koh see greets [W][IH1][N].\n", "the voice's entry wins, the global one's others stay");
+    let o = cosy(dir.path(), &file_args(prompt, "out.wav", &["--set", &set_global, "--show-text"], text));
+    ok(&o, "--show-text without the voice");
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "cozy greets [W][IH1][N].\n");
+    let o = cosy(dir.path(), &["--set", &set_dir, "voice", "list"]);
+    ok(&o, "voice list");
+    assert!(String::from_utf8_lossy(&o.stdout).contains(&format!("[lexicon {}]", voices.join("anna.lexicon.toml").display())), "{}", String::from_utf8_lossy(&o.stdout));
+    ok(&cosy(dir.path(), &["--set", &set_dir, "voice", "rm", "anna"]), "voice rm");
+    assert!(!voices.join("anna.lexicon.toml").exists(), "the lexicon goes with its voice");
+}
+
 /// A pause tag (issue 32, point 3) is exact silence: the wav of a text with `[pause:0.5s]` is the
 /// wav of the same text with `[pause:0ms]` (the same stretches, no silence) with exactly
 /// round(0.5 × rate) zero samples put in where the first stretch's audio ends. A bad tag is one
@@ -562,8 +598,49 @@ fn ssml_is_read_when_the_text_starts_with_speak() {
     assert_eq!(String::from_utf8_lossy(&o.stdout), "Call the consortium.\n[pause: 6000 samples of silence]\nSay [T][AH][M][EY][T][OW].\n");
     let o = cosy(dir.path(), &file_args(prompt, "bad.wav", &[], "<speak>Hi <break time=\"1s\"></speak>"));
     refused(&o, "bad SSML", &["invalid SSML"]);
-    let o = cosy(dir.path(), &file_args(prompt, "bad.wav", &[], "<speak>Hi\n<prosody rate=\"slow\">x</prosody></speak>"));
-    refused(&o, "unsupported SSML", &["invalid SSML at line 2, column 1: <prosody> is not in the SSML cosy reads"]);
+    let o = cosy(dir.path(), &file_args(prompt, "bad.wav", &[], "<speak>Hi\n<emphasis>x</emphasis></speak>"));
+    refused(&o, "unsupported SSML", &["invalid SSML at line 2, column 1: <emphasis> is not in the SSML cosy reads"]);
+    assert!(!dir.path().join("bad.wav").exists(), "nothing is said for bad markup");
+}
+
+/// `<prosody rate>` (issue 32, point 3): its stretch is its own sentences at that speed (a mel
+/// time-stretch, as `--speed`): the audio of a `rate="50%"` text is longer than the same text's
+/// plain, with the same seed; asked to stream, it is refused in its own name.
+#[test]
+fn prosody_rate_stretches_its_sentences() {
+    let dir = tempfile::tempdir().unwrap();
+    let prompt = fixture_prompt();
+    let prompt = prompt.to_str().unwrap();
+    let samples = |name: &str| hound::WavReader::open(dir.path().join(name)).expect("a wav").len();
+    let plain = "<speak>The fog rolled in over the bay.</speak>";
+    let slow = "<speak><prosody rate=\"50%\">The fog rolled in over the bay.</prosody></speak>";
+    let o = cosy(dir.path(), &file_args(prompt, "out.wav", &["--show-text"], slow));
+    ok(&o, "--show-text of a prosody rate");
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "[speed: 0.5]\nThe fog rolled in over the bay.\n");
+    ok(&cosy(dir.path(), &file_args(prompt, "plain.wav", &["--seed", "7"], plain)), "plain SSML");
+    ok(&cosy(dir.path(), &file_args(prompt, "slow.wav", &["--seed", "7"], slow)), "rate 50%");
+    let (plain, slow) = (samples("plain.wav"), samples("slow.wav"));
+    assert!(slow > plain * 3 / 2, "rate 50% stretches the audio: {slow} samples against {plain}");
+    let o = cosy(dir.path(), &file_args(prompt, "bad.wav", &["--stream"], "<speak>One. <prosody rate=\"slow\">Two.</prosody></speak>"));
+    refused(&o, "a prosody rate, streamed", &["<prosody rate> 0.75 at speed 1: speed 0.75 works only without streaming"]);
+}
+
+/// `--ssml` (issue 32, point 3): the text is SSML without `<speak>` too, read as if inside one;
+/// its errors are placed in the text as given. Without it, the same text is not SSML.
+#[test]
+fn ssml_flag_reads_a_text_without_speak_as_ssml() {
+    let dir = tempfile::tempdir().unwrap();
+    let prompt = fixture_prompt();
+    let prompt = prompt.to_str().unwrap();
+    let ssml = r#"Call <sub alias="the consortium">W3C</sub>.<break time="250ms"/>Say <phoneme alphabet="cmu" ph="T AH M EY T OW">tomato</phoneme>."#;
+    let o = cosy(dir.path(), &file_args(prompt, "out.wav", &["--ssml", "--show-text"], ssml));
+    ok(&o, "--show-text --ssml");
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "Call the consortium.\n[pause: 6000 samples of silence]\nSay [T][AH][M][EY][T][OW].\n");
+    let o = cosy(dir.path(), &file_args(prompt, "out.wav", &["--show-text"], ssml));
+    ok(&o, "--show-text of the same text without --ssml");
+    assert!(!String::from_utf8_lossy(&o.stdout).contains("consortium"), "not SSML without --ssml: {}", String::from_utf8_lossy(&o.stdout));
+    let o = cosy(dir.path(), &file_args(prompt, "bad.wav", &["--ssml"], "Hi\n<b>x</b>"));
+    refused(&o, "bad SSML with --ssml", &["invalid SSML at line 2, column 1: <b> is not in the SSML cosy reads"]);
     assert!(!dir.path().join("bad.wav").exists(), "nothing is said for bad markup");
 }
 

@@ -98,14 +98,14 @@ fn concurrent_requests_match_their_solo_runs() {
     let zero_shot = Voice::ZeroShot { wav: prompt.clone(), transcript: "This recording is the voice prompt.".into() };
     let requests = [
         ("zero-shot offline", request("The lighthouse keeper climbed the stairs.", zero_shot.clone(), 1, false, Some(50))),
-        ("saved voice streaming", request("Fog rolled over the bay at dawn.", Voice::Saved { voice: saved.clone(), instruction: None }, 2, true, Some(70))),
+        ("saved voice streaming", request("Fog rolled over the bay at dawn.", Voice::Saved { voice: saved.clone(), instruction: None, lexicon: None }, 2, true, Some(70))),
         ("cross-lingual two sentences", request("First sentence here. And a second one follows.", Voice::CrossLingual { wav: prompt.clone() }, 3, true, Some(30))),
         ("instruct offline", request("Speak slowly please.", Voice::Instruct { wav: prompt.clone(), instruction: "Speak like a pirate.".into() }, 4, false, Some(40))),
         ("official stop rule", request("Short and sweet.", zero_shot.clone(), 5, false, None)),
-        ("seeded sampling", request("Numbers like 42 get read out.", Voice::Saved { voice: saved.clone(), instruction: None }, 6, true, Some(90))),
+        ("seeded sampling", request("Numbers like 42 get read out.", Voice::Saved { voice: saved.clone(), instruction: None, lexicon: None }, 6, true, Some(90))),
     ];
     let to_cancel = request("This one is stopped after its first chunk.", zero_shot.clone(), 7, true, Some(200));
-    let bad = request("A voice from another model.", Voice::Saved { voice: Arc::new(foreign), instruction: None }, 8, false, None);
+    let bad = request("A voice from another model.", Voice::Saved { voice: Arc::new(foreign), instruction: None, lexicon: None }, 8, false, None);
 
     let bad_alone = run_alone(&engine, &bad).expect_err("a voice of another model is refused");
     assert!(bad_alone.to_string().contains("another model") || bad_alone.to_string().contains("made with"), "{bad_alone}");

@@ -738,9 +738,9 @@ fn voice_listing_reads_headers_only_and_names_broken_entries() {
     assert!(picker.contains(&(huge, "huge (unusable: see data)")), "{picker:?}");
 }
 
-/// The texts of the segments a WebSocket session says (each `audio.start`'s) for `config` (a
-/// `session.config`) and the text `pieces`; the session must create no ignored fields.
-fn ws_segment_texts(server: &Server, config: serde_json::Value, pieces: &[&str]) -> Vec<String> {
+/// A WebSocket session of `config` sent `pieces` then `input.done`: the text of each segment
+/// (`audio.start`) and the `session.created` event, or the error the session ended with.
+fn ws_segments(server: &Server, config: serde_json::Value, pieces: &[&str]) -> Result<(Vec<String>, serde_json::Value), String> {
     use tungstenite::Message;
     let (mut ws, _) = crate::serve::ws_connect(&server.url("/v1/audio/speech/stream").replace("http://", "ws://"));
     let send = |ws: &mut tungstenite::WebSocket<_>, v: serde_json::Value| ws.send(Message::text(v.to_string())).expect("send");
@@ -749,23 +749,31 @@ fn ws_segment_texts(server: &Server, config: serde_json::Value, pieces: &[&str])
         send(&mut ws, json!({"type": "input.text", "text": piece}));
     }
     send(&mut ws, json!({"type": "input.done"}));
-    let mut texts = Vec::new();
+    let (mut texts, mut created) = (Vec::new(), json!(null));
     loop {
-        match ws.read().expect("read") {
-            Message::Text(t) => {
+        match ws.read() {
+            Ok(Message::Text(t)) => {
                 let v: serde_json::Value = serde_json::from_str(t.as_str()).unwrap();
                 match v["type"].as_str() {
                     Some("audio.start") => texts.push(v["text"].as_str().unwrap_or_default().to_string()),
-                    Some("session.created") => assert_eq!(v["ignored_fields"], json!([]), "{v}"),
-                    Some("session.done") => return texts,
-                    Some("error") => panic!("{v}"),
+                    Some("session.created") => created = v,
+                    Some("session.done") => return Ok((texts, created)),
+                    Some("error") => return Err(v.to_string()),
                     _ => {}
                 }
             }
-            Message::Close(_) => panic!("closed before session.done: {texts:?}"),
-            _ => {}
+            Ok(Message::Close(_)) | Err(_) => return Err(format!("closed before session.done: {texts:?}")),
+            Ok(_) => {}
         }
     }
+}
+
+/// The texts of the segments a WebSocket session says (each `audio.start`'s) for `config` (a
+/// `session.config`) and the text `pieces`; the session must create no ignored fields.
+fn ws_segment_texts(server: &Server, config: serde_json::Value, pieces: &[&str]) -> Vec<String> {
+    let (texts, created) = ws_segments(server, config, pieces).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(created["ignored_fields"], json!([]), "{created}");
+    texts
 }
 
 /// A language model's reply sent in pieces over the WebSocket ("sentences") is read as Markdown
@@ -817,4 +825,58 @@ fn normalization_object_switches_categories_over_http_and_websocket() {
     let error: serde_json::Value = serde_json::from_str(&r.text()).expect("error JSON");
     assert_eq!(error["error"]["message"], "normalization.symbols \"shout\" is not one of \"drop\", \"name\", \"keep\"", "{error}");
     assert_eq!(error["error"]["param"], "normalization", "{error}");
+}
+
+/// `input_format` (issue 32, point 3): "ssml" reads a text without `<speak>` as if inside one (the
+/// same audio as the text inside `<speak>`), its errors placed in the text as sent; "text" reads
+/// a leading `<speak>` as text; absent, only a leading `<speak>` is SSML; another value is
+/// refused, naming the field.
+#[test]
+fn input_format_says_whether_the_input_is_ssml() {
+    let server = start_server(&[]);
+    let speak = |input: &str, format: Option<&str>| {
+        let mut body = json!({"input": input, "voice": "me", "seed": 3, "stream": false, "response_format": "wav"});
+        if let Some(format) = format {
+            body["input_format"] = format.into();
+        }
+        server.post_json("/v1/audio/speech", &body)
+    };
+    let inner = r#"Call <sub alias="the consortium">W3C</sub>. <break time="250ms"/> Bye."#;
+    let wrapped = speak(&format!("<speak>{inner}</speak>"), None);
+    assert_eq!(wrapped.status, 200, "{}", wrapped.text());
+    let ssml = speak(inner, Some("ssml"));
+    assert_eq!(ssml.status, 200, "{}", ssml.text());
+    assert_eq!(ssml.header("x-cosy-ignored-fields"), None);
+    assert!(ssml.body == wrapped.body, "input_format ssml reads the text as inside <speak>");
+    // Errors: "ssml" places them in the text as sent; auto would read it as text.
+    let r = speak("Hi <b>x</b>.", Some("ssml"));
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert_eq!(r.json()["error"]["message"], "invalid SSML at line 1, column 4: <b> is not in the SSML cosy reads (speak, break, sub, say-as, phoneme, prosody)");
+    assert_eq!(speak("Hi <b>x</b>.", None).status, 200);
+    // "text": a leading <speak> that is not well-formed XML is text (its tags dropped as HTML).
+    let broken = "<speak>Hi <b>there.</speak>";
+    assert_eq!(speak(broken, None).status, 400);
+    let r = speak(broken, Some("text"));
+    assert_eq!(r.status, 200, "{}", r.text());
+    let r = speak("Hi.", Some("xml"));
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert_eq!(r.json()["error"]["param"], "input_format", "{}", r.text());
+}
+
+/// SSML sent in pieces over the WebSocket (issue 32): with `input_format: "ssml"` (or a stream
+/// that starts with `<speak>`) the text is held until `input.done` and read whole, one segment
+/// (sentences, the default then); text-in streaming ("bistream") cannot read it and is refused.
+#[test]
+fn websocket_reads_ssml_whole() {
+    let server = start_server(&[]);
+    let run = |config: serde_json::Value, pieces: &[&str]| ws_segments(&server, config, pieces);
+    let pieces = ["One. <break time=\"250ms\"/> Tw", "o <sub alias=\"three\">", "3</sub>."];
+    let (texts, created) = run(json!({"type": "session.config", "voice": "me", "seed": 1, "input_format": "ssml"}), &pieces).expect("spoken");
+    assert_eq!(texts, vec![pieces.concat()], "one segment, the whole text");
+    assert_eq!(created["text_streaming"], "sentences", "{created}");
+    let spoken = format!("<speak>{}</speak>", pieces.concat());
+    let (texts, _) = run(json!({"type": "session.config", "voice": "me", "seed": 1, "text_streaming": "sentences"}), &[&spoken[..9], &spoken[9..]]).expect("spoken");
+    assert_eq!(texts, vec![spoken.clone()], "a stream that starts with <speak> is held too");
+    let refused = run(json!({"type": "session.config", "voice": "me", "input_format": "ssml", "text_streaming": "bistream"}), &pieces).expect_err("refused");
+    assert!(refused.contains("SSML is read whole"), "{refused}");
 }

@@ -25,6 +25,7 @@ use crate::app::speech::{build_request, SpeechOptions};
 use crate::config::Config;
 use crate::engine::{BistreamOptions, Engine, FeedProgress, RequestHandle, TextFeed};
 use crate::error::{Error, Result};
+use crate::frontend::ssml::InputFormat;
 use crate::request::{Request, SynthesisObserver};
 
 pub use read::{speak_pieces, speak_read, ReadNotes};
@@ -85,7 +86,9 @@ impl TextStream {
         if markdown.is_some() {
             speech.normalization.markdown = Some(false);
         }
-        let session = Session::new(Segmenting::Sentences, config.limits.max_text_chars).with_markdown(markdown);
+        // SSML is held and read whole; without the text frontend the text is as written.
+        let format = if speech.text_frontend { speech.input_format } else { InputFormat::Text };
+        let session = Session::new(Segmenting::Sentences, config.limits.max_text_chars).with_markdown(markdown).with_input_format(format);
         let requests = Requests::Sentences { config: Box::new(config.clone()), speech };
         TextStream { session, engine, requests, observer: None, feed: None, progress: None }
     }
@@ -202,7 +205,9 @@ impl TextStream {
                 Ok(handle)
             }
             Requests::Sentences { config, speech } => {
-                let options = SpeechOptions { text: start.text(), ..speech.clone() };
+                // The held SSML is read as SSML; a sentence of text is text, whatever it starts with.
+                let input_format = if self.session.reads_ssml() { InputFormat::Ssml } else { InputFormat::Text };
+                let options = SpeechOptions { text: start.text(), input_format, ..speech.clone() };
                 let request = build_request(config, options)?;
                 self.engine.submit_observed(request, self.observer.clone())
             }

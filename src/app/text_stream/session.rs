@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use crate::error::{Error, Result};
 use crate::config::MarkdownSettings;
 use crate::frontend::markdown::MarkdownStream;
+use crate::frontend::ssml::InputFormat;
 use crate::frontend::text::SentenceBuffer;
 use crate::request::{check_speakable, check_streamed_length};
 
@@ -118,6 +119,51 @@ enum Pending {
     Sentences { markdown: Option<Box<MarkdownStream>>, buffer: SentenceBuffer, settled: VecDeque<String> },
 }
 
+/// Whether a sentence-segmented stream is SSML, which is read whole (an element may span
+/// sentences and pieces): held until the input is done, then one segment.
+#[derive(Debug)]
+enum SsmlHold {
+    /// Not known yet (the text so far could still start `<speak>`): the text so far.
+    Undecided(String),
+    /// SSML: all the text so far.
+    Whole(String),
+    /// Text: read sentence by sentence.
+    Text,
+}
+
+impl SsmlHold {
+    /// `piece` arrived: the text to read sentence by sentence now (none while held).
+    fn push(&mut self, piece: &str) -> Option<String> {
+        match self {
+            SsmlHold::Text => Some(piece.to_string()),
+            SsmlHold::Whole(all) => {
+                all.push_str(piece);
+                None
+            }
+            SsmlHold::Undecided(so_far) => {
+                so_far.push_str(piece);
+                match InputFormat::Auto.decided(so_far)? {
+                    true => *self = SsmlHold::Whole(std::mem::take(so_far)),
+                    false => {
+                        let text = std::mem::take(so_far);
+                        *self = SsmlHold::Text;
+                        return Some(text);
+                    }
+                }
+                None
+            }
+        }
+    }
+}
+
+/// Text to cut into sentences, read as Markdown first when it is.
+fn read_into(markdown: &mut Option<MarkdownStream>, buffer: &mut SentenceBuffer, text: &str) {
+    match markdown.as_mut() {
+        Some(stream) => buffer.push(&stream.push(text)),
+        None => buffer.push(text),
+    }
+}
+
 /// The segment speaking.
 #[derive(Debug)]
 struct Speaking {
@@ -151,6 +197,8 @@ struct Speaking {
 #[derive(Debug)]
 pub struct Session {
     pending: Pending,
+    /// Whether the text is SSML, held whole (sentence segmenting only).
+    ssml: SsmlHold,
     received: usize,
     limit: usize,
     input_done: bool,
@@ -169,7 +217,8 @@ impl Session {
             Segmenting::TextIn => Pending::TextIn { waiting: Vec::new() },
             Segmenting::Sentences => Pending::Sentences { markdown: None, buffer: SentenceBuffer::default(), settled: VecDeque::new() },
         };
-        Session { pending, received: 0, limit: max_text_chars, input_done: false, over: false, speaking: None, started: 0, samples: 0 }
+        let ssml = SsmlHold::Undecided(String::new());
+        Session { pending, ssml, received: 0, limit: max_text_chars, input_done: false, over: false, speaking: None, started: 0, samples: 0 }
     }
 
     /// Sentences are read as Markdown first (`frontend::markdown`); their segments' requests
@@ -179,6 +228,24 @@ impl Session {
             *markdown = settings.map(|s| Box::new(MarkdownStream::new(s)));
         }
         self
+    }
+
+    /// Whether sentences are SSML (`format`; auto: the stream starts with `<speak>`): an SSML
+    /// stream is held until the input is done and then spoken whole, one segment.
+    pub fn with_input_format(mut self, format: InputFormat) -> Session {
+        if matches!(self.pending, Pending::Sentences { .. }) {
+            self.ssml = match format {
+                InputFormat::Auto => SsmlHold::Undecided(String::new()),
+                InputFormat::Ssml => SsmlHold::Whole(String::new()),
+                InputFormat::Text => SsmlHold::Text,
+            };
+        }
+        self
+    }
+
+    /// Whether the segments are SSML (held whole), not text.
+    pub fn reads_ssml(&self) -> bool {
+        matches!(self.pending, Pending::Sentences { .. }) && matches!(self.ssml, SsmlHold::Whole(_))
     }
 
     /// The session begins: text-in streaming starts its first segment now, with no text yet.
@@ -251,10 +318,8 @@ impl Session {
                 None => waiting.push(piece),
             },
             Pending::Sentences { markdown, buffer, settled } => {
-                match markdown.as_mut() {
-                    Some(stream) => buffer.push(&stream.push(&piece)),
-                    None => buffer.push(&piece),
-                }
+                let Some(piece) = self.ssml.push(&piece) else { return Ok(()) };
+                read_into(markdown, buffer, &piece);
                 if let Some(sentence) = buffer.take_settled() {
                     // Text with nothing to say (only punctuation) joins the next sentence.
                     if check_speakable(&sentence).is_ok() {
@@ -284,10 +349,20 @@ impl Session {
                 }
             }
             Pending::Sentences { markdown, buffer, settled } => {
-                if let Some(stream) = markdown.as_mut() {
-                    buffer.push(&stream.finish());
-                }
-                let rest = buffer.take_rest();
+                let ssml = &mut self.ssml;
+                let rest = match ssml {
+                    SsmlHold::Whole(all) => std::mem::take(all),
+                    _ => {
+                        // A stream too short to tell (`<spe`) is text.
+                        if let SsmlHold::Undecided(so_far) = std::mem::replace(ssml, SsmlHold::Text) {
+                            read_into(markdown, buffer, &so_far);
+                        }
+                        if let Some(stream) = markdown.as_mut() {
+                            buffer.push(&stream.finish());
+                        }
+                        buffer.take_rest()
+                    }
+                };
                 match check_speakable(&rest) {
                     Ok(()) => settled.push_back(rest),
                     // Nothing at all to say in the whole session.

@@ -266,3 +266,43 @@ fn sentences_read_markdown_across_pieces() {
     }
     assert_eq!(whole, "Steps.\n\nRun cargo build first. Then see docs dot rs slash ort.\n\nsh code block.\n\none.\ntwo");
 }
+
+/// The segments a sentence-segmented session of `format` (Markdown read) makes of `pieces`.
+fn segments_of(format: crate::frontend::ssml::InputFormat, pieces: &[&str]) -> (Vec<String>, bool) {
+    let t0 = Instant::now();
+    let mut session =
+        Session::new(Segmenting::Sentences, 10_000).with_markdown(Some(crate::config::MarkdownSettings::ON)).with_input_format(format);
+    let mut said = Vec::new();
+    let mut queue: std::collections::VecDeque<Input> = pieces.iter().map(|p| Input::Text(p.to_string())).chain([Input::End]).collect();
+    let mut ssml = false;
+    while let Some(input) = queue.pop_front() {
+        for action in session.handle(input, t0).expect("accepted") {
+            if let Action::Start(start) = action {
+                said.push(start.text());
+                ssml |= session.reads_ssml();
+                queue.push_front(Input::Done { pieces_taken: None });
+            }
+        }
+    }
+    (said, ssml)
+}
+
+/// SSML in a stream (issue 32): a stream that starts with `<speak>` (or is said to be SSML) is
+/// held until its end and is then one segment, its text whole (an element may span pieces and
+/// sentences), not read as Markdown; a stream that does not is read sentence by sentence, as before.
+#[test]
+fn sentences_hold_ssml_until_the_end() {
+    use crate::frontend::ssml::InputFormat;
+    let pieces = [" <spe", "ak>One. <break time=\"1s\"/> Two", " <sub alias=\"x\">**y**", "</sub>.</speak>"];
+    assert_eq!(segments_of(InputFormat::Auto, &pieces), (vec![pieces.concat()], true));
+    let bare = ["One. <break/> Tw", "o."];
+    assert_eq!(segments_of(InputFormat::Ssml, &bare), (vec![bare.concat()], true));
+    // Text: sentence by sentence, Markdown read, whatever it starts with.
+    let (said, ssml) = segments_of(InputFormat::Auto, &["**One**. Two", " three."]);
+    assert!(!ssml, "{said:?}");
+    assert_eq!(said.concat(), "One. Two three.");
+    let (said, ssml) = segments_of(InputFormat::Text, &["<speak>One. Two.</speak>"]);
+    assert!(!ssml, "{said:?}");
+    // Too short to tell: text.
+    assert_eq!(segments_of(InputFormat::Auto, &["<spe"]), (vec!["<spe".to_string()], false));
+}
