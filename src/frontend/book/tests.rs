@@ -29,7 +29,7 @@ fn blocks(markup: &str) -> Vec<String> {
 
 #[test]
 fn xhtml_blocks_leave_out_notes_pages_and_images() {
-    let markup = r#"<?xml version="1.0" encoding="utf-8"?>
+    let markup = r##"<?xml version="1.0" encoding="utf-8"?>
 <!DOCTYPE html PUBLIC "-//W3C//DTD XHTML 1.1//EN" "http://www.w3.org/TR/xhtml11/DTD/xhtml11.dtd">
 <html xmlns="http://www.w3.org/1999/xhtml" xmlns:epub="http://www.idpf.org/2007/ops">
 <head><title>Ignored</title><style>p { color: red }</style></head>
@@ -40,7 +40,7 @@ fn xhtml_blocks_leave_out_notes_pages_and_images() {
   <p>She peeped <img src="x.png" alt="a picture"/>into the book<span role="doc-pagebreak">13</span> her sister was reading.</p>
   <aside epub:type="footnote" id="n2"><p>A note.</p></aside>
   <p>Down,<br/>down,<br/>down.</p>
-</body></html>"#;
+</body></html>"##;
     assert_eq!(
         blocks(markup),
         [
