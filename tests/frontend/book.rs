@@ -211,9 +211,18 @@ fn drm_protected_epubs_are_refused() {
          cosy cannot read it: use a DRM-free copy of the book"
     );
 
-    let mut adobe = good.clone_without("");
-    adobe.set("META-INF/rights.xml", "<rights/>");
-    assert!(epub_refusal(&adobe).contains("is DRM-protected (META-INF/rights.xml)"));
+    for marker in ["META-INF/rights.xml", "META-INF/sinf.xml"] {
+        let mut marked = good.clone_without("");
+        marked.set(marker, "<rights/>");
+        assert!(epub_refusal(&marked).contains(&format!("is DRM-protected ({marker})")));
+    }
+
+    // A file named in another case than the package says is still found.
+    let mut cased = good.clone_without("");
+    let (_, chapter) = cased.files.iter().find(|(p, _)| *p == chapter_path(1)).cloned().unwrap();
+    cased.remove(&chapter_path(1)).set(&chapter_path(1).to_uppercase(), chapter);
+    let book = parse_book(&cased.to_bytes(), "cased.epub", &BookLimits::default()).unwrap();
+    assert_eq!(book.chapters[0].text, "Text.");
 
     // Font obfuscation is not DRM.
     let mut fonts = good.clone_without("");
