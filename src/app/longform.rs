@@ -222,9 +222,11 @@ fn voice_identity(voice: &Voice) -> Result<String> {
             h.update(std::fs::read(wav).map_err(|e| io_error(wav, e))?);
             h.update(instruction.as_bytes());
         }
-        Voice::Saved { voice, instruction } => {
+        Voice::Saved { voice, instruction, lexicon } => {
             // The features, not the file: a voice made again from the same recording is the same voice.
             h.update(b"saved\0");
+            // Its own lexicon changes what is said: a job is not resumed with another.
+            h.update(format!("{lexicon:?}").as_bytes());
             h.update(voice.transcript.as_bytes());
             h.update(b"\0");
             h.update(voice.model_key.as_bytes());

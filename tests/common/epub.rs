@@ -34,52 +34,28 @@ pub fn chapter_path(n: usize) -> String {
 
 impl Epub {
     pub fn epub3(title: &str, author: &str, chapters: &[(&str, &str)]) -> Epub {
-        let mut epub = Epub::common();
-        let mut manifest = String::from(
-            r#"    <item id="nav" href="nav.xhtml" media-type="application/xhtml+xml" properties="nav"/>
-"#,
-        );
-        let mut spine = String::new();
-        let mut nav = String::new();
-        for (i, (chapter_title, text)) in chapters.iter().enumerate() {
-            let n = i + 1;
-            manifest.push_str(&format!(
-                "    <item id=\"c{n}\" href=\"text/chapter-{n:03}.xhtml\" media-type=\"application/xhtml+xml\"/>\n"
-            ));
-            spine.push_str(&format!("    <itemref idref=\"c{n}\"/>\n"));
-            nav.push_str(&format!(
-                "      <li><a href=\"text/chapter-{n:03}.xhtml\">{}</a></li>\n",
-                escape(chapter_title, false)
-            ));
+        let mut epub = Epub::with_chapters(chapters, |n, chapter_title, text| {
             let body = format!(
                 "  <h1>{}</h1>\n{}  <span epub:type=\"pagebreak\" id=\"page{n}\" title=\"{n}\"/>\n",
                 escape(chapter_title, false),
                 paragraphs(text, false)
             );
-            epub.set(&chapter_path(n), xhtml5(chapter_title, &body));
-        }
-        epub.set(
-            OPF,
-            format!(
-                r#"<?xml version="1.0" encoding="UTF-8"?>
-<package xmlns="http://www.idpf.org/2007/opf" version="3.0" unique-identifier="uid" xml:lang="en">
-  <metadata xmlns:dc="http://purl.org/dc/elements/1.1/">
-    <dc:identifier id="uid">urn:uuid:2f1e8c3a-cosy-test-book</dc:identifier>
-    <dc:title>{}</dc:title>
-    <dc:creator>{}</dc:creator>
-    <dc:language>en</dc:language>
-    <meta property="dcterms:modified">2026-01-01T00:00:00Z</meta>
-  </metadata>
-  <manifest>
-{manifest}  </manifest>
-  <spine>
-{spine}  </spine>
-</package>
-"#,
-                escape(title, false),
-                escape(author, false)
-            ),
+            xhtml5(chapter_title, &body)
+        });
+        let metadata = format!(
+            "    <dc:identifier id=\"uid\">urn:uuid:2f1e8c3a-cosy-test-book</dc:identifier>\n    <dc:title>{}</dc:title>\n    <dc:creator>{}</dc:creator>\n    <dc:language>en</dc:language>\n    <meta property=\"dcterms:modified\">2026-01-01T00:00:00Z</meta>\n",
+            escape(title, false),
+            escape(author, false)
         );
+        let nav_item = "<item id=\"nav\" href=\"nav.xhtml\" media-type=\"application/xhtml+xml\" properties=\"nav\"/>";
+        epub.set(OPF, package("3.0", &metadata, nav_item, "", chapters.len()));
+        let nav: String = chapters
+            .iter()
+            .enumerate()
+            .map(|(i, (chapter_title, _))| {
+                format!("      <li><a href=\"text/chapter-{:03}.xhtml\">{}</a></li>\n", i + 1, escape(chapter_title, false))
+            })
+            .collect();
         epub.set(
             "OEBPS/nav.xhtml",
             xhtml5(
@@ -91,63 +67,40 @@ impl Epub {
     }
 
     pub fn epub2(title: &str, author: &str, chapters: &[(&str, &str)]) -> Epub {
-        let mut epub = Epub::common();
-        let mut manifest = String::from(
-            "    <item id=\"ncx\" href=\"toc.ncx\" media-type=\"application/x-dtbncx+xml\"/>\n",
-        );
-        let mut spine = String::new();
-        let mut points = String::new();
-        for (i, (chapter_title, text)) in chapters.iter().enumerate() {
-            let n = i + 1;
-            manifest.push_str(&format!(
-                "    <item id=\"c{n}\" href=\"text/chapter-{n:03}.xhtml\" media-type=\"application/xhtml+xml\"/>\n"
-            ));
-            spine.push_str(&format!("    <itemref idref=\"c{n}\"/>\n"));
-            points.push_str(&format!(
-                "    <navPoint id=\"p{n}\" playOrder=\"{n}\">\n      <navLabel><text>{}</text></navLabel>\n      <content src=\"text/chapter-{n:03}.xhtml\"/>\n    </navPoint>\n",
-                escape(chapter_title, false)
-            ));
-            let body = format!(
-                "  <h2>{}</h2>\n{}",
-                escape(chapter_title, true),
-                paragraphs(text, true)
-            );
-            epub.set(
-                &chapter_path(n),
-                format!(
-                    r#"<?xml version="1.0" encoding="utf-8"?>
+        let mut epub = Epub::with_chapters(chapters, |_, chapter_title, text| {
+            format!(
+                r#"<?xml version="1.0" encoding="utf-8"?>
 <!DOCTYPE html PUBLIC "-//W3C//DTD XHTML 1.1//EN" "http://www.w3.org/TR/xhtml11/DTD/xhtml11.dtd">
 <html xmlns="http://www.w3.org/1999/xhtml">
 <head><title>{}</title></head>
 <body>
-{body}</body>
+  <h2>{}</h2>
+{}</body>
 </html>
 "#,
-                    escape(chapter_title, false)
-                ),
-            );
-        }
-        epub.set(
-            OPF,
-            format!(
-                r#"<?xml version="1.0" encoding="UTF-8"?>
-<package xmlns="http://www.idpf.org/2007/opf" version="2.0" unique-identifier="uid">
-  <metadata xmlns:dc="http://purl.org/dc/elements/1.1/" xmlns:opf="http://www.idpf.org/2007/opf">
-    <dc:identifier id="uid">cosy-test-book-2</dc:identifier>
-    <dc:title>{}</dc:title>
-    <dc:creator opf:role="aut">{}</dc:creator>
-    <dc:language>en-GB</dc:language>
-  </metadata>
-  <manifest>
-{manifest}  </manifest>
-  <spine toc="ncx">
-{spine}  </spine>
-</package>
-"#,
-                escape(title, false),
-                escape(author, false)
-            ),
+                escape(chapter_title, false),
+                escape(chapter_title, true),
+                paragraphs(text, true)
+            )
+        });
+        let metadata = format!(
+            "    <dc:identifier id=\"uid\">cosy-test-book-2</dc:identifier>\n    <dc:title>{}</dc:title>\n    <dc:creator opf:role=\"aut\">{}</dc:creator>\n    <dc:language>en-GB</dc:language>\n",
+            escape(title, false),
+            escape(author, false)
         );
+        let ncx_item = "<item id=\"ncx\" href=\"toc.ncx\" media-type=\"application/x-dtbncx+xml\"/>";
+        epub.set(OPF, package("2.0", &metadata, ncx_item, " toc=\"ncx\"", chapters.len()));
+        let points: String = chapters
+            .iter()
+            .enumerate()
+            .map(|(i, (chapter_title, _))| {
+                let n = i + 1;
+                format!(
+                    "    <navPoint id=\"p{n}\" playOrder=\"{n}\">\n      <navLabel><text>{}</text></navLabel>\n      <content src=\"text/chapter-{n:03}.xhtml\"/>\n    </navPoint>\n",
+                    escape(chapter_title, false)
+                )
+            })
+            .collect();
         epub.set(
             "OEBPS/toc.ncx",
             format!(
@@ -163,6 +116,16 @@ impl Epub {
                 escape(title, false)
             ),
         );
+        epub
+    }
+
+    /// The mimetype, the container and a document per chapter (`document(n, title, text)`, `n`
+    /// from 1, at [`chapter_path`]).
+    fn with_chapters(chapters: &[(&str, &str)], document: impl Fn(usize, &str, &str) -> String) -> Epub {
+        let mut epub = Epub::common();
+        for (i, (chapter_title, text)) in chapters.iter().enumerate() {
+            epub.set(&chapter_path(i + 1), document(i + 1, chapter_title, text));
+        }
         epub
     }
 
@@ -219,6 +182,32 @@ impl Epub {
     pub fn write(&self, path: &Path) {
         std::fs::write(path, self.to_bytes()).expect("write the test book");
     }
+}
+
+/// The package document: `metadata` (its lines), the table of contents' manifest item
+/// (`toc_item`), and `count` chapters (ids `c1`, `c2` …) in the manifest and the spine (whose
+/// attributes are `spine_attrs`).
+fn package(version: &str, metadata: &str, toc_item: &str, spine_attrs: &str, count: usize) -> String {
+    let mut manifest = format!("    {toc_item}\n");
+    let mut spine = String::new();
+    for n in 1..=count {
+        manifest.push_str(&format!(
+            "    <item id=\"c{n}\" href=\"text/chapter-{n:03}.xhtml\" media-type=\"application/xhtml+xml\"/>\n"
+        ));
+        spine.push_str(&format!("    <itemref idref=\"c{n}\"/>\n"));
+    }
+    format!(
+        r#"<?xml version="1.0" encoding="UTF-8"?>
+<package xmlns="http://www.idpf.org/2007/opf" version="{version}" unique-identifier="uid" xml:lang="en">
+  <metadata xmlns:dc="http://purl.org/dc/elements/1.1/" xmlns:opf="http://www.idpf.org/2007/opf">
+{metadata}  </metadata>
+  <manifest>
+{manifest}  </manifest>
+  <spine{spine_attrs}>
+{spine}  </spine>
+</package>
+"#
+    )
 }
 
 /// An XHTML5 content document (EPUB 3).

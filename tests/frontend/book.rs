@@ -184,18 +184,25 @@ fn broken_epubs_are_refused_with_one_line_each() {
     assert!(e.contains("OEBPS/content.opf inside it is not well-formed XML"), "{e}");
 }
 
+/// META-INF/encryption.xml saying that `uri` is encrypted with `algorithm`.
+fn encryption(algorithm: &str, uri: &str) -> String {
+    format!(
+        r#"<encryption xmlns="urn:oasis:names:tc:opendocument:xmlns:container" xmlns:enc="http://www.w3.org/2001/04/xmlenc#">
+  <enc:EncryptedData>
+    <enc:EncryptionMethod Algorithm="{algorithm}"/>
+    <enc:CipherData><enc:CipherReference URI="{uri}"/></enc:CipherData>
+  </enc:EncryptedData>
+</encryption>"#
+    )
+}
+
 #[test]
 fn drm_protected_epubs_are_refused() {
     let good = Epub::epub3("Alice", "Lewis Carroll", &[("One", "Text.")]);
     let mut encrypted = good.clone_without("");
     encrypted.set(
         "META-INF/encryption.xml",
-        r#"<encryption xmlns="urn:oasis:names:tc:opendocument:xmlns:container" xmlns:enc="http://www.w3.org/2001/04/xmlenc#">
-  <enc:EncryptedData>
-    <enc:EncryptionMethod Algorithm="http://www.w3.org/2001/04/xmlenc#aes128-cbc"/>
-    <enc:CipherData><enc:CipherReference URI="OEBPS/text/chapter-001.xhtml"/></enc:CipherData>
-  </enc:EncryptedData>
-</encryption>"#,
+        encryption("http://www.w3.org/2001/04/xmlenc#aes128-cbc", "OEBPS/text/chapter-001.xhtml"),
     );
     let e = epub_refusal(&encrypted);
     assert_eq!(
@@ -204,21 +211,22 @@ fn drm_protected_epubs_are_refused() {
          cosy cannot read it: use a DRM-free copy of the book"
     );
 
-    let mut adobe = good.clone_without("");
-    adobe.set("META-INF/rights.xml", "<rights/>");
-    assert!(epub_refusal(&adobe).contains("is DRM-protected (META-INF/rights.xml)"));
+    for marker in ["META-INF/rights.xml", "META-INF/sinf.xml"] {
+        let mut marked = good.clone_without("");
+        marked.set(marker, "<rights/>");
+        assert!(epub_refusal(&marked).contains(&format!("is DRM-protected ({marker})")));
+    }
+
+    // A file named in another case than the package says is still found.
+    let mut cased = good.clone_without("");
+    let (_, chapter) = cased.files.iter().find(|(p, _)| *p == chapter_path(1)).cloned().unwrap();
+    cased.remove(&chapter_path(1)).set(&chapter_path(1).to_uppercase(), chapter);
+    let book = parse_book(&cased.to_bytes(), "cased.epub", &BookLimits::default()).unwrap();
+    assert_eq!(book.chapters[0].text, "Text.");
 
     // Font obfuscation is not DRM.
     let mut fonts = good.clone_without("");
-    fonts.set(
-        "META-INF/encryption.xml",
-        r#"<encryption xmlns="urn:oasis:names:tc:opendocument:xmlns:container" xmlns:enc="http://www.w3.org/2001/04/xmlenc#">
-  <enc:EncryptedData>
-    <enc:EncryptionMethod Algorithm="http://www.idpf.org/2008/embedding"/>
-    <enc:CipherData><enc:CipherReference URI="OEBPS/fonts/a.otf"/></enc:CipherData>
-  </enc:EncryptedData>
-</encryption>"#,
-    );
+    fonts.set("META-INF/encryption.xml", encryption("http://www.idpf.org/2008/embedding", "OEBPS/fonts/a.otf"));
     assert!(parse_book(&fonts.to_bytes(), "fonts.epub", &BookLimits::default()).is_ok());
 }
 

@@ -50,9 +50,12 @@ impl<'a> Container<'a> {
         let damaged = |e: &dyn std::fmt::Display| {
             book_error(name, format!("is not a readable EPUB: {path} inside it is damaged ({e}); {FIX}"))
         };
-        let mut entry = match self.archive.by_name(path) {
+        // Books made on a file system that ignores case may name a file in another case.
+        let Some(index) = self.archive.index_for_name(path).or_else(|| self.index_ignoring_case(path)) else {
+            return Ok(None);
+        };
+        let mut entry = match self.archive.by_index(index) {
             Ok(entry) => entry,
-            Err(zip::result::ZipError::FileNotFound) => return Ok(None),
             Err(zip::result::ZipError::UnsupportedArchive(why)) if why.contains("assword") => {
                 return Err(book_error(
                     name,
@@ -82,6 +85,10 @@ impl<'a> Container<'a> {
         }
         self.read_total += bytes.len() as u64;
         Ok(Some(bytes))
+    }
+
+    fn index_ignoring_case(&self, path: &str) -> Option<usize> {
+        (0..self.archive.len()).find(|&i| self.archive.name_for_index(i).is_some_and(|n| n.is_ok_and(|n| n.eq_ignore_ascii_case(path))))
     }
 
     fn has(&self, path: &str) -> bool {
@@ -243,15 +250,19 @@ fn is_xhtml(media_type: &str) -> bool {
     matches!(media_type, "application/xhtml+xml" | "text/html" | "application/xml" | "text/xml" | "")
 }
 
-/// META-INF/rights.xml (Adobe ADEPT), or META-INF/encryption.xml encrypting anything but fonts:
-/// DRM, refused.
+/// Files only DRM-protected books have: Adobe ADEPT's rights, Apple FairPlay's keys.
+const DRM_MARKERS: &[&str] = &["META-INF/rights.xml", "META-INF/sinf.xml"];
+
+/// A [`DRM_MARKERS`] file, or META-INF/encryption.xml encrypting anything but fonts: DRM, refused.
 fn refuse_drm(zip: &mut Container) -> Result<()> {
     let name = zip.name;
     let drm = |why: String| {
         book_error(name, format!("is DRM-protected ({why}); cosy cannot read it: use a DRM-free copy of the book"))
     };
-    if zip.has("META-INF/rights.xml") {
-        return Err(drm("META-INF/rights.xml".into()));
+    for marker in DRM_MARKERS {
+        if zip.has(marker) {
+            return Err(drm((*marker).into()));
+        }
     }
     let Some(encryption) = zip.read_text("META-INF/encryption.xml")? else { return Ok(()) };
     let options = roxmltree::ParsingOptions { allow_dtd: true, ..Default::default() };
