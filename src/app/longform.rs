@@ -360,10 +360,26 @@ fn plan_chapters(spec: &JobSpec, engine: &Engine) -> Result<Plan> {
                 },
                 other => other,
             })?;
-            parts.extend(spoken.into_iter().map(|s| match s {
-                Spoken::Sentence(text) => PlannedPart::Sentence(text),
-                Spoken::Pause { samples } => PlannedPart::Pause(samples),
-            }));
+            for item in spoken {
+                parts.push(match item {
+                    Spoken::Sentence(text) => PlannedPart::Sentence(text),
+                    Spoken::Pause { samples } => PlannedPart::Pause(samples),
+                    // A job's sentences are each a request at the job's speed: a speed of their
+                    // own would have to be kept in the plan and its fingerprint (not done yet).
+                    Spoken::Speed(_) => {
+                        return Err(Error::input(
+                            InputCode::InvalidText,
+                            Some("input"),
+                            format!(
+                                "chapter {} ({:?}), paragraph {}: <prosody rate> is not read in a book (it is said at one speed); remove it, or give --speed",
+                                c + 1,
+                                crate::request::shorten(title, 40),
+                                p + 1
+                            ),
+                        ))
+                    }
+                });
+            }
         }
         if !parts.iter().any(|p| matches!(p, PlannedPart::Sentence(_))) {
             return Err(Error::input(

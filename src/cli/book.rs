@@ -14,8 +14,7 @@ use cosy::error::Error;
 use cosy::frontend::book::{read_book, Book, BookLimits};
 
 use super::{FileArgs, FileRequest};
-use crate::encode::file::{write_split, write_with_chapters, FileFormat};
-use crate::encode::tags::{ChapterMark, Tags};
+use crate::encode::{write_split, write_with_chapters, ChapterMark, FileFormat, Tags};
 
 /// Extensions that make a TEXT argument naming an existing file a book.
 const BOOK_EXTENSIONS: [&str; 4] = ["epub", "md", "markdown", "txt"];

@@ -108,7 +108,6 @@ impl FileFormat {
     }
 
     /// Whether players find chapter marks in this format (wav and pcm have none).
-    #[allow(dead_code)] // `cosy file BOOK` says so for wav and pcm (the book reader's side, merged separately)
     pub fn has_chapter_marks(self) -> bool {
         !matches!(self, FileFormat::Plain(_))
     }
@@ -152,7 +151,6 @@ pub fn write_with_chapters<C: AsRef<[f32]>>(
 /// [`write_with_chapters`]'s (the audio is cut at the marks); audio before the first mark belongs
 /// to the first chapter; no marks: one file titled by the book. Returns the chapter files' paths.
 #[allow(clippy::too_many_arguments)]
-#[allow(dead_code)] // `cosy file BOOK` calls it (the book reader's side, merged separately)
 pub fn write_split<C: AsRef<[f32]>>(
     dir: &Path,
     stem: &str,
@@ -230,7 +228,6 @@ pub fn write_split<C: AsRef<[f32]>>(
 /// A chapter's title as a file name: no path separators, no characters Windows or FAT refuse, no
 /// control characters, no leading or trailing dots or spaces, at most 120 bytes (the number and
 /// extension fit in the 255-byte limit); `Chapter N` when nothing is left.
-#[allow(dead_code)] // `cosy file BOOK` calls it (the book reader's side, merged separately)
 pub fn safe_name(title: &str, number: usize) -> String {
     let cleaned: String = title
         .chars()

@@ -17,10 +17,8 @@ use cosy::audio::{encode_audio, f32_to_i16, pcm16_bytes, wav16_stream_header, Ou
 pub mod file;
 mod tags;
 
-// The book writer's API (`cosy file BOOK`: chapters, one file per chapter) until it is wired in.
-#[allow(unused_imports)]
+// The book writer's API (`cosy file BOOK`: chapters, one file per chapter).
 pub use file::{write_split, write_with_chapters, FileFormat};
-#[allow(unused_imports)]
 pub use tags::{ChapterMark, Tags};
 
 /// An encoder failed (a setting it refused, a buffer it could not fill): not the user's doing.

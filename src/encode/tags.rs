@@ -20,7 +20,6 @@ pub struct ChapterMark {
 }
 
 impl ChapterMark {
-    #[allow(dead_code)] // `cosy file BOOK` calls it (the book reader's side, merged separately)
     pub fn new(title: impl Into<String>, start_sample: u64) -> ChapterMark {
         ChapterMark { title: title.into(), start_sample }
     }

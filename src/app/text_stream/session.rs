@@ -157,7 +157,7 @@ impl SsmlHold {
 }
 
 /// Text to cut into sentences, read as Markdown first when it is.
-fn read_into(markdown: &mut Option<MarkdownStream>, buffer: &mut SentenceBuffer, text: &str) {
+fn read_into(markdown: &mut Option<Box<MarkdownStream>>, buffer: &mut SentenceBuffer, text: &str) {
     match markdown.as_mut() {
         Some(stream) => buffer.push(&stream.push(text)),
         None => buffer.push(text),
