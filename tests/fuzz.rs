@@ -937,7 +937,7 @@ fn fuzz_book() {
                         _ => gen::text(rng, 200),
                     };
                     text.push_str(&line);
-                    let line_end: &str = rng.pick(&["\n", "\n\n", "\r\n", "\r", "\n\n\n"]);
+                    let line_end = *rng.pick(&["\n", "\n\n", "\r\n", "\r", "\n\n\n"]);
                     text.push_str(line_end);
                 }
                 let name = *rng.pick(&["book.md", "book.txt", "book"]);
