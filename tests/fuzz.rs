@@ -1,6 +1,6 @@
 //! Fuzz harnesses for every input cosy reads from a user or a file: the text frontend, the wetext
 //! normaliser, the tokenizer, prompt audio decoding, configuration (TOML, `COSY_*`, `--set`),
-//! voice files and the model manifest.
+//! voice files, the model manifest and books (plain text, Markdown, EPUB).
 //!
 //! Each harness generates bounded inputs from a seeded RNG (mutations of valid inputs that know
 //! the format, plus random ones) and requires, for every case: no panic (the library returns a
@@ -12,12 +12,16 @@
 mod gen;
 #[path = "fuzz/support.rs"]
 mod support;
+#[path = "common/epub.rs"]
+#[allow(dead_code)]
+mod epub;
 
 use std::io::Cursor;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 use cosy::config::{Config, LoadOptions, KEYS};
+use cosy::frontend::book::{parse_book, BookLimits};
 use cosy::frontend::audio::{check_length, load_audio, to_rate, MAX_TOKENIZER_SECONDS};
 use cosy::frontend::markdown::{to_speech, MarkdownStream};
 use cosy::frontend::numbers::digits_to_words;
@@ -903,4 +907,61 @@ fn no_accepted_empty_value_changes_the_mode() {
             assert!(m.contains(var) && !m.contains('\n'), "{var}={value:?}: {m}");
         }
     }
+}
+
+/// Books (issue 33): EPUB 3 and EPUB 2 written by `common/epub.rs` with one of their files
+/// mutated, or the zip's bytes; Markdown and plain text with headings and title lines; random
+/// bytes. A book read has chapters, none empty.
+#[test]
+fn fuzz_book() {
+    // Small bounds, so that a mutated deflate stream is refused well inside the memory bound.
+    let limits = BookLimits { max_entry_bytes: 4 * MIB as u64, max_total_bytes: 16 * MIB as u64, ..BookLimits::default() };
+    run(Spec { name: "fuzz_book", default_cases: 1_500, mem_bound: 64 * MIB }, |rng, _| {
+        let chapters = epub::alice_chapters(rng.range(1, 4));
+        let pairs = epub::as_pairs(&chapters);
+        let (name, mut bytes) = match rng.below(4) {
+            0 => {
+                let mut book =
+                    if rng.chance(1, 2) { epub::Epub::epub3("Alice", "Lewis Carroll", &pairs) } else { epub::Epub::epub2("Alice", "Lewis Carroll", &pairs) };
+                if rng.chance(2, 3) {
+                    let i = rng.below(book.files.len());
+                    mutate_bytes(rng, &mut book.files[i].1, 8, 1 << 16, None);
+                }
+                ("book.epub", book.to_bytes())
+            }
+            how => {
+                let mut text = String::new();
+                for _ in 0..rng.range(1, 12) {
+                    let line = match rng.below(6) {
+                        0 => format!("{} {}", rng.pick(&["#", "##", "###"]), gen::text(rng, 30)),
+                        1 => format!("{} {}", rng.pick(&["Chapter", "CHAPTER", "Part", "Prologue"]), rng.below(30)),
+                        2 => String::new(),
+                        _ => gen::text(rng, 200),
+                    };
+                    text.push_str(&line);
+                    let line_end = *rng.pick(&["\n", "\n\n", "\r\n", "\r", "\n\n\n"]);
+                    text.push_str(line_end);
+                }
+                let name = *rng.pick(&["book.md", "book.txt", "book"]);
+                if how == 3 {
+                    let n = rng.len(4096);
+                    (name, rng.bytes(n))
+                } else {
+                    (name, text.into_bytes())
+                }
+            }
+        };
+        if rng.chance(1, 4) {
+            mutate_bytes(rng, &mut bytes, 4, 1 << 17, None);
+        }
+        match parse_book(&bytes, name, &limits) {
+            Ok(book) => {
+                if book.chapters.is_empty() || book.chapters.iter().any(|c| c.text.trim().is_empty()) {
+                    return Err(format!("{name}: a book read with no chapter or an empty one: {book:?}"));
+                }
+                Ok(Outcome::Accepted)
+            }
+            Err(e) => Ok(Outcome::Refused(e.to_string())),
+        }
+    });
 }

@@ -78,7 +78,8 @@ impl<'a> Container<'a> {
         if entry.size() > limit {
             return Err(too_big());
         }
-        let mut bytes = Vec::with_capacity(usize::try_from(entry.size()).unwrap_or(0));
+        // The size the zip declares may lie: memory grows with what is really read.
+        let mut bytes = Vec::with_capacity(usize::try_from(entry.size().min(1 << 20)).unwrap_or(0));
         (&mut entry).take(limit.saturating_add(1)).read_to_end(&mut bytes).map_err(|e| damaged(&e))?;
         if bytes.len() as u64 > limit {
             return Err(too_big());
