@@ -55,6 +55,9 @@ impl BookPlan {
             eprintln!("note: {warning}");
         }
         let split = args.split.is_some();
+        if !split && !format.has_chapter_marks() {
+            eprintln!("note: a {} file has no chapter marks; use .mp3, .opus or .flac for them, or --split chapters", format.extension());
+        }
         let stem = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "book".into());
         let output = match &args.output {
             Some(o) => o.clone(),
@@ -107,7 +110,9 @@ impl BookPlan {
             seed: args.seed.unwrap_or(config.sampling.seed),
             // The text settings change what is said: a job made with others is not resumed.
             settings: vec![("the [text] settings".to_string(), format!("{:?}", config.text))],
-            in_flight: config.engine.file_concurrency.max(1),
+            // One at a time by default: the only way a resumed job is exact to the bit (sentences
+            // batched together differ in the last bits by who shares the batch).
+            in_flight: usize::from(args.in_flight),
         };
         let mut job = Job::open(&self.job_dir, spec, engine)?;
         let (done, total) = job.sentences();

@@ -244,6 +244,10 @@ pub struct FileArgs {
     /// format by the extension (.srt, .vtt, .json).
     #[arg(long, value_name = "FILE")]
     pub captions: Option<PathBuf>,
+    /// With a book: sentences said at once (batched; faster on a GPU). Above 1, a resumed job
+    /// matches an uninterrupted one in its sentences and lengths but not always to the bit.
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]
+    pub in_flight: u16,
 }
 
 /// The normalisation switches of `say` and `file` (docs/text.md, "The switches").

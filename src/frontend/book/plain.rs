@@ -212,7 +212,9 @@ pub(super) fn text_chapters(text: &str, stem: &str) -> Vec<Chapter> {
     chapters
 }
 
-/// Lines as written, trailing blanks trimmed, blank-line runs made one blank line, the ends trimmed.
+/// Lines trimmed, the lines of one paragraph joined (a text book's hard wrapping is not a sentence
+/// end: a blank joins them, none after Chinese), blank-line runs made one blank line (a paragraph
+/// end), the ends trimmed.
 fn tidy_text(lines: &[&str]) -> String {
     let mut out = String::new();
     let mut blank_run = false;
@@ -223,10 +225,11 @@ fn tidy_text(lines: &[&str]) -> String {
             continue;
         }
         if !out.is_empty() {
-            out.push_str(if blank_run { "\n\n" } else { "\n" });
+            let after_han = out.chars().last().is_some_and(|c| crate::frontend::text::contains_chinese(c.encode_utf8(&mut [0; 4])));
+            out.push_str(if blank_run { "\n\n" } else if after_han { "" } else { " " });
         }
         blank_run = false;
-        out.push_str(line);
+        out.push_str(if out.is_empty() { line } else { line.trim_start() });
     }
     out
 }
