@@ -58,6 +58,12 @@ impl Voice {
 /// Hooks into a running synthesis, for event logs and cancellation. The LLM calls run on the
 /// LLM thread and the rest on the token-to-wav thread, hence `Sync`.
 pub trait SynthesisObserver: Sync {
+    /// The text the LLM is given for sentence `sentence`, exactly as it was tokenised, and its
+    /// tokens: a whole sentence before its LLM runs, or in text-in streaming each piece as it is
+    /// tokenised (sentence 0; the LLM takes its tokens as it speaks). The one source of "the
+    /// model's text" for a running server (`debug.model_text`); `--dump` writes the same
+    /// sentence ([`SentenceRecord::text`]).
+    fn text_tokens(&self, _sentence: usize, _text: &str, _tokens: &[i64]) {}
     /// The LLM emitted token number `index` (from 0) of sentence `sentence`.
     fn llm_token(&self, _sentence: usize, _index: usize, _token: i64) {}
     /// The LLM finished sentence `sentence` after `tokens` tokens.

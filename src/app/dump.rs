@@ -1,6 +1,9 @@
 //! `--dump DIR`: per-stage intermediates as `.npy` with the golden names and dtypes
 //! (reference README §4), plus `waveform.wav` and `text.txt` (the sentence as the tokenizer got it). Every file is written to a temporary name in the
 //! same folder and renamed, so a reader never sees a half-written file.
+//!
+//! [`ModelTextObserver`]: the same text of every sentence from a running server
+//! (`debug.model_text`), without the intermediates.
 
 use std::path::Path;
 
@@ -106,5 +109,54 @@ impl SynthesisObserver for DumpObserver {
         write_segment(&dir, s.prompt, s.prompt_text_token, s.text_token, s.trace, s.stream, s.sample_rate)?;
         // What the text tokens say, as the tokenizer got it (`cosy file --show-text` prints the same).
         crate::output::write_bytes(&dir.join("text.txt"), s.text.as_bytes())
+    }
+}
+
+/// The text one sentence gave the model ([`SynthesisObserver::text_tokens`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ModelText {
+    /// The sentence, from 0, of its request (text-in streaming: 0, one entry per piece).
+    pub sentence: usize,
+    /// Exactly what was tokenised.
+    pub text: String,
+    pub tokens: Vec<i64>,
+}
+
+/// `debug.model_text`: every sentence's text as the model gets it, handed to a front end in
+/// order through the receiver [`ModelTextObserver::new`] returns (the front end tells its client
+/// when it forwards the audio that follows).
+#[derive(Debug)]
+pub struct ModelTextObserver {
+    sender: std::sync::mpsc::Sender<ModelText>,
+}
+
+/// What a front end reads the texts from ([`ModelTextObserver::of_config`]).
+#[derive(Debug)]
+pub struct ModelTexts {
+    receiver: std::sync::mpsc::Receiver<ModelText>,
+}
+
+impl ModelTexts {
+    /// The texts told since the last call, in order.
+    pub fn take(&self) -> Vec<ModelText> {
+        self.receiver.try_iter().collect()
+    }
+}
+
+impl ModelTextObserver {
+    /// An observer and its texts when `config` has `debug.model_text`; none otherwise.
+    pub fn of_config(config: &crate::config::Config) -> (Option<std::sync::Arc<dyn SynthesisObserver + Send>>, Option<ModelTexts>) {
+        if !config.debug.model_text {
+            return (None, None);
+        }
+        let (sender, receiver) = std::sync::mpsc::channel();
+        (Some(std::sync::Arc::new(ModelTextObserver { sender })), Some(ModelTexts { receiver }))
+    }
+}
+
+impl SynthesisObserver for ModelTextObserver {
+    fn text_tokens(&self, sentence: usize, text: &str, tokens: &[i64]) {
+        // A front end that has gone away no longer reads: nothing to tell.
+        let _ = self.sender.send(ModelText { sentence, text: text.to_string(), tokens: tokens.to_vec() });
     }
 }

@@ -304,6 +304,11 @@ pub static KEYS: &[Key<Config>] = &[
         Ok(())
     })
     .doc("Accept requests with test hooks (tests only)."),
+    K::new("debug.model_text", "false", TRUE_FALSE, |c, v| {
+        c.debug.model_text = v.boolean()?;
+        Ok(())
+    })
+    .doc("The server tells each sentence's text as the model gets it (WebSocket and Wyoming events; docs/server.md)."),
 ];
 
 /// Old names still read: the server's admission limits became the engine's (one limit for every

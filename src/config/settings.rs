@@ -359,6 +359,10 @@ pub struct DebugSettings {
     /// Accept requests with test hooks (hold points: `cosy_test` in the HTTP API). Never in
     /// production: a held request keeps its slot until its client hangs up.
     pub test_hooks: bool,
+    /// The server tells each sentence's text exactly as it was tokenised for the model, with its
+    /// token ids (`debug.model_text` events on the WebSocket, `cosy-model-text` on Wyoming): for
+    /// checking what the text layer made of a stream.
+    pub model_text: bool,
 }
 
 /// The whole configuration after all sources were applied.

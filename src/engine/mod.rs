@@ -254,6 +254,11 @@ struct RequestObserver {
 }
 
 impl SynthesisObserver for RequestObserver {
+    fn text_tokens(&self, sentence: usize, text: &str, tokens: &[i64]) {
+        if let Some(o) = &self.inner {
+            o.text_tokens(sentence, text, tokens);
+        }
+    }
     fn llm_token(&self, sentence: usize, index: usize, token: i64) {
         if let Some(o) = &self.inner {
             o.llm_token(sentence, index, token);

@@ -487,6 +487,7 @@ impl Synthesizer {
                 return Err(Error::invalid(format!("sentence {segment:?} gives no text tokens")));
             }
             summary.text_tokens += text_token.len();
+            observer.text_tokens(i, segment, &text_token);
             let mut trace = observer.wants_trace().then(SegmentTrace::default);
             let llm_speech: &[i64] = if p.llm_prompt_speech { &prompt.speech_token } else { &[] };
             let start = summary.samples;
@@ -571,7 +572,10 @@ impl Synthesizer {
             }
             streamed_text.push_str(&piece);
             match self.encode(&piece) {
-                Ok(ids) => pending.extend(ids),
+                Ok(ids) => {
+                    observer.text_tokens(0, &piece, &ids);
+                    pending.extend(ids)
+                }
                 Err(e) => return Some(Err(e)),
             }
         });

@@ -221,14 +221,16 @@ async fn run_session(
     let setup = configure(state, id, config, ignored).await?;
     send(sink, event(setup.created)).await?;
     let engine = state.engine()?;
+    // `debug.model_text`: each sentence's text as the model gets it, told before its audio.
+    let (observer, model_text) = cosy::app::dump::ModelTextObserver::of_config(&state.config);
     let stream = match setup.bistream {
         Some(options) => {
             let request = build_streaming_request(setup.speech).map_err(|e| state.api_error(e))?;
-            TextStream::text_in(engine, &state.config, request, options, None)
+            TextStream::text_in(engine, &state.config, request, options, observer)
         }
-        None => TextStream::sentences(engine, &state.config, setup.speech),
+        None => TextStream::sentences(engine, &state.config, setup.speech).observed(observer),
     };
-    let mut events = Events { sink, state, id, bistream: setup.bistream.is_some(), current: None, position: 0 };
+    let mut events = Events { sink, state, id, bistream: setup.bistream.is_some(), current: None, position: 0, model_text };
     events.run(client, stream).await
 }
 
@@ -349,6 +351,8 @@ struct Events<'a> {
     /// Samples of the session's audio sent before the segment speaking: where each segment's
     /// audio lies in the whole (`audio.done`'s `start_sample`/`end_sample`, for captions).
     position: u64,
+    /// `debug.model_text`: the sentences' texts as the model gets them.
+    model_text: Option<cosy::app::dump::ModelTexts>,
 }
 
 impl Events<'_> {
@@ -411,8 +415,14 @@ impl Events<'_> {
                         self.send(json!({ "type": "audio.start", "segment": segment })).await?;
                     }
                 }
-                Step::Report(Report::Audio { samples, .. }) => send(self.sink, Message::Binary(cosy::audio::pcm16_bytes(&samples).into())).await?,
-                Step::Report(Report::SegmentDone(end)) => self.segment_done(&end, ended.as_ref()).await?,
+                Step::Report(Report::Audio { segment, samples }) => {
+                    self.tell_model_text(segment).await?;
+                    send(self.sink, Message::Binary(cosy::audio::pcm16_bytes(&samples).into())).await?
+                }
+                Step::Report(Report::SegmentDone(end)) => {
+                    self.tell_model_text(end.index).await?;
+                    self.segment_done(&end, ended.as_ref()).await?
+                }
                 Step::Report(Report::Finished(totals)) => {
                     let audio_seconds = totals.samples as f64 / f64::from(self.state.sample_rate());
                     self.send(json!({ "type": "session.done", "segments": totals.segments, "audio_seconds": audio_seconds })).await?;
@@ -451,5 +461,15 @@ impl Events<'_> {
 
     async fn send(&mut self, value: serde_json::Value) -> Result<(), ApiError> {
         send(self.sink, event(value)).await
+    }
+
+    /// `debug.model_text` (when the server has it): the texts `segment` gave the model so far,
+    /// before the audio made of them.
+    async fn tell_model_text(&mut self, segment: usize) -> Result<(), ApiError> {
+        let texts = self.model_text.as_ref().map(cosy::app::dump::ModelTexts::take).unwrap_or_default();
+        for t in texts {
+            self.send(json!({ "type": "debug.model_text", "segment": segment, "sentence": t.sentence, "text": t.text, "tokens": t.tokens })).await?;
+        }
+        Ok(())
     }
 }

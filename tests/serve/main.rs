@@ -10,4 +10,5 @@ mod formats;
 mod idle;
 mod limits;
 mod openai;
+mod text_table;
 mod web;

@@ -93,6 +93,13 @@ impl TextStream {
         TextStream { session, engine, requests, observer: None, feed: None, progress: None }
     }
 
+    /// Every segment's request observed by `observer` (sentences; text-in streaming takes it
+    /// when made).
+    pub fn observed(mut self, observer: Option<Arc<dyn SynthesisObserver + Send>>) -> TextStream {
+        self.observer = observer;
+        self
+    }
+
     /// The stream begins (text-in streaming submits its first segment now).
     pub fn start(&mut self, at: Instant) -> Result<Vec<Step>> {
         let actions = self.session.start(at);

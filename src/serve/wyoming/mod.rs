@@ -198,6 +198,15 @@ struct Stream {
     /// When `synthesize-stop` came (then the request deadline counts from it).
     stopped: Option<Instant>,
     audio: Audio,
+    /// `debug.model_text`: the texts the model gets.
+    model_text: Option<cosy::app::dump::ModelTexts>,
+}
+
+impl Stream {
+    /// The texts the model got since the last call (none without `debug.model_text`).
+    fn model_texts(&self) -> Vec<cosy::app::dump::ModelText> {
+        self.model_text.as_ref().map(cosy::app::dump::ModelTexts::take).unwrap_or_default()
+    }
 }
 
 /// What a synthesis has sent: whether `audio-start` went out, and how many samples (for the
@@ -418,14 +427,27 @@ impl Connection {
         self.audio_stop(&mut whole.audio).await
     }
 
+    /// `debug.model_text` (when the server has it): a `cosy-model-text` event for each text
+    /// `segment` gave the model so far, before the audio made of it.
+    async fn tell_model_text(&mut self, texts: Vec<cosy::app::dump::ModelText>, segment: usize) -> Result<(), End> {
+        for t in texts {
+            self.send(&Event::new("cosy-model-text", json!({ "segment": segment, "sentence": t.sentence, "text": t.text, "tokens": t.tokens }))).await?;
+        }
+        Ok(())
+    }
+
     /// A stream's steps as events; true once the stream is finished (its last events written).
     async fn stream_steps(&mut self, stream: &mut Stream, steps: Vec<Step>) -> Result<bool, End> {
         for step in steps {
             match step {
                 Step::Follow(_, handle) => stream.current = Some(follow(&self.state, handle)),
                 Step::Report(Report::FirstAudio { after, .. }) => self.state.metrics.ttfb.observe(after.as_secs_f64()),
-                Step::Report(Report::Audio { samples, .. }) => self.send_audio(&mut stream.audio, &samples).await?,
+                Step::Report(Report::Audio { segment, samples }) => {
+                    self.tell_model_text(stream.model_texts(), segment).await?;
+                    self.send_audio(&mut stream.audio, &samples).await?
+                }
                 Step::Report(Report::SegmentDone(end)) => {
+                    self.tell_model_text(stream.model_texts(), end.index).await?;
                     Finish::of_segment(&self.state, &stream.id, &end).done(end.samples);
                     tracing::info!(request = %stream.id, "segment {} ended{}: {:?}", end.index, if end.ended_early { " early" } else { "" }, end.text);
                 }
@@ -524,11 +546,13 @@ impl Connection {
         speech.test_hooks = fields.test_hooks;
         let request = build_streaming_request(speech).map_err(|e| self.state.api_error(e))?;
         let options = cosy::engine::BistreamOptions { normalize_sentences: self.state.wyoming.normalize };
-        let mut text = TextStream::text_in(engine, &self.state.config, request, options, None);
+        // `debug.model_text`: each text the model gets, told before the audio made of it.
+        let (observer, model_text) = cosy::app::dump::ModelTextObserver::of_config(&self.state.config);
+        let mut text = TextStream::text_in(engine, &self.state.config, request, options, observer);
         let steps = text.start(Instant::now()).map_err(|e| self.state.api_error(e))?;
         tracing::info!(request = %id, "synthesize-start: voice {}, text normalised: {}", resolved.how, options.normalize_sentences);
         let audio = Audio { started: false, samples: 0, _active: self.state.track() };
-        let mut stream = Stream { text, current: None, id, stopped: None, audio };
+        let mut stream = Stream { text, current: None, id, stopped: None, audio, model_text };
         self.stream_steps(&mut stream, steps).await?;
         Ok(Job::Stream(Box::new(stream)))
     }
