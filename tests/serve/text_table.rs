@@ -21,8 +21,11 @@ use tungstenite::Message;
 use crate::common::fixture_model;
 use crate::serve::{start_server, ws_connect, Server};
 
-/// Seeded chunkings of every input, per front end.
+/// Seeded chunkings of every input through the WebSocket (a few speech tokens a sentence: quick).
 const CHUNKINGS: u64 = 3;
+/// Seeded chunkings through Wyoming, whose text-in streaming cannot be cut short by the test hook
+/// (it would end segments early, see the marked cases): each costs a whole synthesis, so one.
+const WYOMING_CHUNKINGS: u64 = 1;
 /// A hang guard on every read (not a timing assertion).
 const READ_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -246,7 +249,7 @@ fn the_text_table_reaches_the_model_the_same_whole_and_streamed() {
                     Err(e) => failures.push(format!("{}: WebSocket {pieces:?}: {e}", case.name)),
                 }
             }
-            if case.not_wyoming.is_none() {
+            if case.not_wyoming.is_none() && seed < WYOMING_CHUNKINGS {
                 match wyoming(wyoming_port, &pieces, &tokenizer) {
                     Ok(texts) if same_but_the_final_stop(&joined(&texts), &expected) => {}
                     Ok(texts) => failures.push(format!("{}: Wyoming {pieces:?}: the model gets {texts:?}, whole {whole:?}", case.name)),
