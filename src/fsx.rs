@@ -10,7 +10,7 @@
 //! left, quota, read-only, permission) and the fix: [`Error::Storage`], built by [`Dest::error`].
 //!
 //! Test hook: `COSY_TEST_KILL_AT=<step>` (`created`, `written`, `synced`, `renamed`; a model add
-//! also `staged`) makes the
+//! also `staged`), or `<step>:<n>` for the n-th write to reach that step, makes the
 //! process SIGKILL itself at that step of a write, so a crash test stops a write exactly between
 //! two steps without timing; `COSY_TEST_PAUSE_AT` holds it there until the test lets it go
 //! (tests/cli/disk.rs).
@@ -289,6 +289,18 @@ pub fn clean_temps(dir: &Path) -> usize {
     removed
 }
 
+/// Whether the kill hook `spec` (`STEP`, or `STEP:N` for the N-th time this process reaches that
+/// step, from 1) fires at `step` now; counts the step's occurrences.
+fn kill_here(spec: &str, step: &str) -> bool {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    static SEEN: AtomicUsize = AtomicUsize::new(0);
+    let (at, nth) = match spec.split_once(':') {
+        Some((at, n)) => (at, n.parse::<usize>().unwrap_or(1).max(1)),
+        None => (spec, 1),
+    };
+    at == step && SEEN.fetch_add(1, Ordering::SeqCst) + 1 == nth
+}
+
 /// The test hooks at `step` of a write: SIGKILL this process when `COSY_TEST_KILL_AT` names the
 /// step (a crash test); when `COSY_TEST_PAUSE_AT` names it, create `paused.<pid>` in the folder
 /// `COSY_TEST_PAUSE_DIR` and wait there until a file `go` appears (a barrier that lines two
@@ -303,7 +315,7 @@ pub(crate) fn test_hooks_at(step: &str) {
             }
         }
     }
-    if std::env::var_os(KILL_AT_ENV).is_some_and(|v| v == step) {
+    if std::env::var(KILL_AT_ENV).is_ok_and(|v| kill_here(&v, step)) {
         // SAFETY: raise has no preconditions; SIGKILL ends the process here, as a crash would.
         unsafe {
             libc::raise(libc::SIGKILL);

@@ -181,6 +181,10 @@ pub struct FileArgs {
     /// sentence, so a model that stops early still produces N tokens.
     #[arg(long, value_name = "N", hide = true, allow_negative_numbers = true, value_parser = parse_count)]
     pub min_tokens: Option<usize>,
+    /// Test only (the test hook `max_tokens`, refused unless `debug.test_hooks = true`): end each
+    /// sentence after N speech tokens, as the model's stop token would.
+    #[arg(long, value_name = "N", hide = true, allow_negative_numbers = true, value_parser = parse_count)]
+    pub max_tokens: Option<usize>,
     /// Speaking rate from 0.5 to 2.0 (mel time-stretch), e.g. 1.2 faster, 0.8 slower. Not with
     /// --stream.
     #[arg(long, default_value_t = 1.0, allow_negative_numbers = true)]
@@ -963,6 +967,7 @@ fn file_command(config: &Config, settings: &crate::serve::settings::Settings, ar
         ("--input", args.input.is_some()),
         ("--dump", args.dump.is_some()),
         ("--min-tokens", args.min_tokens.is_some()),
+        ("--max-tokens", args.max_tokens.is_some()),
         ("--no-text-frontend", args.no_text_frontend),
         ("--show-text", args.show_text),
     ]
@@ -988,6 +993,7 @@ fn file_command(config: &Config, settings: &crate::serve::settings::Settings, ar
         o.seed = args.seed;
         o.stream = asked_streaming(args.stream, args.no_stream);
         o.min_tokens = args.min_tokens;
+        o.test_hooks.max_tokens = args.max_tokens;
         cosy::app::speech::build_request(config, o)
     };
     if let Some(book) = book {

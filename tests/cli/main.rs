@@ -5,6 +5,7 @@ mod common;
 #[path = "../common/serve.rs"]
 mod serve;
 
+mod book;
 mod defaults;
 mod disk;
 mod doctor;
