@@ -16,6 +16,9 @@ use cosy::frontend::book::{read_book, Book, BookLimits};
 use super::{FileArgs, FileRequest};
 use crate::encode::{write_split, write_with_chapters, ChapterMark, FileFormat, Tags};
 
+/// The text the job's template request is built with (never said).
+const TEMPLATE_TEXT: &str = "Book.";
+
 /// Extensions that make a TEXT argument naming an existing file a book.
 const BOOK_EXTENSIONS: [&str; 4] = ["epub", "md", "markdown", "txt"];
 
@@ -101,8 +104,9 @@ impl BookPlan {
     /// audio, its chapter marks and the captions.
     pub fn run(self, config: &Config, engine: &cosy::engine::Engine, args: &FileArgs, request: &FileRequest<'_>) -> anyhow::Result<()> {
         // The job's template request: the voice and options every sentence is said with. Its text
-        // is not used (each sentence is its own request), but the request rules want one.
-        let mut template = request(self.book.chapters[0].title.clone())?;
+        // is not used (each sentence is its own request), but the request rules want one: a
+        // plain word, so that nothing in a chapter title (only symbols, SSML) can refuse it.
+        let mut template = request(TEMPLATE_TEXT.to_string())?;
         template.text.clear();
         let spec = JobSpec {
             chapters: self.book.chapters.iter().map(|c| (c.title.clone(), c.text.clone())).collect(),
