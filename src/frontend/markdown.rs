@@ -304,6 +304,8 @@ impl Renderer {
 
     /// One top-level block (or the rest of a paragraph whose start went out early). `prev` is
     /// where the last words read end: what lies between them and the next is markup or blank.
+    // long: one pass over a block's parser events, each arm small; to split into "which block
+    // ends here" and "emit its text" next.
     fn render(&mut self, doc: &str) {
         if doc.is_empty() {
             return;

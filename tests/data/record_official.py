@@ -174,7 +174,7 @@ def main():
         meta['prompt_text'] = case['prompt_text']
     if 'instruct_text' in case:
         meta['instruct_text'] = case['instruct_text']
-    meta.update(prompt_wav=case['prompt_wav'], prompt_wav_sha256=sha256(prompt_wav),
+    meta.update(prompt_wav=case['prompt_wav'], prompt_wav_sha256=sha256(prompt_wav),  # exact: hashes the input file (metadata), not numeric output
                 stream=case['stream'], speed=case['speed'], seed=0, text_frontend=case['text_frontend'],
                 text_frontend_engine=cv.frontend.text_frontend or None,
                 torch_threads=torch.get_num_threads(), note=case['note'],

@@ -119,6 +119,8 @@ struct TocEntry {
     label: String,
 }
 
+// long: the EPUB's reading order as one sequence (container → package → spine → contents →
+// chapters), each step one refusal; to split into "find the parts" and "cut the chapters" next.
 pub(super) fn read(bytes: &[u8], name: &str, limits: &BookLimits) -> Result<Book> {
     let mut zip = Container::open(bytes, name, limits)?;
     let mimetype = zip.read_text("mimetype")?;
