@@ -10,7 +10,8 @@
 //! left, quota, read-only, permission) and the fix: [`Error::Storage`], built by [`Dest::error`].
 //!
 //! Test hook: `COSY_TEST_KILL_AT=<step>` (`created`, `written`, `synced`, `renamed`; a model add
-//! also `staged`), or `<step>:<n>` for the n-th write to reach that step, makes the
+//! also `staged`; a writer that takes turns, `locking` just before it waits for its folder's lock),
+//! or `<step>:<n>` for the n-th write to reach that step, makes the
 //! process SIGKILL itself at that step of a write, so a crash test stops a write exactly between
 //! two steps without timing; `COSY_TEST_PAUSE_AT` holds it there until the test lets it go
 //! (tests/cli/disk.rs).
@@ -127,6 +128,7 @@ impl Dest {
         self.create_folder()?;
         let lock_path = self.folder().join(LOCK_FILE);
         let lock = OpenOptions::new().create(true).truncate(false).write(true).open(&lock_path).map_err(|e| self.error(e))?;
+        test_hooks_at("locking");
         lock.lock().map_err(|e| self.error(e))?;
         let out = f();
         let _ = lock.unlock();

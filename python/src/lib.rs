@@ -151,7 +151,7 @@ impl EngineCore {
                 self.engine.clone(),
                 &self.config,
                 template,
-                BistreamOptions { normalize_sentences },
+                BistreamOptions { normalize_sentences, ..Default::default() },
                 None,
             );
             TextStream::start(stream)

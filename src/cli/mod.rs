@@ -1296,7 +1296,7 @@ fn file_bistream(
     let req = cosy::app::speech::build_streaming_request(o)?;
     let engine = cosy::engine::Engine::load(config)?;
     let rate = engine.sample_rate();
-    let options = cosy::engine::BistreamOptions { normalize_sentences: args.normalize_sentences };
+    let options = cosy::engine::BistreamOptions { normalize_sentences: args.normalize_sentences, ..Default::default() };
     let stream = cosy::app::text_stream::TextStream::text_in(std::sync::Arc::new(engine), config, req, options, None);
     let samples = collect_audio(out.is_none(), |sink| cosy::app::text_stream::speak_read(stream, std::io::stdin(), "<stdin>", None, sink))?;
     if let Some(path) = out {
@@ -1418,7 +1418,7 @@ fn say_command(config: &Config, settings: &crate::serve::settings::Settings, arg
         cosy::app::speech::build_request(config, o)?
     };
     let source = if streaming_stdin {
-        crate::say::SayText::Stdin(cosy::engine::BistreamOptions { normalize_sentences: args.normalize_sentences })
+        crate::say::SayText::Stdin(cosy::engine::BistreamOptions { normalize_sentences: args.normalize_sentences, ..Default::default() })
     } else {
         crate::say::SayText::Whole
     };

@@ -459,7 +459,9 @@ impl Engine {
                     Err(crossbeam_channel::RecvTimeoutError::Disconnected) => return None,
                 }
             });
-            if options.normalize_sentences {
+            if options.normalize_sentences && options.settled_pieces {
+                synth.synthesize_bistream(&request, synth.normalize_settled(&request, pieces), observer, on_chunk)
+            } else if options.normalize_sentences {
                 synth.synthesize_bistream(&request, synth.normalize_sentences(&request, pieces), observer, on_chunk)
             } else {
                 synth.synthesize_bistream(&request, pieces, observer, on_chunk)
@@ -576,6 +578,12 @@ impl SlowToRtf {
 pub struct BistreamOptions {
     /// Normalise settled sentences (numbers, symbols) instead of the exact, unnormalised text.
     pub normalize_sentences: bool,
+    /// With `normalize_sentences`: each piece is already a span of settled sentences, read as
+    /// Markdown by the caller (`app::text_stream` cuts them), so it is normalised whole as it is
+    /// taken, not regrouped. Then a piece the request took is a piece the LLM got: a segment that
+    /// ends early leaves nothing behind in a sentence buffer, and the pieces it did not take are
+    /// the next segment's.
+    pub settled_pieces: bool,
 }
 
 /// The text of a text-in streaming request, piece by piece ([`Engine::submit_bistream`]).

@@ -629,6 +629,23 @@ impl Synthesizer {
         normalize_sentences_in(self, self.markdown_for(&req.normalization, req.text_frontend), self.numbers_for(&req.normalization), lexicon, pieces)
     }
 
+    /// The normalising option of text-in streaming over pieces that are already settled spans
+    /// (`BistreamOptions::settled_pieces`: the app's text stream read the Markdown and cut the
+    /// sentences): each piece normalised whole as it is taken, as
+    /// [`Synthesizer::normalize_sentences`] normalises a span it settled itself.
+    pub fn normalize_settled<'a, I>(&'a self, req: &Request, pieces: I) -> impl Iterator<Item = Result<String>> + 'a
+    where
+        I: IntoIterator<Item = Result<String>>,
+        I::IntoIter: 'a,
+    {
+        let lexicon = match self.lexicon_for(&req.voice) {
+            std::borrow::Cow::Owned(own) => Some(own),
+            std::borrow::Cow::Borrowed(_) => None,
+        };
+        let numbers = self.numbers_for(&req.normalization);
+        pieces.into_iter().map(move |piece| piece.map(|span| self.normalize_span(&span, numbers, lexicon.as_ref())))
+    }
+
     /// One settled span normalised, keeping the blank between sentences that the normaliser trims;
     /// `lexicon`: the request's ([`Synthesizer::lexicon_for`]), `None` = the global one.
     fn normalize_span(&self, span: &str, numbers: bool, lexicon: Option<&Lexicon>) -> String {

@@ -6,7 +6,8 @@
 //! calls it replaces on a CPU (docs/benchmarks.md, "On disk").
 //!
 //! A file is safetensors (the crate the model's side file and voices use): the cache's tensors and
-//! metadata naming the format, the model it belongs to and the voice. Its name is a hash of both,
+//! metadata naming the format, the model it belongs to, the voice and a CRC-32 of every tensor's
+//! bytes (so a bit flipped on disk is found and the file recorded again, not used). Its name is a hash of both,
 //! so another model, precision or provider (a `model` tag: [`PrefixDisk::new`]) never reads it.
 //! Files are written to a temporary name and renamed, so a reader sees a whole file or none; the
 //! folder is kept under its bound by dropping the least recently used files (by modification
@@ -30,7 +31,8 @@ use crate::flow::{DitCacheShape, PrefixCache, PrefixStep};
 type VoiceKey = [u8; 32];
 
 const FORMAT: &str = "cosy-prompt-prefix";
-const FORMAT_VERSION: &str = "1";
+/// 2: the `crc32` of the data (a version-1 file has none: read as another format, recorded again).
+const FORMAT_VERSION: &str = "2";
 const SUFFIX: &str = "safetensors";
 /// A temporary file older than this is a writer that died: removed when the folder is trimmed.
 const STALE_TEMP: Duration = Duration::from_secs(3600);
@@ -77,6 +79,15 @@ impl View for F32View<'_> {
     fn data_len(&self) -> usize {
         4 * self.data.len()
     }
+}
+
+/// The tensors' names in the order their bytes are checksummed: `mel`, then each step's.
+fn tensor_names(steps: usize) -> Vec<String> {
+    let mut names = vec!["mel".to_string()];
+    for i in 0..steps {
+        names.extend(["k", "v", "conv1", "conv2"].map(|part| format!("step{i:03}.{part}")));
+    }
+    names
 }
 
 impl PrefixDisk {
@@ -133,6 +144,13 @@ impl PrefixDisk {
         }
         let frames: usize = meta.get("frames").and_then(|f| f.parse().ok()).filter(|&f| f > 0).ok_or("has no frame count")?;
         let tensors = SafeTensors::deserialize(&map).map_err(|e| format!("is unreadable ({e})"))?;
+        let mut crc = crc32fast::Hasher::new();
+        for name in tensor_names(self.steps) {
+            crc.update(tensors.tensor(&name).map_err(|_| format!("lacks tensor {name}"))?.data());
+        }
+        if !want("crc32", &format!("{:08x}", crc.finalize())) {
+            return Err("has data that does not match its checksum (damaged on disk)".into());
+        }
         let values = |name: &str, shape: &[usize]| -> Result<Vec<f32>, String> {
             let t = tensors.tensor(name).map_err(|_| format!("lacks tensor {name}"))?;
             if t.dtype() != Dtype::F32 || t.shape() != shape {
@@ -170,13 +188,15 @@ impl PrefixDisk {
             return Ok(()); // larger than the whole bound: not kept
         }
         let path = self.path(key);
-        let mut tensors: Vec<(String, F32View<'_>)> = vec![("mel".into(), F32View::of(&cache.mel))];
-        for (i, step) in cache.steps.iter().enumerate() {
-            tensors.push((format!("step{i:03}.k"), F32View::of(&step.k)));
-            tensors.push((format!("step{i:03}.v"), F32View::of(&step.v)));
-            tensors.push((format!("step{i:03}.conv1"), F32View::of(&step.conv1)));
-            tensors.push((format!("step{i:03}.conv2"), F32View::of(&step.conv2)));
+        let mut views = vec![F32View::of(&cache.mel)];
+        for step in &cache.steps {
+            views.extend([F32View::of(&step.k), F32View::of(&step.v), F32View::of(&step.conv1), F32View::of(&step.conv2)]);
         }
+        let mut crc = crc32fast::Hasher::new();
+        for view in &views {
+            crc.update(&view.data());
+        }
+        let tensors: Vec<(String, F32View<'_>)> = tensor_names(self.steps).into_iter().zip(views).collect();
         let meta: HashMap<String, String> = [
             ("format", FORMAT.to_string()),
             ("format_version", FORMAT_VERSION.to_string()),
@@ -184,6 +204,7 @@ impl PrefixDisk {
             ("voice", hex::encode(key)),
             ("frames", cache.frames.to_string()),
             ("mel_rows", cache.mel.nrows().to_string()),
+            ("crc32", format!("{:08x}", crc.finalize())),
         ]
         .into_iter()
         .map(|(k, v)| (k.to_string(), v))
@@ -294,6 +315,17 @@ mod tests {
         std::fs::write(&path, b"not a cache").unwrap();
         assert!(disk.load(&[1; 32]).is_none());
         assert!(!path.exists());
+        // One bit flipped in the data (the header intact, the file whole): found by the checksum.
+        let data_start = 8 + usize::try_from(u64::from_le_bytes(bytes[..8].try_into().unwrap())).unwrap();
+        for at in [data_start, bytes.len() - 1] {
+            let mut flipped = bytes.clone();
+            flipped[at] ^= 0x40;
+            std::fs::write(&path, &flipped).unwrap();
+            assert!(disk.load(&[1; 32]).is_none(), "a bit flipped at byte {at} of {}", bytes.len());
+            assert!(!path.exists(), "the damaged file was removed");
+        }
+        std::fs::write(&path, &bytes).unwrap();
+        assert!(disk.load(&[1; 32]).is_some(), "the file as written reads");
     }
 
     #[test]

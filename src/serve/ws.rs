@@ -299,7 +299,7 @@ async fn configure(state: &Arc<AppState>, id: &str, config: SessionConfig, ignor
     speech.normalization = super::synthesis::NormalizationParams::of(config.normalization)?;
     speech.input_format = input_format;
     speech.test_hooks = test_hooks;
-    let options = cosy::engine::BistreamOptions { normalize_sentences: config.normalize.unwrap_or(false) };
+    let options = cosy::engine::BistreamOptions { normalize_sentences: config.normalize.unwrap_or(false), ..Default::default() };
     Ok(Setup { speech, bistream: bistream.then_some(options), created })
 }
 

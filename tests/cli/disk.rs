@@ -504,3 +504,110 @@ fn two_processes_saving_into_one_voices_folder_lose_nothing_and_tear_nothing() {
     }
     assert!(!text.contains("unusable"), "{text}");
 }
+
+/// `cosy file --stream` of the voice "me" into `out` (the prompt-prefix cache of that voice is
+/// recorded by its first streaming chunk and written to `<engine cache>/prompt-prefix`).
+fn streamed_file(home: &Path, out: &str) -> Command {
+    let mut cmd = common::cosy_at_home(home);
+    cmd.arg("--set").arg(format!("runtime.engine_cache={}", home.join("engines").display()));
+    cmd.args(["file", "--voice", "me", "--stream", "--seed", "3", "-o", out, TEXT]);
+    cmd
+}
+
+/// Waits until a process paused at a barrier in `dir` (it wrote `paused.<pid>` there); one that
+/// ended instead fails the test, not hangs it.
+fn until_paused(child: &mut std::process::Child, dir: &Path, what: &str) {
+    while !names(dir).iter().any(|n| n.starts_with("paused.")) {
+        if child.try_wait().expect("wait").is_some() {
+            let mut err = String::new();
+            if let Some(mut e) = child.stderr.take() {
+                let _ = std::io::Read::read_to_string(&mut e, &mut err);
+            }
+            panic!("{what} ended before its barrier: {err}");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
+
+/// Issue 30 point 4, the prompt-prefix folder: two `cosy file` processes record the same voice's
+/// DiT cache into one folder at once. The first is held with its file written but not yet
+/// published (inside the folder's lock), the second just before it takes that lock: both writes
+/// are in flight together, lined up by barriers, not by timing. Afterwards: one whole file (its
+/// checksum holds), no temporary file, nothing reported damaged, and a third process reads it from
+/// disk and says the same audio.
+#[test]
+fn two_processes_recording_one_voices_prompt_prefix_write_one_whole_file() {
+    let (home, _) = home_with_voice();
+    // The graph caches warm (their writes take the same hooks), then no prefix file yet.
+    ok(&streamed_file(home.path(), "warm.wav").output().expect("cosy"), "the warm-up run");
+    let prefix = home.path().join("engines/prompt-prefix");
+    let files = || names(&prefix).into_iter().filter(|n| n.ends_with(".safetensors") && !n.starts_with('.')).collect::<Vec<_>>();
+    assert_eq!(files().len(), 1, "the warm-up run recorded the voice: {:?}", names(&prefix));
+    std::fs::remove_dir_all(&prefix).expect("remove the prefix folder");
+    let spawn = |out: &str, step: &str, barrier: &Path| {
+        std::fs::create_dir_all(barrier).unwrap();
+        let mut cmd = streamed_file(home.path(), out);
+        if step == "locking" {
+            cmd.env("COSY_TEST_KILL_AT", "created");
+        }
+        cmd.env("COSY_TEST_PAUSE_AT", step)
+            .env("COSY_TEST_PAUSE_DIR", barrier)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("cosy")
+    };
+    let (barrier_a, barrier_b) = (home.path().join("barrier-a"), home.path().join("barrier-b"));
+    let mut a = spawn("a.wav", "synced", &barrier_a);
+    until_paused(&mut a, &barrier_a, "the first writer");
+    // The second must not write the file again: once it has the lock it finds the first's file.
+    // Were it to start a write of its own, the kill hook ends it (and the test fails).
+    let mut b = spawn("b.wav", "locking", &barrier_b);
+    until_paused(&mut b, &barrier_b, "the second writer");
+    assert!(files().is_empty(), "the first write is not published yet: {:?}", names(&prefix));
+    assert_eq!(leftovers(&prefix).len(), 1, "the first writer's temporary file: {:?}", names(&prefix));
+    // The second goes on to the lock, and waits there while the first holds it: seen in
+    // /proc/locks as a waiter ("->") of its pid. (Without the lock it would write at once, and
+    // its kill hook end it.) Then the first goes on.
+    let pid = b.id().to_string();
+    std::fs::write(barrier_b.join("go"), b"").unwrap();
+    // A hang guard (not a timing assertion): /proc/locks of another pid namespace would not show it.
+    let guard = std::time::Instant::now();
+    loop {
+        assert!(guard.elapsed() < std::time::Duration::from_secs(300), "the second writer neither waits on the lock nor ends");
+        let locks = std::fs::read_to_string("/proc/locks").expect("read /proc/locks");
+        let waits = locks.lines().any(|l| l.contains("->") && l.split_whitespace().any(|w| w == pid));
+        if waits || b.try_wait().expect("wait").is_some() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    std::fs::write(barrier_a.join("go"), b"").unwrap();
+    let (a, b) = (a.wait_with_output().expect("cosy"), b.wait_with_output().expect("cosy"));
+    ok(&a, "the first writer");
+    ok(&b, "the second writer (killed if it wrote the file a second time)");
+    assert_eq!(files().len(), 1, "one file for the one voice: {:?}", names(&prefix));
+    assert!(leftovers(&prefix).is_empty(), "{:?}", names(&prefix));
+    // A third process reads it from disk (a damaged file would be reported and removed).
+    let c = streamed_file(home.path(), "c.wav").env("COSY_LOG", "cosy=debug").output().expect("cosy");
+    ok(&c, "the reader");
+    let said = |o: &Output| String::from_utf8_lossy(&o.stderr).into_owned();
+    assert!(said(&c).contains("read the voice's DiT prompt-prefix cache from disk"), "{}", said(&c));
+    for (o, who) in [(&a, "first"), (&b, "second"), (&c, "reader")] {
+        let problem = said(o).contains("prompt-prefix cache file") || said(o).contains("not written to disk");
+        assert!(!problem, "the {who} reported a cache file problem: {}", said(o));
+    }
+    assert_eq!(files().len(), 1, "read, kept: {:?}", names(&prefix));
+    // The same audio from a cache solved here and read from disk: 16-bit samples within one step
+    // (the cache holds the same bits; the step allows a rounding edge of the float samples).
+    let samples = |name: &str| -> Vec<i16> {
+        hound::WavReader::open(home.path().join(name)).expect("a wav").samples::<i16>().map(|s| s.expect("a sample")).collect()
+    };
+    let first = samples("a.wav");
+    for name in ["b.wav", "c.wav"] {
+        let other = samples(name);
+        assert_eq!(first.len(), other.len(), "{name}");
+        let worst = first.iter().zip(&other).map(|(x, y)| (i32::from(*x) - i32::from(*y)).abs()).max().unwrap_or(0);
+        assert!(worst <= 1, "{name} differs by {worst} steps");
+    }
+}

@@ -66,15 +66,24 @@ pub struct TextStream {
 
 impl TextStream {
     /// Text-in streaming: each segment a request from `template` (a text-in streaming request,
-    /// already checked), observed by `observer`.
+    /// already checked), observed by `observer`. With `options.normalize_sentences` the session
+    /// reads the Markdown and cuts the settled sentences ([`Segmenting::TextInSentences`]), and
+    /// the engine normalises each as it takes it (`BistreamOptions::settled_pieces`): no text is
+    /// held in the engine where an early end would lose it.
     pub fn text_in(
         engine: Arc<Engine>,
         config: &Config,
         template: Request,
-        options: BistreamOptions,
+        mut options: BistreamOptions,
         observer: Option<Arc<dyn SynthesisObserver + Send>>,
     ) -> TextStream {
-        let session = Session::new(Segmenting::TextIn, config.limits.max_text_chars);
+        let session = if options.normalize_sentences {
+            options.settled_pieces = true;
+            let markdown = template.normalization.markdown(config.text.markdown, template.text_frontend);
+            Session::new(Segmenting::TextInSentences, config.limits.max_text_chars).with_markdown(markdown)
+        } else {
+            Session::new(Segmenting::TextIn, config.limits.max_text_chars)
+        };
         TextStream { session, engine, requests: Requests::TextIn { template, options }, observer, feed: None, progress: None }
     }
 

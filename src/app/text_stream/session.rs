@@ -20,6 +20,11 @@ pub enum Segmenting {
     /// Each settled sentence ([`SentenceBuffer`]) is a whole-text segment; segments speak one
     /// after another.
     Sentences,
+    /// Text-in streaming of settled sentences (its normalising option): the pieces are read as
+    /// Markdown and cut into settled spans here, and each span goes into the segment speaking as
+    /// one piece. So a segment that ends early has taken whole spans only, and what it did not
+    /// take starts the next segment (the engine's own regrouping would hold text it had taken).
+    TextInSentences,
 }
 
 /// What happens to a session (its front end's message, or its engine's event).
@@ -112,8 +117,10 @@ pub struct Totals {
 /// Text not yet in a segment, by segmenting.
 #[derive(Debug)]
 enum Pending {
-    /// Pieces no segment took yet (after one ended early): all of them are the next segment's.
-    TextIn { waiting: Vec<String> },
+    /// Pieces no segment took yet (after one ended early): all of them are the next segment's;
+    /// `cutter`: the pieces are settled spans cut from the text as it arrives
+    /// ([`Segmenting::TextInSentences`]).
+    TextIn { waiting: Vec<String>, cutter: Option<Cutter> },
     /// Text not settled yet, and settled sentences waiting for their turn; `markdown` reads the
     /// text before it is cut into sentences (a construct split across pieces reads as whole).
     Sentences { markdown: Option<Box<MarkdownStream>>, buffer: SentenceBuffer, settled: VecDeque<String> },
@@ -153,6 +160,34 @@ impl SsmlHold {
                 None
             }
         }
+    }
+}
+
+/// Text cut into settled spans as it arrives, read as Markdown first when it is.
+#[derive(Debug, Default)]
+struct Cutter {
+    markdown: Option<Box<MarkdownStream>>,
+    buffer: SentenceBuffer,
+}
+
+impl Cutter {
+    /// `text` arrived: the span it settled, if any (text with nothing to say waits for more).
+    fn push(&mut self, text: &str) -> Option<String> {
+        read_into(&mut self.markdown, &mut self.buffer, text);
+        let span = self.buffer.take_settled()?;
+        if check_speakable(&span).is_ok() {
+            return Some(span);
+        }
+        self.buffer.give_back(span);
+        None
+    }
+
+    /// The input is done: the rest, if it has something to say.
+    fn finish(&mut self) -> Option<String> {
+        if let Some(stream) = self.markdown.as_mut() {
+            self.buffer.push(&stream.finish());
+        }
+        Some(self.buffer.take_rest()).filter(|rest| check_speakable(rest).is_ok())
     }
 }
 
@@ -214,7 +249,8 @@ impl Session {
     /// A session of `segmenting`, at most `max_text_chars` characters of text in all.
     pub fn new(segmenting: Segmenting, max_text_chars: usize) -> Session {
         let pending = match segmenting {
-            Segmenting::TextIn => Pending::TextIn { waiting: Vec::new() },
+            Segmenting::TextIn => Pending::TextIn { waiting: Vec::new(), cutter: None },
+            Segmenting::TextInSentences => Pending::TextIn { waiting: Vec::new(), cutter: Some(Cutter::default()) },
             Segmenting::Sentences => Pending::Sentences { markdown: None, buffer: SentenceBuffer::default(), settled: VecDeque::new() },
         };
         let ssml = SsmlHold::Undecided(String::new());
@@ -222,10 +258,13 @@ impl Session {
     }
 
     /// Sentences are read as Markdown first (`frontend::markdown`); their segments' requests
-    /// must then not read it again. Text-in pieces are given as written.
+    /// must then not read it again. Text-in pieces ([`Segmenting::TextIn`]) are given as written.
     pub fn with_markdown(mut self, settings: Option<MarkdownSettings>) -> Session {
-        if let Pending::Sentences { markdown, .. } = &mut self.pending {
-            *markdown = settings.map(|s| Box::new(MarkdownStream::new(s)));
+        let reader = settings.map(|s| Box::new(MarkdownStream::new(s)));
+        match &mut self.pending {
+            Pending::Sentences { markdown, .. } => *markdown = reader,
+            Pending::TextIn { cutter: Some(cutter), .. } => cutter.markdown = reader,
+            Pending::TextIn { cutter: None, .. } => {}
         }
         self
     }
@@ -309,14 +348,23 @@ impl Session {
             return Ok(());
         }
         match &mut self.pending {
-            Pending::TextIn { waiting } => match self.speaking.as_mut().filter(|s| s.text_open) {
-                Some(speaking) => {
-                    speaking.pieces.push(piece.clone());
-                    actions.push(Action::Feed(piece));
-                    return Ok(());
+            Pending::TextIn { waiting, cutter } => {
+                let piece = match cutter {
+                    None => piece,
+                    Some(cutter) => match cutter.push(&piece) {
+                        Some(span) => span,
+                        None => return Ok(()),
+                    },
+                };
+                match self.speaking.as_mut().filter(|s| s.text_open) {
+                    Some(speaking) => {
+                        speaking.pieces.push(piece.clone());
+                        actions.push(Action::Feed(piece));
+                        return Ok(());
+                    }
+                    None => waiting.push(piece),
                 }
-                None => waiting.push(piece),
-            },
+            }
             Pending::Sentences { markdown, buffer, settled } => {
                 let Some(piece) = self.ssml.push(&piece) else { return Ok(()) };
                 read_into(markdown, buffer, &piece);
@@ -340,7 +388,17 @@ impl Session {
         }
         self.input_done = true;
         match &mut self.pending {
-            Pending::TextIn { .. } => {
+            Pending::TextIn { waiting, cutter } => {
+                // The text the cutter still held: the last piece.
+                if let Some(rest) = cutter.as_mut().and_then(Cutter::finish) {
+                    match self.speaking.as_mut().filter(|s| s.text_open) {
+                        Some(speaking) => {
+                            speaking.pieces.push(rest.clone());
+                            actions.push(Action::Feed(rest));
+                        }
+                        None => waiting.push(rest),
+                    }
+                }
                 if let Some(speaking) = self.speaking.as_mut() {
                     if std::mem::take(&mut speaking.text_open) {
                         actions.push(Action::EndText);
@@ -398,7 +456,7 @@ impl Session {
         let taken = pieces_taken.unwrap_or(segment.pieces.len()).min(segment.pieces.len());
         let mut rest = segment.pieces.split_off(taken);
         let ended_early = segment.text_open || !rest.is_empty();
-        if let Pending::TextIn { waiting } = &mut self.pending {
+        if let Pending::TextIn { waiting, .. } = &mut self.pending {
             rest.append(waiting);
             *waiting = rest;
         }
@@ -430,7 +488,7 @@ impl Session {
             return;
         }
         let pieces = match &mut self.pending {
-            Pending::TextIn { waiting } => {
+            Pending::TextIn { waiting, .. } => {
                 if waiting.is_empty() {
                     return;
                 }
@@ -461,7 +519,7 @@ impl Session {
     /// The session is finished once the input is done, nothing speaks and nothing waits.
     fn finish_when_done(&mut self, actions: &mut Vec<Action>) {
         let nothing_waits = match &self.pending {
-            Pending::TextIn { waiting } => waiting.is_empty(),
+            Pending::TextIn { waiting, .. } => waiting.is_empty(),
             Pending::Sentences { settled, .. } => settled.is_empty(),
         };
         if self.input_done && self.speaking.is_none() && nothing_waits {

@@ -306,3 +306,46 @@ fn sentences_hold_ssml_until_the_end() {
     // Too short to tell: text.
     assert_eq!(segments_of(InputFormat::Auto, &["<spe"]), (vec!["<spe".to_string()], false));
 }
+
+/// Text-in streaming's normalising option: the session cuts settled sentences and each goes in as
+/// one piece. A segment whose speech ends early has taken whole sentences only; the sentences it
+/// did not take and the text still unsettled are the next segment's, so nothing is lost and
+/// nothing said twice (issue 32: the engine's own regrouping held taken text and dropped it).
+#[test]
+fn text_in_sentences_feed_settled_sentences_and_an_early_end_loses_none() {
+    let (mut run, first) = Run::new(Segmenting::TextInSentences, 1000);
+    assert_eq!(first, [Seen::Start(start(0, &[], false))], "the first segment starts before any text");
+    assert_eq!(run.text(1, "One two"), [], "nothing settled yet");
+    assert_eq!(run.text(2, ". Three"), [Seen::Feed("One two.".into())], "a sentence end settles once the next sentence begins");
+    assert_eq!(run.text(3, " four. Fi"), [Seen::Feed(" Three four.".into())]);
+    assert_eq!(run.text(4, "ve six. Se"), [Seen::Feed(" Five six.".into())]);
+    // The speech ended after the first sentence: the others, and the unsettled "Se…", are
+    // segment 1's.
+    let next = run.at(5, Input::Done { pieces_taken: Some(1) });
+    assert_eq!(
+        next,
+        [
+            Seen::Done { index: 0, text: "One two.".into(), ended_early: true, samples: 0, first_audio: None },
+            Seen::Start(start(1, &[" Three four.", " Five six."], false)),
+        ]
+    );
+    assert_eq!(run.text(6, "ven"), []);
+    assert_eq!(run.at(7, Input::End), [Seen::Feed(" Seven".into()), Seen::EndText], "the rest at the end, then the text is complete");
+    let last = run.at(8, Input::Done { pieces_taken: Some(3) });
+    assert_eq!(last[0], Seen::Done { index: 1, text: " Three four. Five six. Seven".into(), ended_early: false, samples: 0, first_audio: None });
+    assert_eq!(last[1], Seen::Finished(Totals { segments: 2, samples: 0 }));
+
+    // Markdown is read before the cut, across pieces (the engine then reads none).
+    let t0 = Instant::now();
+    let mut session = Session::new(Segmenting::TextInSentences, 1000).with_markdown(Some(crate::config::MarkdownSettings::ON));
+    assert_eq!(seen(session.start(t0)), [Seen::Start(start(0, &[], false))]);
+    let mut fed = Vec::new();
+    for input in ["Run **cargo", " build** now.\n\nThen ", "stop.\n\nMore", " text"].map(|p| Input::Text(p.into())).into_iter().chain([Input::End]) {
+        for action in session.handle(input, t0).expect("accepted") {
+            if let Action::Feed(piece) = action {
+                fed.push(piece);
+            }
+        }
+    }
+    assert_eq!(fed.concat(), crate::frontend::markdown::to_speech("Run **cargo build** now.\n\nThen stop.\n\nMore text", crate::config::MarkdownSettings::ON));
+}

@@ -545,7 +545,7 @@ impl Connection {
         let mut speech = SpeechOptions::new(String::new(), resolved.voice, true);
         speech.test_hooks = fields.test_hooks;
         let request = build_streaming_request(speech).map_err(|e| self.state.api_error(e))?;
-        let options = cosy::engine::BistreamOptions { normalize_sentences: self.state.wyoming.normalize };
+        let options = cosy::engine::BistreamOptions { normalize_sentences: self.state.wyoming.normalize, ..Default::default() };
         // `debug.model_text`: each text the model gets, told before the audio made of it.
         let (observer, model_text) = cosy::app::dump::ModelTextObserver::of_config(&self.state.config);
         let mut text = TextStream::text_in(engine, &self.state.config, request, options, observer);
