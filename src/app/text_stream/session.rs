@@ -121,9 +121,9 @@ enum Pending {
     /// `cutter`: the pieces are settled spans cut from the text as it arrives
     /// ([`Segmenting::TextInSentences`]).
     TextIn { waiting: Vec<String>, cutter: Option<Cutter> },
-    /// Text not settled yet, and settled sentences waiting for their turn; `markdown` reads the
-    /// text before it is cut into sentences (a construct split across pieces reads as whole).
-    Sentences { markdown: Option<Box<MarkdownStream>>, buffer: SentenceBuffer, settled: VecDeque<String> },
+    /// Text not settled yet (`cutter`, which reads the Markdown before it cuts: a construct split
+    /// across pieces reads as whole), and settled sentences waiting for their turn.
+    Sentences { cutter: Cutter, settled: VecDeque<String> },
 }
 
 /// Whether a sentence-segmented stream is SSML, which is read whole (an element may span
@@ -163,7 +163,8 @@ impl SsmlHold {
     }
 }
 
-/// Text cut into settled spans as it arrives, read as Markdown first when it is.
+/// Text cut into settled spans as it arrives, read as Markdown first when it is (the one cut of
+/// both sentence segmentings).
 #[derive(Debug, Default)]
 struct Cutter {
     markdown: Option<Box<MarkdownStream>>,
@@ -171,9 +172,18 @@ struct Cutter {
 }
 
 impl Cutter {
-    /// `text` arrived: the span it settled, if any (text with nothing to say waits for more).
+    /// `text` arrived: read, not cut yet.
+    fn read(&mut self, text: &str) {
+        match self.markdown.as_mut() {
+            Some(stream) => self.buffer.push(&stream.push(text)),
+            None => self.buffer.push(text),
+        }
+    }
+
+    /// `text` arrived: the span it settled, if any. Text with nothing to say (only punctuation)
+    /// is not a span: it joins the next.
     fn push(&mut self, text: &str) -> Option<String> {
-        read_into(&mut self.markdown, &mut self.buffer, text);
+        self.read(text);
         let span = self.buffer.take_settled()?;
         if check_speakable(&span).is_ok() {
             return Some(span);
@@ -182,20 +192,12 @@ impl Cutter {
         None
     }
 
-    /// The input is done: the rest, if it has something to say.
-    fn finish(&mut self) -> Option<String> {
+    /// The input is done: all the rest, read.
+    fn rest(&mut self) -> String {
         if let Some(stream) = self.markdown.as_mut() {
             self.buffer.push(&stream.finish());
         }
-        Some(self.buffer.take_rest()).filter(|rest| check_speakable(rest).is_ok())
-    }
-}
-
-/// Text to cut into sentences, read as Markdown first when it is.
-fn read_into(markdown: &mut Option<Box<MarkdownStream>>, buffer: &mut SentenceBuffer, text: &str) {
-    match markdown.as_mut() {
-        Some(stream) => buffer.push(&stream.push(text)),
-        None => buffer.push(text),
+        self.buffer.take_rest()
     }
 }
 
@@ -251,7 +253,7 @@ impl Session {
         let pending = match segmenting {
             Segmenting::TextIn => Pending::TextIn { waiting: Vec::new(), cutter: None },
             Segmenting::TextInSentences => Pending::TextIn { waiting: Vec::new(), cutter: Some(Cutter::default()) },
-            Segmenting::Sentences => Pending::Sentences { markdown: None, buffer: SentenceBuffer::default(), settled: VecDeque::new() },
+            Segmenting::Sentences => Pending::Sentences { cutter: Cutter::default(), settled: VecDeque::new() },
         };
         let ssml = SsmlHold::Undecided(String::new());
         Session { pending, ssml, received: 0, limit: max_text_chars, input_done: false, over: false, speaking: None, started: 0, samples: 0 }
@@ -262,8 +264,7 @@ impl Session {
     pub fn with_markdown(mut self, settings: Option<MarkdownSettings>) -> Session {
         let reader = settings.map(|s| Box::new(MarkdownStream::new(s)));
         match &mut self.pending {
-            Pending::Sentences { markdown, .. } => *markdown = reader,
-            Pending::TextIn { cutter: Some(cutter), .. } => cutter.markdown = reader,
+            Pending::Sentences { cutter, .. } | Pending::TextIn { cutter: Some(cutter), .. } => cutter.markdown = reader,
             Pending::TextIn { cutter: None, .. } => {}
         }
         self
@@ -365,17 +366,9 @@ impl Session {
                     None => waiting.push(piece),
                 }
             }
-            Pending::Sentences { markdown, buffer, settled } => {
+            Pending::Sentences { cutter, settled } => {
                 let Some(piece) = self.ssml.push(&piece) else { return Ok(()) };
-                read_into(markdown, buffer, &piece);
-                if let Some(sentence) = buffer.take_settled() {
-                    // Text with nothing to say (only punctuation) joins the next sentence.
-                    if check_speakable(&sentence).is_ok() {
-                        settled.push_back(sentence);
-                    } else {
-                        buffer.give_back(sentence);
-                    }
-                }
+                settled.extend(cutter.push(&piece));
             }
         }
         self.start_next(at, actions);
@@ -389,8 +382,8 @@ impl Session {
         self.input_done = true;
         match &mut self.pending {
             Pending::TextIn { waiting, cutter } => {
-                // The text the cutter still held: the last piece.
-                if let Some(rest) = cutter.as_mut().and_then(Cutter::finish) {
+                // The text the cutter still held: the last piece, if it has something to say.
+                if let Some(rest) = cutter.as_mut().map(Cutter::rest).filter(|rest| check_speakable(rest).is_ok()) {
                     match self.speaking.as_mut().filter(|s| s.text_open) {
                         Some(speaking) => {
                             speaking.pieces.push(rest.clone());
@@ -406,19 +399,16 @@ impl Session {
                     return Ok(());
                 }
             }
-            Pending::Sentences { markdown, buffer, settled } => {
+            Pending::Sentences { cutter, settled } => {
                 let ssml = &mut self.ssml;
                 let rest = match ssml {
                     SsmlHold::Whole(all) => std::mem::take(all),
                     _ => {
                         // A stream too short to tell (`<spe`) is text.
                         if let SsmlHold::Undecided(so_far) = std::mem::replace(ssml, SsmlHold::Text) {
-                            read_into(markdown, buffer, &so_far);
+                            cutter.read(&so_far);
                         }
-                        if let Some(stream) = markdown.as_mut() {
-                            buffer.push(&stream.finish());
-                        }
-                        buffer.take_rest()
+                        cutter.rest()
                     }
                 };
                 match check_speakable(&rest) {
