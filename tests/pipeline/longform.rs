@@ -199,3 +199,82 @@ fn a_job_killed_with_sigkill_resumes_to_the_same_bytes() {
     let left: Vec<_> = std::fs::read_dir(dir.join("audio")).expect("audio folder").flatten().map(|e| e.file_name()).filter(|n| n.to_string_lossy().starts_with('.')).collect();
     assert!(left.is_empty(), "no temporary file is left: {left:?}");
 }
+
+/// `kill -9` at `kills` seeded random points of the job's writes (a step of fsx's crash hook and
+/// which sentence's write reaches it: `STEP:N`), each followed by a resume; a job that gets to
+/// its end is checked against the uninterrupted run's bytes (sentences kept, none torn, no
+/// temporary file) and made again, until every kill is spent (issue 30, point 3).
+fn killed_at_random_points(kills: usize) {
+    let (engine, _cache) = engine();
+    let folders = tempfile::tempdir().expect("temp dir");
+    let expected = sentences(&run_whole(&engine, &folders.path().join("whole"), spec(chapters(), 1)));
+    let dir = folders.path().join("killed");
+    let child = |at: &str| {
+        std::process::Command::new(std::env::current_exe().expect("test binary"))
+            .args(["longform::longform_child", "--exact", "--ignored", "--quiet"])
+            .env("LONGFORM_CHILD_DIR", &dir)
+            .env(cosy::fsx::KILL_AT_ENV, at)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .expect("the child runs")
+    };
+    let check_whole = |why: &str| {
+        let mut job = Job::open(&dir, spec(chapters(), 1), &engine).expect("the job opens");
+        let resumed = job.run(&engine, |_| ControlFlow::Continue(())).expect("the rest runs");
+        assert_eq!(sentences(&resumed), expected, "{why}: the uninterrupted run's bytes");
+        let left: Vec<_> = std::fs::read_dir(dir.join("audio")).expect("audio folder").flatten().map(|e| e.file_name()).filter(|n| n.to_string_lossy().starts_with('.')).collect();
+        assert!(left.is_empty(), "{why}: no temporary file is left: {left:?}");
+    };
+    // SplitMix64: the same points on every run and machine.
+    let mut state: u64 = 0x5eed_0030;
+    let mut next = |bound: u64| {
+        state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        (z ^ (z >> 31)) % bound
+    };
+    // The loop's own leaks (a child's pipe, a job's file): descriptors and memory of this
+    // process, before and after (bounds as tests/cli/disk.rs': other tests run beside this one).
+    let fds = || std::fs::read_dir("/proc/self/fd").map(|d| d.count()).unwrap_or(0);
+    let rss_kib = || {
+        let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+        status.lines().find_map(|l| l.strip_prefix("VmRSS:")).and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok()).unwrap_or(0)
+    };
+    let (fds_before, rss_before) = (fds(), rss_kib());
+    let (mut spent, mut rounds) = (0, 0);
+    while spent < kills {
+        let _ = std::fs::remove_dir_all(&dir);
+        drop(Job::open(&dir, spec(chapters(), 1), &engine).expect("the job is made"));
+        loop {
+            let step = ["created", "written", "synced", "renamed"][next(4) as usize];
+            let at = format!("{step}:{}", 1 + next(3));
+            let status = child(&at);
+            if status.signal() != Some(9) {
+                // No write reached that point: the child said the rest of the job.
+                assert!(status.success(), "the child at {at}: {status:?}");
+                break;
+            }
+            spent += 1;
+            if spent == kills {
+                break;
+            }
+        }
+        rounds += 1;
+        check_whole(&format!("round {rounds}, {spent} kills so far"));
+    }
+    assert!(fds() <= fds_before + kills / 2, "file descriptors grew from {fds_before} to {} over {kills} kills", fds());
+    assert!(rss_kib() < rss_before + 64 * 1024, "the test's memory grew from {rss_before} KiB to {} KiB", rss_kib());
+}
+
+#[test]
+fn a_job_killed_at_10_random_points_resumes_to_the_same_bytes() {
+    killed_at_random_points(10);
+}
+
+#[test]
+#[ignore = "50 kills: slow (run with --ignored)"]
+fn a_job_killed_at_50_random_points_resumes_to_the_same_bytes() {
+    killed_at_random_points(50);
+}
