@@ -361,6 +361,15 @@ impl Synthesizer {
 
     /// The lexicon a request's text is read with: its saved voice's over the global one
     /// (`text.lexicon`), the voice's entries winning.
+    /// A saved voice's own lexicon over the global one, `None` when the voice has none (the
+    /// normalisers then use the global one): what a text stream keeps for its request.
+    fn voice_lexicon(&self, voice: &Voice) -> Option<Lexicon> {
+        match self.lexicon_for(voice) {
+            std::borrow::Cow::Owned(own) => Some(own),
+            std::borrow::Cow::Borrowed(_) => None,
+        }
+    }
+
     fn lexicon_for(&self, voice: &Voice) -> std::borrow::Cow<'_, Lexicon> {
         match voice {
             Voice::Saved { lexicon: Some(own), .. } => std::borrow::Cow::Owned(own.over(&self.lexicon)),
@@ -622,10 +631,7 @@ impl Synthesizer {
         I: IntoIterator<Item = Result<String>>,
         I::IntoIter: 'a,
     {
-        let lexicon = match self.lexicon_for(&req.voice) {
-            std::borrow::Cow::Owned(own) => Some(own),
-            std::borrow::Cow::Borrowed(_) => None,
-        };
+        let lexicon = self.voice_lexicon(&req.voice);
         normalize_sentences_in(self, self.markdown_for(&req.normalization, req.text_frontend), self.numbers_for(&req.normalization), lexicon, pieces)
     }
 
@@ -638,10 +644,7 @@ impl Synthesizer {
         I: IntoIterator<Item = Result<String>>,
         I::IntoIter: 'a,
     {
-        let lexicon = match self.lexicon_for(&req.voice) {
-            std::borrow::Cow::Owned(own) => Some(own),
-            std::borrow::Cow::Borrowed(_) => None,
-        };
+        let lexicon = self.voice_lexicon(&req.voice);
         let numbers = self.numbers_for(&req.normalization);
         pieces.into_iter().map(move |piece| piece.map(|span| self.normalize_span(&span, numbers, lexicon.as_ref())))
     }
