@@ -4,7 +4,9 @@
 #
 #   scripts/golden.sh [DUMP_ROOT]
 # Env: COSY_SHARED (default ../shared beside the repo), COSY_VENV (default ~/.cache/cosy/venv),
-#      COSY_BIN (default: cargo build --release and target/release/cosy), COSY_KEEP=1 keeps the temp dir.
+#      COSY_BIN (default: cargo build --release and target/release/cosy), COSY_KEEP=1 keeps the temp dir,
+#      COSY_EXPORTED (the reference model already exported: no export, no torch needed; a GPU host),
+#      COSY_PROVIDER (default cpu: the providers the cases run on, e.g. cuda).
 set -euo pipefail
 repo="$(cd "$(dirname "$0")/.." && pwd)"
 shared="${COSY_SHARED:-$repo/../shared}"
@@ -24,9 +26,13 @@ if [[ -z "${COSY_BIN:-}" ]]; then
   COSY_BIN="${CARGO_TARGET_DIR:-$repo/target}/release/cosy"
 fi
 
-echo "== export $ref/tiny-official"
-if ! (cd "$repo/onnx" && "$py" -m cosy_export export "$ref/tiny-official" "$work/model" --precisions fp32) >"$work/export.log" 2>&1; then
-  tail -n 20 "$work/export.log" >&2; echo "golden.sh: export failed (log above)" >&2; exit 1
+model="${COSY_EXPORTED:-$work/model}"
+provider="${COSY_PROVIDER:-cpu}"
+if [[ -z "${COSY_EXPORTED:-}" ]]; then
+  echo "== export $ref/tiny-official"
+  if ! (cd "$repo/onnx" && "$py" -m cosy_export export "$ref/tiny-official" "$work/model" --precisions fp32) >"$work/export.log" 2>&1; then
+    tail -n 20 "$work/export.log" >&2; echo "golden.sh: export failed (log above)" >&2; exit 1
+  fi
 fi
 
 for meta in "$ref"/golden/*/meta.json; do
@@ -45,7 +51,8 @@ PY
   echo "== $name"
   # cosy refuses COSY_* variables it does not know; the script's own ones are not for it.
   # Private caches in the temp dir: the first case optimises and saves the graphs, the others load them.
-  env -u COSY_SHARED -u COSY_VENV -u COSY_BIN -u COSY_KEEP COSY_ENGINE_CACHE="$work/engines" "$COSY_BIN" --model "$work/model" --provider cpu file "${args[@]}" -- "${fields[0]}"
+  env -u COSY_SHARED -u COSY_VENV -u COSY_BIN -u COSY_KEEP -u COSY_EXPORTED -u COSY_PROVIDER COSY_ENGINE_CACHE="$work/engines" \
+    "$COSY_BIN" --model "$model" --provider "$provider" --precision fp32 file "${args[@]}" -- "${fields[0]}"
 done
 
 "$py" "$ref/compare.py" "$dump"

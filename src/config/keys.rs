@@ -94,6 +94,12 @@ pub static KEYS: &[Key<Config>] = &[
         Ok(())
     })
     .doc("How cuDNN picks a convolution algorithm for each new input shape."),
+    K::new("runtime.ort_profile", "\"\"", "a path prefix (string); \"\" for off", |c, v| {
+        c.runtime.ort_profile = v.path_or_default()?;
+        Ok(())
+    })
+    .env("COSY_ORT_PROFILE")
+    .doc("ONNX Runtime's own per-node profile of every session, written to <prefix>-<stage>_<time>.json."),
     K::new("stages.<llm|flow|dit|hift|frontend>.precision", "\"\"", "fp32, fp16, bf16, int8, or \"\" to inherit", |c, v| {
         let s = v.text_or_invalid()?;
         stage(c, v)?.precision = if s.is_empty() { None } else { Some(Precision::parse(&s).ok_or_else(|| v.invalid())?) };

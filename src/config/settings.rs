@@ -52,6 +52,9 @@ pub struct RuntimeSettings {
     pub cuda_graphs: bool,
     /// How cuDNN picks a convolution algorithm for each new input shape (CUDA provider).
     pub cuda_conv_search: CudaConvSearch,
+    /// ONNX Runtime's profiling (`runtime.ort_profile`): each session writes its per-node timings to
+    /// `<prefix>-<stage>_<time>.json` when it closes; `None`: off (profiling costs time on every run).
+    pub ort_profile: Option<PathBuf>,
 }
 
 /// `runtime.cuda_conv_search`: cuDNN's convolution algorithm choice, made once per input shape.
@@ -426,6 +429,7 @@ impl Default for Config {
                 cuda_mem_limit: 0,
                 cuda_graphs: false,
                 cuda_conv_search: CudaConvSearch::Heuristic,
+                ort_profile: None,
             },
             stages: StageGroup::ALL.into_iter().map(|g| (g, StageSettings::default())).collect(),
             sampling: SamplingSettings { seed: 0, top_p: None, top_k: None, win_size: None, tau_r: None },

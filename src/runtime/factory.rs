@@ -163,6 +163,12 @@ impl SessionFactory {
         if let Some(spin) = group.and_then(|g| self.config.spinning_for(g)) {
             builder = builder.with_intra_op_spinning(spin).map_err(ort::Error::<()>::from)?;
         }
+        if let Some(prefix) = &self.config.runtime.ort_profile {
+            // ONNX Runtime appends `_<time>.json` and writes the file when the session closes.
+            let mut file = prefix.clone().into_os_string();
+            file.push(format!("-{stage}"));
+            builder = builder.with_profiling(file).map_err(ort::Error::<()>::from)?;
+        }
         Ok(builder)
     }
 

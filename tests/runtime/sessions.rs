@@ -237,3 +237,27 @@ fn tensorrt_refuses_int8_clearly_and_falls_back_when_allowed() {
     assert!(s.graph_file.ends_with("dit.int8.onnx"));
     assert_eq!(s.fallbacks.len(), 1, "{:?}", s.fallbacks);
 }
+
+/// `runtime.ort_profile`: a session writes ONNX Runtime's per-node profile when it closes, under
+/// the prefix with the stage's name (bench/ort_profile.py reads it).
+#[test]
+fn ort_profile_writes_each_sessions_runs_and_nodes_when_it_closes() {
+    let Some(model) = fixture_model_dir() else { return };
+    let cache = tempfile::tempdir().unwrap();
+    let out = tempfile::tempdir().unwrap();
+    let prefix = out.path().join("p");
+    let f = factory(model.path(), cache.path(), |c| c.runtime.ort_profile = Some(prefix.clone()));
+    let spec = f.model.graph("flow_front").unwrap().clone();
+    {
+        let mut s = f.open_named("flow_front").unwrap();
+        s.session.run(inputs_for("flow_front", &spec)).unwrap();
+    }
+    let files: Vec<_> = std::fs::read_dir(out.path()).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+    assert_eq!(files.len(), 1, "one profile for one session: {files:?}");
+    assert!(files[0].starts_with("p-flow_front") && files[0].ends_with(".json"), "{files:?}");
+    let text = std::fs::read_to_string(out.path().join(&files[0])).unwrap();
+    let events: serde_json::Value = serde_json::from_str(&text).expect("the profile is JSON");
+    let events = events.as_array().expect("a list of trace events");
+    assert!(events.iter().any(|e| e["name"] == "model_run"), "the run is in the profile");
+    assert!(events.iter().any(|e| e["cat"] == "Node"), "its nodes are in the profile");
+}
