@@ -13,7 +13,8 @@ shared="${COSY_SHARED:-$repo/../shared}"
 venv="${COSY_VENV:-$HOME/.cache/cosy/venv}"
 ref="$shared/reference"
 py="$venv/bin/python"
-[[ -d "$ref/tiny-official" ]] || { echo "golden.sh: no reference folder at $ref (set COSY_SHARED)" >&2; exit 2; }
+[[ -d "$ref/golden" ]] || { echo "golden.sh: no reference folder at $ref (set COSY_SHARED)" >&2; exit 2; }
+[[ -n "${COSY_EXPORTED:-}" || -d "$ref/tiny-official" ]] || { echo "golden.sh: no $ref/tiny-official to export (or set COSY_EXPORTED)" >&2; exit 2; }
 [[ -x "$py" ]] || { echo "golden.sh: no python at $py (set COSY_VENV)" >&2; exit 2; }
 
 work="$(mktemp -d "${TMPDIR:-/tmp}/cosy-golden.XXXXXX")"
