@@ -799,6 +799,9 @@ pub fn exit_code(err: &anyhow::Error) -> i32 {
         if let Some(e) = cause.downcast_ref::<Error>() {
             return match e {
                 Error::Config(_) | Error::Model { .. } | Error::Input { .. } => 2,
+                // A provider that was asked for (runtime.providers, --provider) and cannot run
+                // here, without runtime.allow_fallback: a setting to change, like the above.
+                Error::Provider { .. } => 2,
                 // A folder cosy was told to use (voices.dir, -o, a cache) it may not write: a
                 // setting to change, like a configuration error. A full disk is not.
                 Error::Storage { fault: StorageFault::ReadOnly | StorageFault::Denied, .. } => 2,

@@ -101,6 +101,7 @@ impl Setting {
         c.runtime.providers = match self.provider {
             ProviderKind::Cpu => vec![ProviderKind::Cpu],
             ProviderKind::Cuda => vec![ProviderKind::Cuda, ProviderKind::Cpu],
+            ProviderKind::TensorRtRtx => vec![ProviderKind::TensorRtRtx, ProviderKind::Cpu],
             ProviderKind::TensorRt => vec![
                 ProviderKind::TensorRt,
                 ProviderKind::Cuda,
