@@ -237,3 +237,36 @@ fn tensorrt_refuses_int8_clearly_and_falls_back_when_allowed() {
     assert!(s.graph_file.ends_with("dit.int8.onnx"));
     assert_eq!(s.fallbacks.len(), 1, "{:?}", s.fallbacks);
 }
+
+/// TensorRT for RTX builds strongly typed networks: it loads the precision's own graph (fp16 here),
+/// where TensorRT builds from the fp32 graph with a precision flag; a stage without an fp16 graph
+/// runs fp32 with a note. Its runtime cache is keyed by that graph and never shares TensorRT's
+/// folder. (Only the plan and the key: no provider is registered, so this runs without a GPU.)
+#[test]
+fn tensorrt_rtx_plans_the_fp16_graph_and_keys_its_own_cache() {
+    let Some(model) = fixture_model_dir() else { return };
+    let cache = tempfile::tempdir().unwrap();
+    let rtx = factory(model.path(), cache.path(), |c| {
+        c.runtime.providers = vec![ProviderKind::TensorRtRtx, ProviderKind::Cpu];
+        c.runtime.precision = Precision::Fp16;
+    });
+    let plan = rtx.plan("llm").unwrap();
+    assert_eq!((plan.variant_file.as_str(), plan.precision, plan.note.as_deref()), ("llm.fp16.onnx", Precision::Fp16, None));
+    let plan = rtx.plan("flow_front").unwrap();
+    assert_eq!((plan.variant_file.as_str(), plan.precision), ("flow_front.fp32.onnx", Precision::Fp32));
+    assert!(plan.note.as_deref().is_some_and(|n| n.contains("no fp16 graph for tensorrt-rtx")), "{:?}", plan.note);
+
+    let trt = factory(model.path(), cache.path(), |c| {
+        c.runtime.providers = vec![ProviderKind::TensorRt, ProviderKind::Cpu];
+        c.runtime.precision = Precision::Fp16;
+    });
+    let plan = trt.plan("llm").unwrap();
+    assert_eq!((plan.variant_file.as_str(), plan.precision), ("llm.fp32.onnx", Precision::Fp16));
+
+    let spec = rtx.model.graph("llm").unwrap();
+    let key = rtx.rtx_cache_key("llm", Precision::Fp16).unwrap();
+    assert_eq!(key.graph_sha256, spec.variant(Precision::Fp16).unwrap().sha256.to_ascii_lowercase());
+    assert_eq!(key.options, vec!["provider=tensorrt-rtx".to_string()]);
+    assert_ne!(key.dir_name(), trt.cache_key("llm", Precision::Fp16).unwrap().dir_name());
+    assert_ne!(key.dir_name(), rtx.rtx_cache_key("llm", Precision::Fp32).unwrap().dir_name());
+}
