@@ -291,11 +291,13 @@ fn report_graphs(r: &mut DoctorReport, rt: &OrtRuntime, model: &CheckedModel, op
 }
 
 /// Whether the doctor opens a stage's session to show what it really gets: not when quick, not
-/// when its file has a problem, and not with a working TensorRT (opening would build engines,
-/// which `cosy engines build` does).
-fn opens_stage(plan: &StagePlan, stage_has_bad_file: bool, opts: &DoctorOptions) -> bool {
+/// when its file has a problem, not with a working TensorRT (opening would build engines,
+/// which `cosy engines build` does), and not with a usable TensorRT for RTX (opening would write
+/// its runtime cache; the section "TensorRT for RTX" says it is usable).
+fn opens_stage(factory: &SessionFactory, plan: &StagePlan, stage_has_bad_file: bool, opts: &DoctorOptions) -> bool {
     let would_build = plan.providers.contains(&ProviderKind::TensorRt) && providers::compiled_in(ProviderKind::TensorRt);
-    !(opts.quick || would_build || stage_has_bad_file)
+    let would_write = plan.providers.contains(&ProviderKind::TensorRtRtx) && trt_rtx::prepare(&factory.config, factory.runtime).is_ok();
+    !(opts.quick || would_build || would_write || stage_has_bad_file)
 }
 
 /// The provider and precision each stage would get, and (where [`opens_stage`]) what opening it gives.
@@ -319,7 +321,7 @@ fn report_stages(r: &mut DoctorReport, factory: &SessionFactory, model: &Checked
         if let Some(n) = &plan.note {
             line.push_str(&format!(" ({n})"));
         }
-        if !opens_stage(&plan, model.stage_has_bad_file(stage), opts) {
+        if !opens_stage(factory, &plan, model.stage_has_bad_file(stage), opts) {
             r.line(line);
             continue;
         }
