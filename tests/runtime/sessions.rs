@@ -269,4 +269,6 @@ fn tensorrt_rtx_plans_the_fp16_graph_and_keys_its_own_cache() {
     assert_eq!(key.options, vec!["provider=tensorrt-rtx".to_string()]);
     assert_ne!(key.dir_name(), trt.cache_key("llm", Precision::Fp16).unwrap().dir_name());
     assert_ne!(key.dir_name(), rtx.rtx_cache_key("llm", Precision::Fp32).unwrap().dir_name());
+    // `cosy engines list|clean` and `cosy doctor` take its folder for a current entry.
+    assert!(cosy::runtime::cache_listing::current_engine_keys(&rtx).contains(&key.dir_name()));
 }
