@@ -32,7 +32,7 @@ pub struct GlobalArgs {
     /// Exported model folder (model.dir).
     #[arg(long, global = true, value_name = "DIR")]
     pub model: Option<PathBuf>,
-    /// Execution providers in priority order, e.g. `tensorrt,cuda,cpu` (runtime.providers).
+    /// Execution providers in priority order, e.g. `tensorrt,cuda,cpu` or `tensorrt-rtx,cpu` (runtime.providers).
     #[arg(long, global = true, value_name = "LIST")]
     pub provider: Option<String>,
     /// Precision for every stage: fp32, fp16, bf16 or int8 (runtime.precision).
