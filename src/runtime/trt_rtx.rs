@@ -14,6 +14,7 @@
 //! links the wheel's Python helper would make). Its bundled libraries are loaded first with
 //! `RTLD_GLOBAL`, as that helper does, because the plugin has no run path to find them by.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Mutex;
@@ -160,8 +161,15 @@ fn loader_error(e: &libloading::Error) -> String {
     }
 }
 
-/// The name and compute capability of GPU `device_id` as `nvidia-smi` reports them.
+/// The name and compute capability of GPU `device_id` as `nvidia-smi` reports them (asked once
+/// per process and GPU: every stage's session checks it, and `nvidia-smi` takes a while).
 pub fn gpu(device_id: u32) -> Result<(String, ComputeCapability), String> {
+    static SEEN: Mutex<BTreeMap<u32, Result<(String, ComputeCapability), String>>> = Mutex::new(BTreeMap::new());
+    let mut seen = SEEN.lock().unwrap_or_else(|p| p.into_inner());
+    seen.entry(device_id).or_insert_with(|| query_gpu(device_id)).clone()
+}
+
+fn query_gpu(device_id: u32) -> Result<(String, ComputeCapability), String> {
     let out = Command::new("nvidia-smi")
         .args(["--query-gpu=index,name,compute_cap", "--format=csv,noheader,nounits"])
         .output()
