@@ -96,6 +96,9 @@ put() { # put SRC DEST-relative-to-prefix MODE
 put "$bin" bin/cosy 755
 for f in "$libs"/libonnxruntime*.so*; do
   name="$(basename "$f")"
+  # The TensorRT for RTX plugin (scripts/setup-trt-rtx.sh) needs ~350 MB of libraries beside it; an
+  # install goes without it (runtime.tensorrt_rtx_library can name a checkout's .ort/ copy: docs/gpu.md).
+  [ "$name" = libonnxruntime_providers_nv_tensorrt_rtx.so ] && continue
   if [ -L "$f" ]; then
     mkdir -p "$prefix/lib/cosy"; ln -sfn "$(readlink "$f")" "$prefix/lib/cosy/$name"; installed+=("lib/cosy/$name")
   else

@@ -4,18 +4,21 @@
 #   scripts/setup.sh --python   also the exporter's venv (torch etc.) at ${COSY_VENV:-~/.cache/cosy/venv}
 #                               and the real clients the tests drive (ffmpeg, chromium, the openai Python
 #                               SDK in its own small venv, the openai Node SDK)
-#   scripts/setup.sh --gpu      ONNX Runtime with the CUDA + TensorRT providers instead of the CPU build
+#   scripts/setup.sh --gpu      ONNX Runtime with the CUDA + TensorRT providers instead of the CPU build, and
+#                               the TensorRT for RTX plugin beside it (scripts/setup-trt-rtx.sh; docs/gpu.md)
+#   scripts/setup.sh --trt-rtx  only the TensorRT for RTX plugin beside the CPU build (what the tests load)
 # Each step is skipped when already done, so the other scripts call this first.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
-want_python=0; want_build=1; ort_args=()
+want_python=0; want_build=1; want_trt_rtx=0; ort_args=()
 for a in "$@"; do
   case "$a" in
     --python) want_python=1 ;;
     --no-build) want_build=0 ;;
-    --gpu) ort_args+=(--gpu) ;;
-    *) echo "setup.sh: unknown option $a (use --python, --gpu, --no-build)" >&2; exit 2 ;;
+    --gpu) ort_args+=(--gpu); want_trt_rtx=1 ;;
+    --trt-rtx) want_trt_rtx=1 ;;
+    *) echo "setup.sh: unknown option $a (use --python, --gpu, --trt-rtx, --no-build)" >&2; exit 2 ;;
   esac
 done
 
@@ -31,6 +34,11 @@ if ! dpkg -s pkg-config libasound2-dev make ffmpeg speech-dispatcher >/dev/null 
 fi
 
 scripts/setup-ort.sh "${ort_args[@]}"
+# After ONNX Runtime: the plugin goes into the same folder (setup-ort.sh replaces libonnxruntime*
+# files there, the plugin's among them, so this re-checks it every time).
+if [ "$want_trt_rtx" = 1 ]; then
+  scripts/setup-trt-rtx.sh
+fi
 
 if [ "$want_python" = 1 ]; then
   venv="${COSY_VENV:-$HOME/.cache/cosy/venv}"

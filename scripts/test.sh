@@ -6,7 +6,9 @@
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
-scripts/setup.sh --python --no-build
+# --trt-rtx: the TensorRT for RTX plugin (downloaded once into ~/.cache/cosy/wheels): the tests load
+# the real plugin and check its refusal and fallback on a machine without a GPU.
+scripts/setup.sh --python --trt-rtx --no-build
 export COSY_VENV="${COSY_VENV:-$HOME/.cache/cosy/venv}"
 
 # The library without the binary's crates must build: that is what another program embeds. Its

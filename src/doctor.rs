@@ -13,7 +13,7 @@ use cosy::model::{check_graph_io, ModelDir};
 use cosy::runtime::cache_listing::{current_engine_keys, current_graph_keys};
 use cosy::runtime::env::{self, OrtRuntime};
 use cosy::runtime::keyed_dir::EntryState;
-use cosy::runtime::{providers, SessionFactory, StagePlan};
+use cosy::runtime::{providers, trt_rtx, SessionFactory, StagePlan};
 use cosy::vocab::ProviderKind;
 
 /// Options for [`run`].
@@ -66,6 +66,7 @@ pub fn run(config: &Config, opts: &DoctorOptions) -> DoctorReport {
     report_configuration(&mut r, config);
     let runtime = report_runtime(&mut r, config);
     report_providers(&mut r, runtime);
+    report_tensorrt_rtx(&mut r, config, runtime);
     report_gpus(&mut r);
     let Some(model) = report_model(&mut r, config, opts) else { return r };
     let Some(rt) = runtime else { return r };
@@ -140,7 +141,8 @@ fn report_runtime(r: &mut DoctorReport, config: &Config) -> Option<&'static OrtR
 fn report_providers(r: &mut DoctorReport, runtime: Option<&OrtRuntime>) {
     r.section("execution providers");
     if let Some(rt) = runtime {
-        for kind in ProviderKind::ALL {
+        // TensorRT for RTX is a plugin, with a section of its own below.
+        for kind in ProviderKind::ALL.into_iter().filter(|k| *k != ProviderKind::TensorRtRtx) {
             let compiled = providers::compiled_in(kind);
             let usable = if compiled { providers::try_register(rt, kind) } else { Err("not compiled in".to_string()) };
             let state = match &usable {
@@ -155,6 +157,32 @@ fn report_providers(r: &mut DoctorReport, runtime: Option<&OrtRuntime>) {
     match providers::tensorrt_version() {
         Some(v) => r.line(format!("TensorRT library: {v}")),
         None => r.line("TensorRT library: not found (libnvinfer.so.10)"),
+    }
+}
+
+/// The TensorRT for RTX plugin (`tensorrt-rtx`): where it is looked for, which package is
+/// installed, whether its bundled libraries load, and whether it can run here — the same checks,
+/// in the same order and with the same line, as a session that asks for it (`trt_rtx::prepare`).
+fn report_tensorrt_rtx(r: &mut DoctorReport, config: &Config, runtime: Option<&OrtRuntime>) {
+    r.section("TensorRT for RTX (tensorrt-rtx)");
+    let Some(rt) = runtime else {
+        r.line("(ONNX Runtime not loaded)");
+        return;
+    };
+    let (plugin, how) = trt_rtx::plugin_path(config, rt);
+    if !plugin.is_file() {
+        r.line(format!("plugin: not installed ({} not found, {how}); scripts/setup.sh --gpu installs it", plugin.display()));
+    } else {
+        let package = trt_rtx::package_of(&plugin).unwrap_or_else(|| "package unknown".into());
+        r.line(format!("plugin: {} ({how}; {package})", plugin.display()));
+        match trt_rtx::load_bundled(&plugin) {
+            Ok(()) => r.line("bundled libraries (CUDA runtime 12, TensorRT for RTX, its ONNX parser): load"),
+            Err(e) => r.line(format!("bundled libraries: {e}")),
+        }
+    }
+    match trt_rtx::prepare(config, rt) {
+        Ok(_) => r.line(format!("usable on GPU {}", config.runtime.device_id)),
+        Err(e) => r.line(format!("not usable: {e}")),
     }
 }
 
@@ -263,11 +291,13 @@ fn report_graphs(r: &mut DoctorReport, rt: &OrtRuntime, model: &CheckedModel, op
 }
 
 /// Whether the doctor opens a stage's session to show what it really gets: not when quick, not
-/// when its file has a problem, and not with a working TensorRT (opening would build engines,
-/// which `cosy engines build` does).
-fn opens_stage(plan: &StagePlan, stage_has_bad_file: bool, opts: &DoctorOptions) -> bool {
+/// when its file has a problem, not with a working TensorRT (opening would build engines,
+/// which `cosy engines build` does), and not with a usable TensorRT for RTX (opening would write
+/// its runtime cache; the section "TensorRT for RTX" says it is usable).
+fn opens_stage(factory: &SessionFactory, plan: &StagePlan, stage_has_bad_file: bool, opts: &DoctorOptions) -> bool {
     let would_build = plan.providers.contains(&ProviderKind::TensorRt) && providers::compiled_in(ProviderKind::TensorRt);
-    !(opts.quick || would_build || stage_has_bad_file)
+    let would_write = plan.providers.contains(&ProviderKind::TensorRtRtx) && trt_rtx::prepare(&factory.config, factory.runtime).is_ok();
+    !(opts.quick || would_build || would_write || stage_has_bad_file)
 }
 
 /// The provider and precision each stage would get, and (where [`opens_stage`]) what opening it gives.
@@ -291,7 +321,7 @@ fn report_stages(r: &mut DoctorReport, factory: &SessionFactory, model: &Checked
         if let Some(n) = &plan.note {
             line.push_str(&format!(" ({n})"));
         }
-        if !opens_stage(&plan, model.stage_has_bad_file(stage), opts) {
+        if !opens_stage(factory, &plan, model.stage_has_bad_file(stage), opts) {
             r.line(line);
             continue;
         }

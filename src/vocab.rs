@@ -139,16 +139,20 @@ impl fmt::Display for Precision {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum ProviderKind {
     TensorRt,
+    /// TensorRT for RTX: a plugin provider (a library registered with ONNX Runtime at run time,
+    /// not built into it) for RTX-class GPUs (`runtime::trt_rtx`).
+    TensorRtRtx,
     Cuda,
     Cpu,
 }
 
 impl ProviderKind {
-    pub const ALL: [ProviderKind; 3] = [ProviderKind::TensorRt, ProviderKind::Cuda, ProviderKind::Cpu];
+    pub const ALL: [ProviderKind; 4] = [ProviderKind::TensorRt, ProviderKind::TensorRtRtx, ProviderKind::Cuda, ProviderKind::Cpu];
     /// The short name used in config files and flags.
     pub fn as_str(self) -> &'static str {
         match self {
             ProviderKind::TensorRt => "tensorrt",
+            ProviderKind::TensorRtRtx => "tensorrt-rtx",
             ProviderKind::Cuda => "cuda",
             ProviderKind::Cpu => "cpu",
         }
@@ -157,6 +161,7 @@ impl ProviderKind {
     pub fn ort_name(self) -> &'static str {
         match self {
             ProviderKind::TensorRt => "TensorrtExecutionProvider",
+            ProviderKind::TensorRtRtx => "NvTensorRTRTXExecutionProvider",
             ProviderKind::Cuda => "CUDAExecutionProvider",
             ProviderKind::Cpu => "CPUExecutionProvider",
         }
@@ -165,6 +170,7 @@ impl ProviderKind {
         let s = s.trim().to_ascii_lowercase();
         match s.as_str() {
             "trt" => Some(ProviderKind::TensorRt),
+            "trt-rtx" | "tensorrt_rtx" => Some(ProviderKind::TensorRtRtx),
             _ => Self::ALL.into_iter().find(|p| p.as_str() == s),
         }
     }

@@ -32,7 +32,7 @@ pub struct GlobalArgs {
     /// Exported model folder (model.dir).
     #[arg(long, global = true, value_name = "DIR")]
     pub model: Option<PathBuf>,
-    /// Execution providers in priority order, e.g. `tensorrt,cuda,cpu` (runtime.providers).
+    /// Execution providers in priority order, e.g. `tensorrt,cuda,cpu` or `tensorrt-rtx,cpu` (runtime.providers).
     #[arg(long, global = true, value_name = "LIST")]
     pub provider: Option<String>,
     /// Precision for every stage: fp32, fp16, bf16 or int8 (runtime.precision).
@@ -799,6 +799,9 @@ pub fn exit_code(err: &anyhow::Error) -> i32 {
         if let Some(e) = cause.downcast_ref::<Error>() {
             return match e {
                 Error::Config(_) | Error::Model { .. } | Error::Input { .. } => 2,
+                // A provider that was asked for (runtime.providers, --provider) and cannot run
+                // here, without runtime.allow_fallback: a setting to change, like the above.
+                Error::Provider { .. } => 2,
                 // A folder cosy was told to use (voices.dir, -o, a cache) it may not write: a
                 // setting to change, like a configuration error. A full disk is not.
                 Error::Storage { fault: StorageFault::ReadOnly | StorageFault::Denied, .. } => 2,

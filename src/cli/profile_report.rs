@@ -56,7 +56,7 @@ impl Setting {
             .unwrap_or((s, "fp32"));
         let provider = ProviderKind::parse(p.trim()).ok_or_else(|| {
             Error::invalid(format!(
-                "--matrix setting {s:?}: unknown provider {p:?} (cpu, cuda, tensorrt)"
+                "--matrix setting {s:?}: unknown provider {p:?} (cpu, cuda, tensorrt, tensorrt-rtx)"
             ))
         })?;
         let precision = Precision::parse(q.trim()).ok_or_else(|| {
@@ -101,6 +101,7 @@ impl Setting {
         c.runtime.providers = match self.provider {
             ProviderKind::Cpu => vec![ProviderKind::Cpu],
             ProviderKind::Cuda => vec![ProviderKind::Cuda, ProviderKind::Cpu],
+            ProviderKind::TensorRtRtx => vec![ProviderKind::TensorRtRtx, ProviderKind::Cpu],
             ProviderKind::TensorRt => vec![
                 ProviderKind::TensorRt,
                 ProviderKind::Cuda,

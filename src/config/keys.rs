@@ -10,7 +10,7 @@ use crate::vocab::{check_voice_name, Precision, ProviderKind, StageGroup, OPENAI
 
 const INT_OR_MODEL: &str = "an integer >= 1, or \"\" for the model's value";
 const PROVIDERS_ALLOWED: &str =
-    "a list of tensorrt, cuda, cpu in priority order (array, or comma-separated text), without repeats";
+    "a list of tensorrt, tensorrt-rtx, cuda, cpu in priority order (array, or comma-separated text), without repeats";
 
 /// The entries of [`KEYS`].
 type K = Key<Config>;
@@ -29,6 +29,12 @@ pub static KEYS: &[Key<Config>] = &[
     })
     .env("COSY_ORT_LIBRARY")
     .doc("libonnxruntime.so; \"\": $ORT_DYLIB_PATH, else the search (runtime::env::locate_library)."),
+    K::new("runtime.tensorrt_rtx_library", "\"\"", "a path (string); empty for the default", |c, v| {
+        c.runtime.tensorrt_rtx_library = v.path_or_default()?;
+        Ok(())
+    })
+    .env("COSY_TENSORRT_RTX_LIBRARY")
+    .doc("The TensorRT for RTX plugin (libonnxruntime_providers_nv_tensorrt_rtx.so); \"\": beside libonnxruntime.so."),
     K::new("runtime.providers", "[\"cpu\"]", PROVIDERS_ALLOWED, |c, v| {
         c.runtime.providers = providers_of(v).ok_or_else(|| v.invalid())?;
         Ok(())
@@ -393,6 +399,7 @@ mod tests {
     #[test]
     fn providers_parse_lists_and_refuse_repeats() {
         assert_eq!(providers("tensorrt, CUDA,cpu"), Some(vec![ProviderKind::TensorRt, ProviderKind::Cuda, ProviderKind::Cpu]));
+        assert_eq!(providers("tensorrt-rtx,cpu"), Some(vec![ProviderKind::TensorRtRtx, ProviderKind::Cpu]));
         assert_eq!(providers("cuda,cuda"), None);
         assert_eq!(providers("rocm"), None);
         assert_eq!(providers(""), None);

@@ -30,6 +30,9 @@ pub struct RuntimeSettings {
     /// `runtime::env::locate_library` (beside the executable, a checkout's `.ort/`, the user's data
     /// folder, the system's library path).
     pub ort_library: Option<PathBuf>,
+    /// Path of the TensorRT for RTX plugin (`libonnxruntime_providers_nv_tensorrt_rtx.so`); `None`:
+    /// beside the loaded `libonnxruntime.so`, where `scripts/setup-trt-rtx.sh` puts it.
+    pub tensorrt_rtx_library: Option<PathBuf>,
     /// Providers in priority order; ONNX Runtime gives each node to the first that takes it.
     pub providers: Vec<ProviderKind>,
     /// When a provider that was asked for cannot be used: `false` is an error, `true` a warning
@@ -418,6 +421,7 @@ impl Default for Config {
             model_dir: paths::models_dir().join("cosyvoice3"),
             runtime: RuntimeSettings {
                 ort_library: None,
+                tensorrt_rtx_library: None,
                 providers: vec![ProviderKind::Cpu],
                 allow_fallback: false,
                 precision: Precision::Fp32,

@@ -36,7 +36,12 @@ impl StageSession {
             ProviderKind::Cuda | ProviderKind::TensorRt => {
                 MemoryInfo::new(AllocationDevice::CUDA, self.device_id as i32, AllocatorType::Device, MemoryType::Default)?
             }
-            ProviderKind::Cpu => MemoryInfo::new(AllocationDevice::CPU, 0, AllocatorType::Device, MemoryType::Default)?,
+            // The plugin's own device memory is not what ONNX Runtime's CUDA allocator names;
+            // host memory is always accepted (ONNX Runtime copies), so TensorRT for RTX's
+            // outputs come back to the host.
+            ProviderKind::Cpu | ProviderKind::TensorRtRtx => {
+                MemoryInfo::new(AllocationDevice::CPU, 0, AllocatorType::Device, MemoryType::Default)?
+            }
         })
     }
 

@@ -22,8 +22,8 @@ pub fn current_graph_keys(factory: &SessionFactory) -> BTreeSet<String> {
     out
 }
 
-/// TensorRT engine cache folder names the current model, hardware and library would use, for
-/// every stage and precision.
+/// TensorRT engine cache folder names (and TensorRT for RTX runtime-cache folder names) the
+/// current model, hardware and library would use, for every stage and precision.
 pub fn current_engine_keys(factory: &SessionFactory) -> BTreeSet<String> {
     let mut out = BTreeSet::new();
     for stage in factory.model.manifest.graphs.keys() {
@@ -33,6 +33,10 @@ pub fn current_engine_keys(factory: &SessionFactory) -> BTreeSet<String> {
         // int8 never builds a TensorRT engine (refused in the factory), so it has no cache key.
         for p in Precision::ALL.into_iter().filter(|p| *p != Precision::Int8) {
             if let Ok(k) = factory.cache_key(stage, p) {
+                out.insert(k.dir_name());
+            }
+            // TensorRT for RTX's runtime cache for the same stage and precision.
+            if let Ok(k) = factory.rtx_cache_key(stage, p) {
                 out.insert(k.dir_name());
             }
         }

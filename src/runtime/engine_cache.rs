@@ -62,6 +62,10 @@ pub struct KeyFile {
     pub complete: bool,
     #[serde(default)]
     pub files: BTreeMap<String, CachedFile>,
+    /// The folder is a runtime cache the provider itself rewrites as it runs (TensorRT for RTX's
+    /// compiled kernels): its files are not recorded, only the key is checked.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub runtime_cache: bool,
 }
 
 /// One folder in the cache.
@@ -138,7 +142,28 @@ impl EngineCache {
             std::fs::remove_dir_all(&dir).map_err(|e| Error::io(&dir, e))?;
         }
         crate::fsx::create_folder(&dir, "the cache folder")?;
-        keyed_dir::write_marker(&dir, KEY_FILE, &KeyFile { key: key.clone(), complete: false, files: BTreeMap::new() })?;
+        keyed_dir::write_marker(&dir, KEY_FILE, &KeyFile { key: key.clone(), complete: false, files: BTreeMap::new(), runtime_cache: false })?;
+        Ok((dir, false))
+    }
+
+    /// Makes the folder for `key` ready as a provider's runtime cache ([`KeyFile::runtime_cache`]):
+    /// a folder with the same key is kept as it is, anything else is removed with a warning and
+    /// started afresh. Returns the folder and whether it already held files besides `key.json`.
+    pub fn prepare_runtime_cache(&self, key: &CacheKey) -> Result<(PathBuf, bool)> {
+        let dir = self.dir_for(key);
+        if dir.exists() {
+            match self.check(&dir, Some(key)) {
+                EntryState::Valid => {
+                    let held = std::fs::read_dir(&dir).map_err(|e| Error::io(&dir, e))?.flatten().any(|e| e.file_name() != KEY_FILE);
+                    return Ok((dir, held));
+                }
+                EntryState::Incomplete => tracing::warn!("runtime cache {}: not a runtime cache; starting afresh", dir.display()),
+                EntryState::Corrupt(why) => tracing::warn!("runtime cache {}: {why}; removing it and starting afresh", dir.display()),
+            }
+            std::fs::remove_dir_all(&dir).map_err(|e| Error::io(&dir, e))?;
+        }
+        crate::fsx::create_folder(&dir, "the cache folder")?;
+        keyed_dir::write_marker(&dir, KEY_FILE, &KeyFile { key: key.clone(), complete: true, files: BTreeMap::new(), runtime_cache: true })?;
         Ok((dir, false))
     }
 
@@ -159,7 +184,7 @@ impl EngineCache {
             files.insert(name, CachedFile { bytes, sha256: sha256_file(&p)? });
         }
         let complete = files.values().any(|f| f.bytes > 0);
-        keyed_dir::write_marker(&dir, KEY_FILE, &KeyFile { key: key.clone(), complete, files })?;
+        keyed_dir::write_marker(&dir, KEY_FILE, &KeyFile { key: key.clone(), complete, files, runtime_cache: false })?;
         Ok(complete)
     }
 
@@ -184,6 +209,9 @@ impl EngineCache {
 fn check_entry(dir: &Path, expected: Option<&CacheKey>) -> std::result::Result<EntryState, String> {
     let kf: KeyFile = keyed_dir::read_marker(dir, KEY_FILE)?;
     keyed_dir::check_key(dir, KEY_FILE, &kf.key, &kf.key.dir_name(), expected)?;
+    if kf.runtime_cache {
+        return Ok(if kf.complete { EntryState::Valid } else { EntryState::Incomplete });
+    }
     if !kf.complete {
         return Ok(EntryState::Incomplete);
     }

@@ -25,6 +25,7 @@ use crate::runtime::engine_cache::{CacheKey, EngineCache};
 use crate::runtime::env::{self, OrtRuntime};
 use crate::runtime::graph_cache::{self, GraphCache, GraphKey};
 use crate::runtime::providers;
+use crate::runtime::trt_rtx;
 use crate::vocab::{Precision, ProviderKind, Stage, StageGroup};
 
 /// An open session for one stage and how it was made.
@@ -189,7 +190,9 @@ impl SessionFactory {
 
     /// Which graph file to load and what precision results, for a given first provider.
     /// TensorRT builds from the fp32 graph and applies the precision as a build flag; the other
-    /// providers load the precision's variant, or fp32 (with a note) when there is none.
+    /// providers load the precision's variant, or fp32 (with a note) when there is none. TensorRT
+    /// for RTX is among the others: it builds strongly typed networks only, so the graph's own
+    /// types are its precision (the fp16 graph for fp16; it has no precision flag).
     fn choose_variant<'g>(
         &self,
         stage: &str,
@@ -257,6 +260,30 @@ impl SessionFactory {
         Ok(build_cache_key(stage, spec, graph, precision, &hw.gpu, &self.runtime.version, &hw.trt_version))
     }
 
+    /// The TensorRT for RTX runtime-cache key of a stage at a precision: the graph it loads (the
+    /// precision's variant, else fp32), the GPU, the ONNX Runtime version and the installed plugin
+    /// package (which pins TensorRT for RTX's version), under the option `provider=tensorrt-rtx` so
+    /// it never names a TensorRT engine's folder.
+    pub fn rtx_cache_key(&self, stage: &str, precision: Precision) -> Result<CacheKey> {
+        let spec = self.model.graph(stage)?;
+        let graph = spec
+            .variant(precision)
+            .or_else(|| spec.variant(Precision::Fp32))
+            .ok_or_else(|| Error::model(&self.model.root, format!("stage {stage} has no graph for TensorRT for RTX")))?;
+        let (plugin, _) = trt_rtx::plugin_path(&self.config, self.runtime);
+        let package = trt_rtx::package_of(&plugin).unwrap_or_else(|| "unknown".into());
+        Ok(CacheKey {
+            stage: stage.to_string(),
+            graph_sha256: graph.sha256.to_ascii_lowercase(),
+            precision: precision.as_str().to_string(),
+            gpu: self.hardware().gpu,
+            ort_version: self.runtime.version.clone(),
+            trt_version: format!("rtx:{package}"),
+            profiles: Vec::new(),
+            options: vec![format!("provider={}", ProviderKind::TensorRtRtx)],
+        })
+    }
+
     /// Opens a stage: registers the providers, loads the graph, records what it got.
     pub fn open(&self, stage: Stage) -> Result<StageSession> {
         self.open_named(stage.name())
@@ -313,7 +340,7 @@ impl SessionFactory {
                 }
                 Err(e) => {
                     let msg = self.commit_failed(stage, first, &graph_file, e)?;
-                    tracing::warn!("{msg}; falling back (runtime.allow_fallback = true)");
+                    tracing::debug!("{msg}; falling back (runtime.allow_fallback = true)");
                     fallbacks.push(msg);
                     keep_candidates(&mut candidates, |p| *p != first);
                 }
@@ -345,7 +372,8 @@ impl SessionFactory {
                         });
                     }
                     let msg = format!("stage {stage}: provider {p} cannot be used: {reason}");
-                    tracing::warn!("{msg}; falling back (runtime.allow_fallback = true)");
+                    // Warned about once the stage has opened (`note_opened`), naming the fallback.
+                    tracing::debug!("{msg}; falling back (runtime.allow_fallback = true)");
                     refused.push(msg);
                 }
             }
@@ -383,7 +411,16 @@ impl SessionFactory {
             tracing::info!("stage {stage}: running on {first} ({precision})");
         }
         if !fallbacks.is_empty() {
-            tracing::warn!("stage {stage}: running on {first} instead of the configured provider");
+            // One line: why the configured provider was not used and what is used instead. The
+            // same reasons for every stage (no GPU, no plugin) are one warning, not one per stage.
+            let prefix = format!("stage {stage}: ");
+            let reasons: Vec<&str> = fallbacks.iter().map(|m| m.strip_prefix(&prefix).unwrap_or(m)).collect();
+            let line = format!("{}; falling back to {first} (runtime.allow_fallback = true)", reasons.join("; "));
+            if first_time(&line) {
+                tracing::warn!("{line}");
+            } else {
+                tracing::debug!("stage {stage}: {line}");
+            }
         }
     }
 
@@ -550,8 +587,50 @@ impl SessionFactory {
                 *engine_cached = Some(reused);
                 trt.register(builder)
             }
+            ProviderKind::TensorRtRtx => {
+                let index = trt_rtx::prepare(&self.config, self.runtime).map_err(|e| e.to_string())?;
+                let key = self.rtx_cache_key(stage, precision).map_err(|e| e.to_string())?;
+                let (dir, reused) = self.cache.prepare_runtime_cache(&key).map_err(|e| e.to_string())?;
+                tracing::info!(
+                    "stage {stage}: TensorRT for RTX runtime cache {} ({})",
+                    dir.display(),
+                    if reused { "reused" } else { "new: kernels compile on first use" }
+                );
+                // The runtime cache keeps what the plugin compiles for this GPU; it rewrites the
+                // folder itself, so nothing is recorded after the session (no `engine` key).
+                *engine_dir = Some(dir.clone());
+                *engine_cached = Some(reused);
+                return self.attach_rtx(builder, index, &dir);
+            }
         };
         r.map_err(|e| e.to_string())
+    }
+}
+
+impl SessionFactory {
+    /// Gives the session TensorRT for RTX's device number `index` (a plugin provider is attached
+    /// by device, not registered by name) with its runtime cache in `cache_dir`.
+    fn attach_rtx(&self, builder: &mut SessionBuilder, index: usize, cache_dir: &Path) -> std::result::Result<(), String> {
+        let device = trt_rtx::device(self.runtime, index).ok_or("the plugin's device went away")?;
+        let options = [(
+            format!("{}.{}", trt_rtx::EP_NAME, trt_rtx::RUNTIME_CACHE_OPTION),
+            cache_dir.to_string_lossy().into_owned(),
+        )];
+        // `with_devices` takes the builder by value; a fresh one stands in meanwhile and the
+        // original comes back on success or failure.
+        let stand_in = Session::builder(&self.runtime.env).map_err(|e| e.to_string())?;
+        let taken = std::mem::replace(builder, stand_in);
+        match taken.with_devices([device], Some(&options)) {
+            Ok(b) => {
+                *builder = b;
+                Ok(())
+            }
+            Err(e) => {
+                let msg = e.to_string();
+                *builder = e.recover();
+                Err(msg)
+            }
+        }
     }
 }
 
@@ -665,6 +744,13 @@ struct EngineUse {
     cached: Option<bool>,
 }
 
+/// Whether `what` is new in this process: a fallback warning is given once per provider and
+/// reason, not once per stage and session (later ones go to the debug log).
+fn first_time(what: &str) -> bool {
+    static SEEN: Mutex<std::collections::BTreeSet<String>> = Mutex::new(std::collections::BTreeSet::new());
+    SEEN.lock().unwrap_or_else(|p| p.into_inner()).insert(what.to_string())
+}
+
 /// The providers left for the next attempt: those that `keep`, or the CPU when none is.
 fn keep_candidates(candidates: &mut Vec<ProviderKind>, keep: impl FnMut(&ProviderKind) -> bool) {
     candidates.retain(keep);
@@ -676,6 +762,10 @@ fn keep_candidates(candidates: &mut Vec<ProviderKind>, keep: impl FnMut(&Provide
 fn hint(p: ProviderKind) -> String {
     match p {
         ProviderKind::Cpu => "the CPU provider is part of every ONNX Runtime build; the library may be damaged".into(),
+        ProviderKind::TensorRtRtx => format!(
+            "no fallback allowed: drop {p} from runtime.providers / --provider, \
+or set runtime.allow_fallback = true (COSY_ALLOW_FALLBACK=1) to fall back to the next provider with a warning"
+        ),
         _ => format!(
             "fix: install the GPU build with scripts/setup-ort.sh --gpu (needs CUDA 13{} and an NVIDIA GPU), \
 or drop {p} from runtime.providers / --provider, or set runtime.allow_fallback = true (COSY_ALLOW_FALLBACK=1) to fall back with a warning",

@@ -15,6 +15,8 @@ pub fn compiled_in(kind: ProviderKind) -> bool {
         ProviderKind::Cpu => return true,
         ProviderKind::Cuda => ep::CUDA::is_available(),
         ProviderKind::TensorRt => ep::TensorRT::is_available(),
+        // A plugin: never built in; ONNX Runtime 1.31 can register it (`runtime::trt_rtx`).
+        ProviderKind::TensorRtRtx => return true,
     };
     r.unwrap_or(false)
 }
@@ -23,11 +25,16 @@ pub fn compiled_in(kind: ProviderKind) -> bool {
 /// provider's shared library and its CUDA/TensorRT dependencies, so it catches most reasons a
 /// provider cannot be used (a missing GPU shows up only when a session is made).
 pub fn try_register(rt: &OrtRuntime, kind: ProviderKind) -> Result<(), String> {
+    if kind == ProviderKind::TensorRtRtx {
+        // A plugin needs the configuration to be found: `runtime::trt_rtx::prepare`.
+        return Err("a plugin provider: checked by runtime::trt_rtx::prepare".into());
+    }
     let mut builder = Session::builder(&rt.env).map_err(|e| e.to_string())?;
     let r = match kind {
         ProviderKind::Cpu => ep::CPU::default().register(&mut builder),
         ProviderKind::Cuda => ep::CUDA::default().register(&mut builder),
         ProviderKind::TensorRt => ep::TensorRT::default().register(&mut builder),
+        ProviderKind::TensorRtRtx => return Ok(()),
     };
     r.map_err(|e| e.to_string())
 }

@@ -122,7 +122,7 @@ fn gpu_provider_on_cpu_library_fails_or_falls_back() {
         .args(["doctor", "--provider", "cuda,cpu", "--model"])
         .arg(model.path())
         .assert()
-        .code(1)
+        .code(2)
         .stderr(predicate::str::contains("execution provider cuda"))
         .stderr(predicate::str::contains("built without CUDAExecutionProvider"));
     cosy(cwd.path())
@@ -204,7 +204,7 @@ fn engines_build_needs_tensorrt() {
         .args(["engines", "build", "--model"])
         .arg(model.path())
         .assert()
-        .code(1)
+        .code(2)
         .stderr(predicate::str::contains("execution provider tensorrt"))
         .stderr(predicate::str::contains("setup-ort.sh --gpu"));
 }

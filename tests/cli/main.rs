@@ -20,4 +20,5 @@ mod say_bad_inputs;
 mod say_playback;
 mod say_voices;
 mod speechd;
+mod trt_rtx;
 mod say_warm;

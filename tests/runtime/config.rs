@@ -103,7 +103,7 @@ fn bad_values_are_refused_with_key_value_and_allowed_set() {
     let d = tempfile::tempdir().unwrap();
     let cases: &[(&str, &str, &str)] = &[
         ("[runtime]\nprecision = \"fp8\"\n", "runtime.precision = \"fp8\"", "fp32, fp16, bf16, int8"),
-        ("[runtime]\nproviders = [\"rocm\"]\n", "runtime.providers = [\"rocm\"]", "tensorrt, cuda, cpu"),
+        ("[runtime]\nproviders = [\"rocm\"]\n", "runtime.providers = [\"rocm\"]", "tensorrt, tensorrt-rtx, cuda, cpu"),
         ("[runtime]\nproviders = [\"cpu\", \"cpu\"]\n", "runtime.providers", "without repeats"),
         ("[runtime]\nthreads = -1\n", "runtime.threads = -1", "0..=1024"),
         ("[runtime]\nallow_fallback = \"maybe\"\n", "runtime.allow_fallback", "true, false"),

@@ -116,3 +116,40 @@ fn entries_are_validated_and_broken_ones_rebuilt() {
     assert_eq!(entries.len(), 1);
     assert_eq!(entries[0].key.as_ref(), Some(&key));
 }
+
+/// TensorRT for RTX's runtime cache: the plugin rewrites its files as it compiles kernels, so only
+/// the key is checked; the folder is kept across sessions, listed with the engines, and a folder
+/// holding another key is replaced.
+#[test]
+fn runtime_cache_folders_keep_what_the_provider_rewrites() {
+    let root = tempfile::tempdir().unwrap();
+    let cache = EngineCache::new(root.path());
+    let mut key = base_key();
+    key.trt_version = "rtx:onnxruntime-ep-nv-tensorrt-rtx-cu12==0.5.0".into();
+    key.profiles.clear();
+    key.options = vec!["provider=tensorrt-rtx".into()];
+    assert_ne!(key.dir_name(), base_key().dir_name(), "never a TensorRT engine's folder");
+
+    let (dir, held) = cache.prepare_runtime_cache(&key).unwrap();
+    assert!(!held);
+    assert_eq!(cache.check(&dir, Some(&key)), EntryState::Valid);
+    std::fs::write(dir.join("runtime.cache"), vec![3u8; 512]).unwrap();
+    let (again, held) = cache.prepare_runtime_cache(&key).unwrap();
+    assert_eq!(again, dir);
+    assert!(held, "the provider's files are kept");
+    // Rewritten by the provider between sessions: still the same entry, not "altered".
+    std::fs::write(dir.join("runtime.cache"), vec![4u8; 900]).unwrap();
+    assert_eq!(cache.check(&dir, Some(&key)), EntryState::Valid);
+    let listed = cache.entries().unwrap();
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0].key.as_ref(), Some(&key));
+
+    // A folder of that name holding another key is started afresh.
+    let other = root.path().join("elsewhere");
+    let other_cache = EngineCache::new(&other);
+    let (odir, _) = other_cache.prepare(&base_key()).unwrap();
+    std::fs::rename(&odir, other.join(key.dir_name())).unwrap();
+    let (fresh, held) = other_cache.prepare_runtime_cache(&key).unwrap();
+    assert!(!held);
+    assert_eq!(other_cache.check(&fresh, Some(&key)), EntryState::Valid);
+}

@@ -261,3 +261,38 @@ fn ort_profile_writes_each_sessions_runs_and_nodes_when_it_closes() {
     assert!(events.iter().any(|e| e["name"] == "model_run"), "the run is in the profile");
     assert!(events.iter().any(|e| e["cat"] == "Node"), "its nodes are in the profile");
 }
+
+/// TensorRT for RTX builds strongly typed networks: it loads the precision's own graph (fp16 here),
+/// where TensorRT builds from the fp32 graph with a precision flag; a stage without an fp16 graph
+/// runs fp32 with a note. Its runtime cache is keyed by that graph and never shares TensorRT's
+/// folder. (Only the plan and the key: no provider is registered, so this runs without a GPU.)
+#[test]
+fn tensorrt_rtx_plans_the_fp16_graph_and_keys_its_own_cache() {
+    let Some(model) = fixture_model_dir() else { return };
+    let cache = tempfile::tempdir().unwrap();
+    let rtx = factory(model.path(), cache.path(), |c| {
+        c.runtime.providers = vec![ProviderKind::TensorRtRtx, ProviderKind::Cpu];
+        c.runtime.precision = Precision::Fp16;
+    });
+    let plan = rtx.plan("llm").unwrap();
+    assert_eq!((plan.variant_file.as_str(), plan.precision, plan.note.as_deref()), ("llm.fp16.onnx", Precision::Fp16, None));
+    let plan = rtx.plan("flow_front").unwrap();
+    assert_eq!((plan.variant_file.as_str(), plan.precision), ("flow_front.fp32.onnx", Precision::Fp32));
+    assert!(plan.note.as_deref().is_some_and(|n| n.contains("no fp16 graph for tensorrt-rtx")), "{:?}", plan.note);
+
+    let trt = factory(model.path(), cache.path(), |c| {
+        c.runtime.providers = vec![ProviderKind::TensorRt, ProviderKind::Cpu];
+        c.runtime.precision = Precision::Fp16;
+    });
+    let plan = trt.plan("llm").unwrap();
+    assert_eq!((plan.variant_file.as_str(), plan.precision), ("llm.fp32.onnx", Precision::Fp16));
+
+    let spec = rtx.model.graph("llm").unwrap();
+    let key = rtx.rtx_cache_key("llm", Precision::Fp16).unwrap();
+    assert_eq!(key.graph_sha256, spec.variant(Precision::Fp16).unwrap().sha256.to_ascii_lowercase());
+    assert_eq!(key.options, vec!["provider=tensorrt-rtx".to_string()]);
+    assert_ne!(key.dir_name(), trt.cache_key("llm", Precision::Fp16).unwrap().dir_name());
+    assert_ne!(key.dir_name(), rtx.rtx_cache_key("llm", Precision::Fp32).unwrap().dir_name());
+    // `cosy engines list|clean` and `cosy doctor` take its folder for a current entry.
+    assert!(cosy::runtime::cache_listing::current_engine_keys(&rtx).contains(&key.dir_name()));
+}
