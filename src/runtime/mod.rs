@@ -12,6 +12,7 @@ pub mod factory;
 pub mod graph_cache;
 pub mod keyed_dir;
 pub mod providers;
+pub mod shapes;
 
 pub use binding::StageBinding;
 pub use engine_cache::{CacheKey, EngineCache};

@@ -355,3 +355,44 @@ fn prompt_prefix_caches_of_different_voices_batch() {
         assert!(d <= 1e-5, "voice {i}: batched differs from solo by {d:e}");
     }
 }
+
+/// `runtime.shape_buckets`: a DiT call padded up to its bucket (frames right-padded, `mask` 0
+/// there, output cut back) gives the unpadded call's mel within 1e-5, for a final (full
+/// attention) solve, a block-causal one, and one that continues after a prompt-prefix cache.
+#[test]
+fn dit_shape_buckets_give_the_unpadded_mel() {
+    use cosy::flow::{solve_cfm_prefixed, PrefixMode};
+    use cosy::runtime::shapes::{bucket_len, DIT_BUCKET_STEP};
+    let (mut session, shape, _keep) = fixture_dit();
+    assert!(shape.is_some(), "the fixture's dit graph has the prompt-prefix cache I/O");
+    let profiler = cosy::profile::Profiler::disabled();
+    let params = CfmParams::default();
+    let (prompt_frames, frames) = (74usize, 74 + 63);
+    let padded = bucket_len(frames, 0, DIT_BUCKET_STEP);
+    assert!(padded > frames, "the test length must need padding ({frames} -> {padded})");
+    let mu = filled(MEL_DIM, frames, 7);
+    let mut cond = Array2::<f32>::zeros((MEL_DIM, frames));
+    cond.slice_mut(ndarray::s![.., ..prompt_frames]).assign(&filled(MEL_DIM, prompt_frames, 8));
+    let spks = filled(1, MEL_DIM, 9).row(0).to_owned();
+    let noise = filled(MEL_DIM, frames + 3, 10);
+    let request = CfmRequest { mu: mu.view(), spks: spks.view(), cond: cond.view(), noise: noise.view() };
+    let mut solve = |buckets: bool, block: i64| {
+        session.shape_buckets = buckets;
+        let mut est = cosy::pipeline::stages::OnnxEstimator { session: &mut session, profiler: &profiler, prefix_shape: shape };
+        let plain = solve_cfm(&mut est, std::slice::from_ref(&request), &params, block).expect("solve").remove(0);
+        // A cache recorded unpadded, used at the bucketed shape: the state is per frame.
+        let (_, cache) = solve_cfm_prefixed(&mut est, &request, &params, 50, PrefixMode::Record(50)).expect("record");
+        let cache = std::sync::Arc::new(cache.expect("cache"));
+        let (cached, _) = solve_cfm_prefixed(&mut est, &request, &params, 50, PrefixMode::Use(&cache)).expect("use");
+        (plain, cached)
+    };
+    for block in [0i64, 50] {
+        let (off, off_cached) = solve(false, block);
+        let (on, on_cached) = solve(true, block);
+        let d = max_abs_diff(&off, &on);
+        let d_cached = max_abs_diff(&off_cached, &on_cached);
+        println!("dit {frames} -> {padded} frames, block {block}: max abs {d:e}, cached {d_cached:e}");
+        assert!(d <= 1e-5, "block {block}: the padded DiT moved the mel by {d:e}");
+        assert!(d_cached <= 1e-5, "block {block}, prompt-prefix cache: the padded DiT moved the mel by {d_cached:e}");
+    }
+}
