@@ -87,6 +87,48 @@ fn stream_planner_hops_double_to_the_maximum() {
     assert_eq!(plan_stream(StreamParams::default(), 77, 50).expect("plan").len(), 1);
 }
 
+/// The lengths the shape buckets are chosen from (docs/model-format.md, `dit` and `hift_decode`):
+/// for streaming requests with prompts of 30–200 tokens, every non-final DiT call (prompt + chunk
+/// frames, and the frames after a cacheable prompt prefix) is already a whole 50-frame step, so
+/// its bucket is itself; a windowed HiFT call after the first decodes `base` + whole hops.
+#[test]
+fn streaming_calls_sit_on_shape_buckets_except_the_first_and_final() {
+    use cosy::flow::cacheable_prefix_frames;
+    use cosy::runtime::shapes::{bucket_len, DIT_BUCKET_STEP, HIFT_BUCKET_STEP};
+    let params = StreamParams::default();
+    let (context, look) = (35usize, 4usize);
+    let base = HiftStream::new(MEL_DIM, 9, Some(context)).bucket_base(look);
+    assert_eq!(base, 40);
+    for prompt in [30usize, 77, 87, 150, 200] {
+        let chunks = plan_stream(params, prompt, 250).expect("plan");
+        let prompt_frames = 2 * prompt;
+        let (mut dit, mut hift) = (Vec::new(), Vec::new());
+        let mut emitted = 0usize;
+        for (i, c) in chunks.iter().enumerate() {
+            let frames = prompt_frames + c.mel_frames;
+            dit.push(frames);
+            let first = emitted.saturating_sub(context);
+            if c.finalize {
+                hift.push(c.mel_frames - first + look);
+                continue;
+            }
+            assert_eq!(bucket_len(frames, 0, DIT_BUCKET_STEP), frames, "prompt {prompt}: non-final DiT call of {frames} frames");
+            let after_prefix = frames - cacheable_prefix_frames(prompt_frames, &params);
+            assert_eq!(bucket_len(after_prefix, 0, DIT_BUCKET_STEP), after_prefix);
+            let call = plan_hift_call(c.mel_frames, false, 3, look, 480).expect("plan");
+            let mel_in = call.mel_frames - first;
+            hift.push(mel_in);
+            if i > 0 {
+                assert_eq!(bucket_len(mel_in, base, HIFT_BUCKET_STEP), mel_in, "prompt {prompt}: HiFT window of {mel_in} frames");
+            }
+            emitted = call.total_samples / 480;
+        }
+        let dit_b: Vec<usize> = dit.iter().map(|&n| bucket_len(n, 0, DIT_BUCKET_STEP)).collect();
+        let hift_b: Vec<usize> = hift[..hift.len() - 1].iter().map(|&n| bucket_len(n, base, HIFT_BUCKET_STEP)).collect();
+        println!("prompt {prompt} tokens, 250 speech tokens: DiT frames {dit:?} -> {dit_b:?}; HiFT mel {hift:?} -> non-final {hift_b:?}");
+    }
+}
+
 #[test]
 fn flow_front_tokens_pad_only_final_calls() {
     assert_eq!(flow_front_tokens(&[1, 2], &[3, 4, 5, 6], true, 3), vec![1, 2, 3, 4, 5, 6, -1, -1, -1]);
@@ -394,5 +436,41 @@ fn dit_shape_buckets_give_the_unpadded_mel() {
         println!("dit {frames} -> {padded} frames, block {block}: max abs {d:e}, cached {d_cached:e}");
         assert!(d <= 1e-5, "block {block}: the padded DiT moved the mel by {d:e}");
         assert!(d_cached <= 1e-5, "block {block}, prompt-prefix cache: the padded DiT moved the mel by {d_cached:e}");
+    }
+}
+
+/// The CPU cost of the DiT's shape buckets on the tiny model (a figure for docs/benchmarks.md,
+/// not a check): final solves of a few lengths, unpadded and padded, interleaved, 5 rounds.
+/// `cargo test --test synth -- --ignored dit_shape_bucket_cost --nocapture`
+#[test]
+#[ignore]
+fn dit_shape_bucket_cost_on_cpu() {
+    let (mut session, shape, _keep) = fixture_dit();
+    let profiler = cosy::profile::Profiler::disabled();
+    let params = CfmParams::default();
+    for frames in [137usize, 224, 424, 674] {
+        let mu = filled(MEL_DIM, frames, 1);
+        let cond = filled(MEL_DIM, frames, 2);
+        let spks = filled(1, MEL_DIM, 3).row(0).to_owned();
+        let noise = filled(MEL_DIM, frames, 4);
+        let request = CfmRequest { mu: mu.view(), spks: spks.view(), cond: cond.view(), noise: noise.view() };
+        let (mut off, mut on) = (Vec::new(), Vec::new());
+        for _ in 0..6 {
+            for (buckets, times) in [(false, &mut off), (true, &mut on)] {
+                session.shape_buckets = buckets;
+                let mut est = cosy::pipeline::stages::OnnxEstimator { session: &mut session, profiler: &profiler, prefix_shape: shape };
+                let t = std::time::Instant::now();
+                solve_cfm(&mut est, std::slice::from_ref(&request), &params, 0).expect("solve");
+                times.push(t.elapsed().as_secs_f64());
+            }
+        }
+        let median = |v: &mut Vec<f64>| {
+            v.remove(0);
+            v.sort_by(f64::total_cmp);
+            v[v.len() / 2]
+        };
+        let (a, b) = (median(&mut off), median(&mut on));
+        let padded = cosy::runtime::shapes::bucket_len(frames, 0, cosy::runtime::shapes::DIT_BUCKET_STEP);
+        println!("CPU, tiny model, final DiT solve of {frames} -> {padded} frames: unpadded {:.1} ms, padded {:.1} ms, ratio {:.3}", a * 1e3, b * 1e3, b / a);
     }
 }

@@ -323,3 +323,37 @@ fn shape_bucketed_streaming_hift_matches_unpadded() {
     assert!(!once.pad_to_bucket(0, cosy::runtime::shapes::HIFT_BUCKET_STEP, 480));
     assert_eq!(once.mel.dim().2, mel.ncols() + 4);
 }
+
+/// The CPU cost of HiFT's shape buckets on the tiny model (a figure for docs/benchmarks.md, not a
+/// check): one streaming request's HiFT calls, unpadded and padded, interleaved, 5 rounds.
+/// `cargo test --test synth -- --ignored hift_shape_bucket_cost --nocapture`
+#[test]
+#[ignore]
+fn hift_shape_bucket_cost_on_cpu() {
+    let Some(dir) = reference_dir() else { return };
+    let model = fixture_model();
+    let cache = tempfile::tempdir().expect("tmp");
+    let cfg = config_for(&model, cache.path());
+    let factory =
+        cosy::runtime::SessionFactory::new(&cfg, std::sync::Arc::new(cosy::model::ModelDir::open(&model).expect("model")))
+            .expect("runtime");
+    let mut session = factory.open(cosy::vocab::Stage::HiftDecode).expect("hift_decode session");
+    let mel = golden_mel(&dir, "stream");
+    let cuts = [74usize, 174, mel.ncols()];
+    let (mut plain, mut padded) = (Vec::new(), Vec::new());
+    for _ in 0..6 {
+        let t = Instant::now();
+        stream_hift(&mut session, &mel, &cuts, Some(35));
+        plain.push(t.elapsed().as_secs_f64());
+        let t = Instant::now();
+        stream_hift_bucketed(&mut session, &mel, &cuts, Some(35), Some(&mut Vec::new()));
+        padded.push(t.elapsed().as_secs_f64());
+    }
+    let median = |v: &mut Vec<f64>| {
+        v.remove(0); // warm-up round
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let (p, q) = (median(&mut plain), median(&mut padded));
+    println!("CPU, tiny model, HiFT of one streaming request: unpadded {:.1} ms, padded {:.1} ms, ratio {:.3}", p * 1e3, q * 1e3, q / p);
+}
