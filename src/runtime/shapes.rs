@@ -15,22 +15,21 @@ pub const DIT_BUCKET_STEP: usize = 50;
 /// chunk its lengths are already whole hops above the base ([`crate::hift::HiftStream::bucket_base`]).
 pub const HIFT_BUCKET_STEP: usize = 50;
 
-/// The bucket of a call of `n` frames: `base` plus a whole number of `step`s, the step doubling
-/// whenever the part above `base` exceeds 8 steps: a call whose part above `base` is at most 8
-/// steps wastes less than one step, a longer one less than a quarter of that part (under an
-/// eighth on average), and the number of distinct lengths grows only logarithmically (4 per
-/// doubling). `base` is a fixed overhead every call of the schedule carries (HiFT's window
-/// context); lengths up to `base` are kept as they are. `step == 0` turns bucketing off.
+/// The bucket of a call of `n` frames: `base` plus the whole number of `step`s that holds it, so
+/// a call wastes less than one step. `base` is a fixed overhead every call of the schedule
+/// carries (HiFT's window context); lengths up to `base` are kept as they are. `step == 0` turns
+/// bucketing off.
+///
+/// The step does not grow with the length: a streaming request's non-final DiT calls end on
+/// whole 50-frame steps at every length (and HiFT's windows after the first on whole hops above
+/// the base), so fixed steps leave them unpadded, where coarser steps for long calls would pad
+/// the latency-critical calls of long sentences. The price is one length per step up to the
+/// longest call (60 for the DiT's 3000 frames).
 pub fn bucket_len(n: usize, base: usize, step: usize) -> usize {
     if step == 0 || n <= base {
         return n;
     }
-    let above = n - base;
-    let mut granule = step;
-    while above > granule.saturating_mul(8) {
-        granule = granule.saturating_mul(2);
-    }
-    base.saturating_add(above.div_ceil(granule).saturating_mul(granule))
+    base.saturating_add((n - base).div_ceil(step).saturating_mul(step))
 }
 
 #[cfg(test)]
@@ -53,11 +52,11 @@ mod tests {
     }
 
     #[test]
-    fn long_calls_use_doubling_steps() {
-        assert_eq!(bucket_len(401, 0, 50), 500);
+    fn long_calls_keep_whole_steps() {
+        assert_eq!(bucket_len(401, 0, 50), 450);
+        assert_eq!(bucket_len(450, 0, 50), 450);
         assert_eq!(bucket_len(674, 0, 50), 700);
-        assert_eq!(bucket_len(801, 0, 50), 1000);
-        assert_eq!(bucket_len(1601, 0, 50), 2000);
+        assert_eq!(bucket_len(2999, 0, 50), 3000);
     }
 
     #[test]
@@ -67,16 +66,15 @@ mod tests {
                 let b = bucket_len(n, base, 50);
                 assert!(b >= n, "{n} -> {b}");
                 if n > base {
-                    let above = n - base;
-                    assert!(b - n < 50 || (b - n) * 4 < above, "{n} -> {b}: too much padding");
+                    assert!(b - n < 50, "{n} -> {b}: too much padding");
                     // Idempotent: a bucket is its own bucket.
                     assert_eq!(bucket_len(b, base, 50), b);
                 }
             }
         }
-        // Few distinct lengths up to the 3000-frame DiT profile.
+        // One length per step up to the 3000-frame DiT profile.
         let distinct: std::collections::BTreeSet<usize> = (1..=3000).map(|n| bucket_len(n, 0, 50)).collect();
-        assert!(distinct.len() <= 24, "{} buckets", distinct.len());
+        assert_eq!(distinct.len(), 60);
     }
 
     #[test]

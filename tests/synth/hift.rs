@@ -313,6 +313,7 @@ fn shape_bucketed_streaming_hift_matches_unpadded() {
         for (i, (a, b)) in plain.chunks.iter().zip(&padded.chunks).enumerate() {
             assert_eq!(a.len(), b.len(), "call {i}: sample counts");
             let err = a.iter().zip(b).map(|(p, q)| (p - q).abs()).fold(0f32, f32::max);
+            println!("hift context {context:?}, call {i}: padded vs unpadded max abs {err:e}");
             assert!(err <= 1e-5, "context {context:?}, call {i}: padded vs unpadded max abs {err}");
         }
     }
