@@ -98,6 +98,7 @@ pub static KEYS: &[Key<Config>] = &[
         c.runtime.shape_buckets = v.text().and_then(|s| ShapeBuckets::parse(&s)).ok_or_else(|| v.invalid())?;
         Ok(())
     })
+    .env("COSY_SHAPE_BUCKETS")
     .doc("Pad DiT and HiFT calls to a few fixed lengths (auto: on CUDA/TensorRT, off on the CPU)."),
     K::new("stages.<llm|flow|dit|hift|frontend>.precision", "\"\"", "fp32, fp16, bf16, int8, or \"\" to inherit", |c, v| {
         let s = v.text_or_invalid()?;

@@ -449,28 +449,105 @@ fn dit_shape_bucket_cost_on_cpu() {
     let profiler = cosy::profile::Profiler::disabled();
     let params = CfmParams::default();
     for frames in [137usize, 224, 424, 674] {
-        let mu = filled(MEL_DIM, frames, 1);
-        let cond = filled(MEL_DIM, frames, 2);
+        // Three solves interleaved: unpadded, padded to the bucket, and an unpadded solve of the
+        // bucket's length (the extra frames' own cost, without the padding path).
+        let padded = cosy::runtime::shapes::bucket_len(frames, 0, cosy::runtime::shapes::DIT_BUCKET_STEP);
+        let (mu, cond, noise) = (filled(MEL_DIM, padded, 1), filled(MEL_DIM, padded, 2), filled(MEL_DIM, padded, 4));
         let spks = filled(1, MEL_DIM, 3).row(0).to_owned();
-        let noise = filled(MEL_DIM, frames, 4);
-        let request = CfmRequest { mu: mu.view(), spks: spks.view(), cond: cond.view(), noise: noise.view() };
-        let (mut off, mut on) = (Vec::new(), Vec::new());
+        let request = |n: usize| CfmRequest {
+            mu: mu.slice(ndarray::s![.., ..n]),
+            spks: spks.view(),
+            cond: cond.slice(ndarray::s![.., ..n]),
+            noise: noise.view(),
+        };
+        let mut times = [Vec::new(), Vec::new(), Vec::new()];
         for _ in 0..6 {
-            for (buckets, times) in [(false, &mut off), (true, &mut on)] {
+            for (i, (buckets, n)) in [(false, frames), (true, frames), (false, padded)].into_iter().enumerate() {
                 session.shape_buckets = buckets;
                 let mut est = cosy::pipeline::stages::OnnxEstimator { session: &mut session, profiler: &profiler, prefix_shape: shape };
                 let t = std::time::Instant::now();
-                solve_cfm(&mut est, std::slice::from_ref(&request), &params, 0).expect("solve");
-                times.push(t.elapsed().as_secs_f64());
+                solve_cfm(&mut est, &[request(n)], &params, 0).expect("solve");
+                times[i].push(t.elapsed().as_secs_f64());
             }
         }
         let median = |v: &mut Vec<f64>| {
-            v.remove(0);
+            v.remove(0); // warm-up round
             v.sort_by(f64::total_cmp);
             v[v.len() / 2]
         };
-        let (a, b) = (median(&mut off), median(&mut on));
-        let padded = cosy::runtime::shapes::bucket_len(frames, 0, cosy::runtime::shapes::DIT_BUCKET_STEP);
-        println!("CPU, tiny model, final DiT solve of {frames} -> {padded} frames: unpadded {:.1} ms, padded {:.1} ms, ratio {:.3}", a * 1e3, b * 1e3, b / a);
+        let [a, b, c] = times.each_mut().map(median);
+        println!(
+            "CPU, tiny model, final DiT solve of {frames} -> {padded} frames: unpadded {:.1} ms, padded {:.1} ms (ratio {:.3}), \
+             unpadded {padded} frames {:.1} ms",
+            a * 1e3,
+            b * 1e3,
+            b / a,
+            c * 1e3
+        );
+    }
+}
+
+/// Which part of a padded DiT call costs on the CPU (a probe, not a check): one 150-frame call
+/// with the mask all ones, with its last 13 frames masked and zero, and masked but not zero.
+#[test]
+#[ignore]
+fn dit_padding_cost_parts_on_cpu() {
+    let (mut session, shape, _keep) = fixture_dit();
+    let profiler = cosy::profile::Profiler::disabled();
+    let (n, real) = (150usize, 137usize);
+    let full = |seed: u64| {
+        let a = filled(MEL_DIM, n, seed);
+        ndarray::stack(ndarray::Axis(0), &[a.view(), a.view()]).expect("rows")
+    };
+    let (x, mu, cond) = (full(1), full(2), full(3));
+    let zero_tail = |a: &Array3<f32>| {
+        let mut b = a.clone();
+        b.slice_mut(ndarray::s![.., .., real..]).fill(0.0);
+        b
+    };
+    let (xz, muz, condz) = (zero_tail(&x), zero_tail(&mu), zero_tail(&cond));
+    let ones = Array3::<f32>::ones((2, 1, n));
+    let mut tail = ones.clone();
+    tail.slice_mut(ndarray::s![.., .., real..]).fill(0.0);
+    let t = Array1::from_vec(vec![0.5f32, 0.5]);
+    let spks = Array2::<f32>::zeros((2, MEL_DIM));
+    let cases: [(&str, &Array3<f32>, &Array3<f32>, &Array3<f32>, &Array3<f32>); 3] =
+        [("mask ones", &x, &ones, &mu, &cond), ("masked zero tail", &xz, &tail, &muz, &condz), ("masked tail, not zero", &x, &tail, &mu, &cond)];
+    let (x137, ones137, mu137, cond137) = (
+        x.slice(ndarray::s![.., .., ..real]).to_owned(),
+        Array3::<f32>::ones((2, 1, real)),
+        mu.slice(ndarray::s![.., .., ..real]).to_owned(),
+        cond.slice(ndarray::s![.., .., ..real]).to_owned(),
+    );
+    let mut times = [Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new()];
+    for _ in 0..21 {
+        for (i, buckets) in [false, true].into_iter().enumerate() {
+            session.shape_buckets = buckets;
+            let mut est = cosy::pipeline::stages::OnnxEstimator { session: &mut session, profiler: &profiler, prefix_shape: shape };
+            let inputs = DitInputs { x: x137.view(), mask: ones137.view(), mu: mu137.view(), t: t.view(), spks: spks.view(), cond: cond137.view(), block_frames: 0 };
+            let start = std::time::Instant::now();
+            est.run(inputs).expect("run");
+            times[3 + i].push(start.elapsed().as_secs_f64());
+        }
+        session.shape_buckets = false;
+        for (i, (_, x, mask, mu, cond)) in cases.iter().enumerate() {
+            let mut est = cosy::pipeline::stages::OnnxEstimator { session: &mut session, profiler: &profiler, prefix_shape: shape };
+            let inputs = DitInputs { x: x.view(), mask: mask.view(), mu: mu.view(), t: t.view(), spks: spks.view(), cond: cond.view(), block_frames: 0 };
+            let start = std::time::Instant::now();
+            est.run(inputs).expect("run");
+            times[i].push(start.elapsed().as_secs_f64());
+        }
+    }
+    for (i, (name, ..)) in cases.iter().enumerate() {
+        let v = &mut times[i];
+        v.remove(0);
+        v.sort_by(f64::total_cmp);
+        println!("CPU, tiny model, one 150-frame DiT call, {name}: {:.2} ms (median of 20)", v[v.len() / 2] * 1e3);
+    }
+    for (i, name) in ["137 frames unpadded", "137 frames padded to 150"].iter().enumerate() {
+        let v = &mut times[3 + i];
+        v.remove(0);
+        v.sort_by(f64::total_cmp);
+        println!("CPU, tiny model, one DiT call, {name}: {:.2} ms (median of 20)", v[v.len() / 2] * 1e3);
     }
 }
