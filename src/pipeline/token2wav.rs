@@ -236,13 +236,13 @@ impl TokenToWav<'_> {
         let plan = inputs.plan;
         let first_frame = inputs.first_frame;
         let spf = c.source.samples_per_frame;
-        let mut session = lock(self.hift);
-        if session.shape_buckets {
+        // Padded outside the session's lock (other sentences' HiFT calls wait on it).
+        let buckets = lock(self.hift).shape_buckets;
+        if buckets {
             inputs.pad_to_bucket(hift.bucket_base(c.conv_pre_look_right), HIFT_BUCKET_STEP, spf);
         }
         let output_samples = inputs.output_samples;
-        let mut wav = prof.time("hift.decode", || run_hift_decode(&mut session, inputs.mel, inputs.source))?;
-        drop(session);
+        let mut wav = prof.time("hift.decode", || run_hift_decode(&mut lock(self.hift), inputs.mel, inputs.source))?;
         // A padded call's extra samples, then the plan's tail drop.
         wav.truncate(output_samples);
         let keep = wav.len().saturating_sub(plan.drop_tail_samples);
