@@ -511,7 +511,9 @@ fn dit_padding_cost_parts_on_cpu() {
     tail.slice_mut(ndarray::s![.., .., real..]).fill(0.0);
     let t = Array1::from_vec(vec![0.5f32, 0.5]);
     let spks = Array2::<f32>::zeros((2, MEL_DIM));
-    let cases: [(&str, &Array3<f32>, &Array3<f32>, &Array3<f32>, &Array3<f32>); 3] =
+    /// (name, x, mask, mu, cond)
+    type Case<'a> = (&'a str, &'a Array3<f32>, &'a Array3<f32>, &'a Array3<f32>, &'a Array3<f32>);
+    let cases: [Case<'_>; 3] =
         [("mask ones", &x, &ones, &mu, &cond), ("masked zero tail", &xz, &tail, &muz, &condz), ("masked tail, not zero", &x, &tail, &mu, &cond)];
     let (x137, ones137, mu137, cond137) = (
         x.slice(ndarray::s![.., .., ..real]).to_owned(),
