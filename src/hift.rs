@@ -14,6 +14,7 @@ use rayon::prelude::*;
 use crate::error::{Error, Result};
 use crate::profile::Profiler;
 use crate::rng::{SineNoise, SINE_NOISE_WIDTH};
+use crate::runtime::shapes::bucket_len;
 
 /// One conv layer of the f0 net, stored for an im2col product over time-major activations:
 /// `w_cols[j·C_in + c, o] = W[o, c, j]`.
@@ -403,6 +404,47 @@ pub struct HiftInputs {
     pub mel: Array3<f32>,
     /// The graph's `source` input `[1, 1, 480 · (source_frames − first_frame)]`.
     pub source: Array3<f32>,
+    /// The leading samples of the graph's output that are this call's (`480 · (decode_frames −
+    /// first_frame)`); the rest, present only after [`Self::pad_to_bucket`], is padding. The
+    /// plan's `drop_tail_samples` then come off these.
+    pub output_samples: usize,
+}
+
+impl HiftInputs {
+    /// Right-pads a non-final call's `mel` (zero frames) and `source` (zeros) up to the shape
+    /// bucket [`bucket_len`]`(mel frames, base, step)`; returns whether it padded. The graph's
+    /// output then has more samples; its first [`Self::output_samples`] are the unpadded call's
+    /// up to float rounding, and the plan's tail drop removes every sample the padding reaches:
+    /// * every convolution after `conv_pre` is causal, and `conv_pre` looks 4 frames right, so
+    ///   generator column `k` (of `120 · frames + 1`) depends only on mel frames `≤ (k−1)/120 + 4`
+    ///   and source STFT columns `≤ k`: columns up to `120 · decode_frames` see real frames only
+    ///   (a non-final call's 4 context frames are real mel, and its source runs 4 frames past);
+    /// * the padding adds generator columns from `120 · decode_frames + 1` on; the iSTFT
+    ///   (n_fft 16, hop 4, centred) lets column `j` reach output samples `4j − 8 ..= 4j + 7` and the
+    ///   window envelope there, i.e. only the last 4 samples of the call, inside the 480 a
+    ///   non-final call drops anyway.
+    ///
+    /// A final call is never padded: its last samples are reached by the padding's first
+    /// generator column, and its source STFT's last column reads the reflect pad at the source's
+    /// end, which a longer source replaces (the unpadded call's last samples would change).
+    pub fn pad_to_bucket(&mut self, base: usize, step: usize, samples_per_frame: usize) -> bool {
+        if self.plan.finalize {
+            return false;
+        }
+        let (batch, channels, frames) = self.mel.dim();
+        let bucket = bucket_len(frames, base, step);
+        if bucket <= frames {
+            return false;
+        }
+        let mut mel = Array3::<f32>::zeros((batch, channels, bucket));
+        mel.slice_mut(s![.., .., ..frames]).assign(&self.mel);
+        self.mel = mel;
+        let samples = self.source.dim().2;
+        let mut source = Array3::<f32>::zeros((1, 1, samples.max(samples_per_frame * bucket)));
+        source.slice_mut(s![.., .., ..samples]).assign(&self.source);
+        self.source = source;
+        true
+    }
 }
 
 /// Runs the native part of one whole-prefix HiFT call over the accumulated mel `[80, T]`: f0
@@ -483,6 +525,15 @@ impl HiftStream {
         self.speech_offset
     }
 
+    /// The `base` of this stream's HiFT shape buckets ([`HiftInputs::pad_to_bucket`]): a windowed
+    /// non-final call decodes the new frames plus `decode_context + conv_pre_look_right + 1`
+    /// frames (the window's context, conv_pre's right context and the frame whose samples the
+    /// previous call dropped), so the buckets are that overhead plus whole hops of new frames.
+    /// The whole-prefix form (no window) has no such overhead.
+    pub fn bucket_base(&self, conv_pre_look_right: usize) -> usize {
+        self.decode_context.map_or(0, |c| c + conv_pre_look_right + 1)
+    }
+
     /// The graph inputs of the next call over the accumulated mel (recording `hift.f0` and
     /// `hift.source`).
     pub fn prepare(
@@ -530,7 +581,8 @@ impl HiftStream {
         let n = src.len();
         let source = Array3::from_shape_vec((1, 1, n), src)
             .map_err(|e| Error::invalid(format!("hift source shape: {e}")))?;
-        Ok(HiftInputs { plan, first_frame, mel, source })
+        let output_samples = spf * (plan.decode_frames - first_frame);
+        Ok(HiftInputs { plan, first_frame, mel, source, output_samples })
     }
 
     /// Takes the samples of a call's output (which starts at sample `spf · first_frame` of the

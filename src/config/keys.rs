@@ -4,7 +4,7 @@
 //! checks). A front end adds its own table the same way (`cosy serve`: `[server]`, `[wyoming]`).
 
 use super::key::{Key, Renamed, Setting, TRUE_FALSE};
-use super::settings::{default_engine_cache, CodeBlocks, Config, CpuSwitch, CudaConvSearch, NormalizerChoice, StageSettings, Symbols};
+use super::settings::{default_engine_cache, CodeBlocks, Config, CpuSwitch, CudaConvSearch, ShapeBuckets, NormalizerChoice, StageSettings, Symbols};
 use crate::error::Result;
 use crate::vocab::{check_voice_name, Precision, ProviderKind, StageGroup, OPENAI_VOICES};
 
@@ -106,6 +106,12 @@ pub static KEYS: &[Key<Config>] = &[
     })
     .env("COSY_ORT_PROFILE")
     .doc("ONNX Runtime's own per-node profile of every session, written to <prefix>-<stage>_<time>.json."),
+    K::new("runtime.shape_buckets", "\"auto\"", ShapeBuckets::NAMES, |c, v| {
+        c.runtime.shape_buckets = v.text().and_then(|s| ShapeBuckets::parse(&s)).ok_or_else(|| v.invalid())?;
+        Ok(())
+    })
+    .env("COSY_SHAPE_BUCKETS")
+    .doc("Pad DiT and HiFT calls to a few fixed lengths (auto: on CUDA/TensorRT, off on the CPU)."),
     K::new("stages.<llm|flow|dit|hift|frontend>.precision", "\"\"", "fp32, fp16, bf16, int8, or \"\" to inherit", |c, v| {
         let s = v.text_or_invalid()?;
         stage(c, v)?.precision = if s.is_empty() { None } else { Some(Precision::parse(&s).ok_or_else(|| v.invalid())?) };

@@ -58,6 +58,52 @@ pub struct RuntimeSettings {
     /// ONNX Runtime's profiling (`runtime.ort_profile`): each session writes its per-node timings to
     /// `<prefix>-<stage>_<time>.json` when it closes; `None`: off (profiling costs time on every run).
     pub ort_profile: Option<PathBuf>,
+    /// Whether the `dit` and `hift_decode` calls are padded up to a few fixed lengths
+    /// (`runtime.shape_buckets`; [`RuntimeSettings::shape_buckets_apply`]).
+    pub shape_buckets: ShapeBuckets,
+}
+
+impl RuntimeSettings {
+    /// Whether a stage that runs on `provider` pads its calls to shape buckets: `auto` does on
+    /// CUDA and TensorRT, where every new input shape costs new convolution plans (and a CUDA
+    /// graph is per shape), and not on the CPU, where a padded frame is only more work.
+    pub fn shape_buckets_apply(&self, provider: crate::vocab::ProviderKind) -> bool {
+        match self.shape_buckets {
+            ShapeBuckets::On => true,
+            ShapeBuckets::Off => false,
+            ShapeBuckets::Auto => provider != crate::vocab::ProviderKind::Cpu,
+        }
+    }
+}
+
+/// `runtime.shape_buckets`: pad the DiT's and HiFT's calls to a few fixed lengths. Unlike
+/// [`CpuSwitch`], `auto` means "on a GPU provider".
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ShapeBuckets {
+    Auto,
+    On,
+    Off,
+}
+
+impl ShapeBuckets {
+    pub const NAMES: &'static str = "auto, on, off";
+
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "auto" => Some(Self::Auto),
+            "on" => Some(Self::On),
+            "off" => Some(Self::Off),
+            _ => None,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Auto => "auto",
+            Self::On => "on",
+            Self::Off => "off",
+        }
+    }
 }
 
 /// `runtime.cuda_conv_search`: cuDNN's convolution algorithm choice, made once per input shape.
@@ -434,6 +480,7 @@ impl Default for Config {
                 cuda_graphs: false,
                 cuda_conv_search: CudaConvSearch::Heuristic,
                 ort_profile: None,
+                shape_buckets: ShapeBuckets::Auto,
             },
             stages: StageGroup::ALL.into_iter().map(|g| (g, StageSettings::default())).collect(),
             sampling: SamplingSettings { seed: 0, top_p: None, top_k: None, win_size: None, tau_r: None },

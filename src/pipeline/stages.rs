@@ -6,13 +6,14 @@
 //! * [`OnnxEstimator`] implements [`Estimator`] for the `dit` graph.
 //! * [`run_flow_front`], [`run_hift_decode`], [`run_campplus`], [`run_speech_tokenizer`]: one call each.
 
-use ndarray::{Array2, Array3, ArrayView2};
+use ndarray::{s, Array2, Array3, ArrayView2, ArrayView3};
 use ort::session::SessionInputValue;
 use ort::value::{DynValue, Tensor, TensorElementType, TensorRef};
 
 use crate::error::{Error, Result};
 use crate::flow::{DitCacheShape, DitInputs, Estimator, PrefixArg, PrefixStep};
 use crate::profile::Profiler;
+use crate::runtime::shapes::{bucket_len, DIT_BUCKET_STEP};
 use crate::runtime::StageSession;
 
 /// An owned ORT tensor from a shape and row-major data.
@@ -76,7 +77,31 @@ impl OnnxEstimator<'_> {
     /// One `dit` call. `prefix`: the cached state each request of the batch continues after (in
     /// row order, 2 rows each; empty = no cached frames); `record`: leading frames whose state
     /// comes back (0 = none).
+    ///
+    /// With shape buckets on ([`StageSession::shape_buckets`]) the frames are right-padded up to
+    /// [`bucket_len`]`(frames, 0, `[`DIT_BUCKET_STEP`]`)` with `mask` 0 there, and the output cut
+    /// back: exact for the real frames for the reason batching is (docs/model-format.md, `dit`:
+    /// causal positional conv, masked keys, per-frame rest).
     pub fn run_graph(&mut self, inputs: DitInputs<'_>, prefix: &[&PrefixStep], record: usize) -> Result<(Array3<f32>, Option<PrefixStep>)> {
+        let frames = inputs.x.dim().2;
+        let bucket = if self.session.shape_buckets { bucket_len(frames, 0, DIT_BUCKET_STEP) } else { frames };
+        if bucket == frames {
+            return self.run_graph_at_shape(inputs, prefix, record);
+        }
+        let pad = |a: ArrayView3<f32>| {
+            let (rows, ch, _) = a.dim();
+            let mut out = Array3::<f32>::zeros((rows, ch, bucket));
+            out.slice_mut(s![.., .., ..frames]).assign(&a);
+            out
+        };
+        let (x, mask, mu, cond) = (pad(inputs.x), pad(inputs.mask), pad(inputs.mu), pad(inputs.cond));
+        let padded = DitInputs { x: x.view(), mask: mask.view(), mu: mu.view(), cond: cond.view(), ..inputs };
+        let (v, state) = self.run_graph_at_shape(padded, prefix, record)?;
+        Ok((v.slice(s![.., .., ..frames]).to_owned(), state))
+    }
+
+    /// [`Self::run_graph`] at the inputs' own shape.
+    fn run_graph_at_shape(&mut self, inputs: DitInputs<'_>, prefix: &[&PrefixStep], record: usize) -> Result<(Array3<f32>, Option<PrefixStep>)> {
         let DitInputs { x, mask, mu, t, spks, cond, block_frames } = inputs;
         let _call = self.profiler.span("flow.dit");
         let copy = self.profiler.span("flow.dit.copy");

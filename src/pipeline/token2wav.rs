@@ -16,6 +16,7 @@ use crate::llm::{Sampler, SilentTokenFilter};
 use crate::pipeline::constants::ModelConstants;
 use crate::pipeline::stages::{run_flow_front, run_hift_decode};
 use crate::profile::Profiler;
+use crate::runtime::shapes::HIFT_BUCKET_STEP;
 use crate::runtime::StageSession;
 
 /// What the sentences of one request share and hand on: the sampling RNG, the streaming hop,
@@ -231,11 +232,19 @@ impl TokenToWav<'_> {
         flow_span.end();
         let _hift_span = prof.span("hift");
         hift.push_mel(new.view())?;
-        let inputs = hift.prepare(self.f0, &mut self.source, chunk.finalize, c.conv_pre_look_right, prof)?;
+        let mut inputs = hift.prepare(self.f0, &mut self.source, chunk.finalize, c.conv_pre_look_right, prof)?;
         let plan = inputs.plan;
         let first_frame = inputs.first_frame;
         let spf = c.source.samples_per_frame;
+        // Padded outside the session's lock (other sentences' HiFT calls wait on it).
+        let buckets = lock(self.hift).shape_buckets;
+        if buckets {
+            inputs.pad_to_bucket(hift.bucket_base(c.conv_pre_look_right), HIFT_BUCKET_STEP, spf);
+        }
+        let output_samples = inputs.output_samples;
         let mut wav = prof.time("hift.decode", || run_hift_decode(&mut lock(self.hift), inputs.mel, inputs.source))?;
+        // A padded call's extra samples, then the plan's tail drop.
+        wav.truncate(output_samples);
         let keep = wav.len().saturating_sub(plan.drop_tail_samples);
         wav.truncate(keep);
         if wav.len() + spf * first_frame != plan.total_samples {

@@ -48,6 +48,9 @@ pub struct StageSession {
     pub engine_cached: Option<bool>,
     /// How the session used the optimised-graph cache.
     pub graph_cache: GraphCacheUse,
+    /// Whether calls of this stage are padded to shape buckets (`runtime.shape_buckets`, resolved
+    /// for the provider used: [`crate::config::RuntimeSettings::shape_buckets_apply`]).
+    pub shape_buckets: bool,
     pub(crate) device_id: u32,
 }
 
@@ -335,6 +338,7 @@ impl SessionFactory {
                         engine_dir: engine.dir,
                         engine_cached: engine.cached,
                         graph_cache,
+                        shape_buckets: self.config.runtime.shape_buckets_apply(first),
                         device_id: self.config.runtime.device_id,
                     });
                 }

@@ -13,6 +13,7 @@ pub mod graph_cache;
 pub mod keyed_dir;
 pub mod providers;
 pub mod trt_rtx;
+pub mod shapes;
 
 pub use binding::StageBinding;
 pub use engine_cache::{CacheKey, EngineCache};

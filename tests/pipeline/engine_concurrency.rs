@@ -449,3 +449,36 @@ fn each_sentence_span_lies_exactly_where_its_audio_is() {
         assert!(summary.spans.iter().all(|s| bounds.contains(&(s.start + s.samples))));
     }
 }
+
+/// `runtime.shape_buckets = "on"` (padded DiT calls, padded non-final HiFT calls) gives the
+/// audio of `"off"`: the same tokens and chunks, samples within 1e-5, streaming (several chunks,
+/// through the prompt-prefix cache) and offline.
+#[test]
+fn shape_buckets_give_the_audio_without_them() {
+    let engine_for = |buckets: cosy::config::ShapeBuckets| {
+        let cache = tempfile::tempdir().expect("temp dir");
+        let mut config = config_for(&fixture_model(), cache.path());
+        config.runtime.shape_buckets = buckets;
+        (Engine::builder(&config).build().expect("engine loads the fixture"), cache)
+    };
+    let (off, _off_cache) = engine_for(cosy::config::ShapeBuckets::Off);
+    let (on, _on_cache) = engine_for(cosy::config::ShapeBuckets::On);
+    let prompt = fixture_prompt();
+    let audio = cosy::frontend::audio::load_audio(&prompt).expect("prompt");
+    let saved = Arc::new(off.make_voice("me", &audio, &prompt, "This recording is the voice prompt.").expect("voice"));
+    let voice = Voice::Saved { voice: saved, instruction: None, lexicon: None };
+    for (label, req) in [
+        ("streaming", request("Fog rolled over the bay at dawn.", voice.clone(), 2, true, Some(120))),
+        ("offline", request("The lighthouse keeper climbed the stairs.", voice.clone(), 1, false, Some(57))),
+    ] {
+        let a = run_alone(&off, &req).expect("off");
+        let b = run_alone(&on, &req).expect("on");
+        assert_eq!(a.tokens, b.tokens, "{label}: tokens");
+        assert_eq!(a.chunks, b.chunks, "{label}: chunks");
+        assert_eq!(a.audio.len(), b.audio.len(), "{label}: samples");
+        let worst = a.audio.iter().zip(&b.audio).fold(0f32, |m, (x, y)| m.max((x - y).abs()));
+        println!("{label}: {} chunks, {} samples, max abs {worst:e}", a.chunks, a.audio.len());
+        assert!(a.chunks > 2 || label == "offline", "{label}: the request should stream several chunks");
+        assert!(worst <= 1e-5, "{label}: shape buckets moved the audio by {worst}");
+    }
+}

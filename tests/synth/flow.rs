@@ -87,6 +87,48 @@ fn stream_planner_hops_double_to_the_maximum() {
     assert_eq!(plan_stream(StreamParams::default(), 77, 50).expect("plan").len(), 1);
 }
 
+/// The lengths the shape buckets are chosen from (docs/model-format.md, `dit` and `hift_decode`):
+/// for streaming requests with prompts of 30–200 tokens, every non-final DiT call (prompt + chunk
+/// frames, and the frames after a cacheable prompt prefix) is already a whole 50-frame step, so
+/// its bucket is itself; a windowed HiFT call after the first decodes `base` + whole hops.
+#[test]
+fn streaming_calls_sit_on_shape_buckets_except_the_first_and_final() {
+    use cosy::flow::cacheable_prefix_frames;
+    use cosy::runtime::shapes::{bucket_len, DIT_BUCKET_STEP, HIFT_BUCKET_STEP};
+    let params = StreamParams::default();
+    let (context, look) = (35usize, 4usize);
+    let base = HiftStream::new(MEL_DIM, 9, Some(context)).bucket_base(look);
+    assert_eq!(base, 40);
+    for prompt in [30usize, 77, 87, 150, 200] {
+        let chunks = plan_stream(params, prompt, 250).expect("plan");
+        let prompt_frames = 2 * prompt;
+        let (mut dit, mut hift) = (Vec::new(), Vec::new());
+        let mut emitted = 0usize;
+        for (i, c) in chunks.iter().enumerate() {
+            let frames = prompt_frames + c.mel_frames;
+            dit.push(frames);
+            let first = emitted.saturating_sub(context);
+            if c.finalize {
+                hift.push(c.mel_frames - first + look);
+                continue;
+            }
+            assert_eq!(bucket_len(frames, 0, DIT_BUCKET_STEP), frames, "prompt {prompt}: non-final DiT call of {frames} frames");
+            let after_prefix = frames - cacheable_prefix_frames(prompt_frames, &params);
+            assert_eq!(bucket_len(after_prefix, 0, DIT_BUCKET_STEP), after_prefix);
+            let call = plan_hift_call(c.mel_frames, false, 3, look, 480).expect("plan");
+            let mel_in = call.mel_frames - first;
+            hift.push(mel_in);
+            if i > 0 {
+                assert_eq!(bucket_len(mel_in, base, HIFT_BUCKET_STEP), mel_in, "prompt {prompt}: HiFT window of {mel_in} frames");
+            }
+            emitted = call.total_samples / 480;
+        }
+        let dit_b: Vec<usize> = dit.iter().map(|&n| bucket_len(n, 0, DIT_BUCKET_STEP)).collect();
+        let hift_b: Vec<usize> = hift[..hift.len() - 1].iter().map(|&n| bucket_len(n, base, HIFT_BUCKET_STEP)).collect();
+        println!("prompt {prompt} tokens, 250 speech tokens: DiT frames {dit:?} -> {dit_b:?}; HiFT mel {hift:?} -> non-final {hift_b:?}");
+    }
+}
+
 #[test]
 fn flow_front_tokens_pad_only_final_calls() {
     assert_eq!(flow_front_tokens(&[1, 2], &[3, 4, 5, 6], true, 3), vec![1, 2, 3, 4, 5, 6, -1, -1, -1]);
@@ -353,5 +395,161 @@ fn prompt_prefix_caches_of_different_voices_batch() {
         let got = batched.slice(ndarray::s![2 * i..2 * i + 2, .., ..lens[i]]);
         let d = got.iter().zip(solo[i].iter()).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max);
         assert!(d <= 1e-5, "voice {i}: batched differs from solo by {d:e}");
+    }
+}
+
+/// `runtime.shape_buckets`: a DiT call padded up to its bucket (frames right-padded, `mask` 0
+/// there, output cut back) gives the unpadded call's mel within 1e-5, for a final (full
+/// attention) solve, a block-causal one, and one that continues after a prompt-prefix cache.
+#[test]
+fn dit_shape_buckets_give_the_unpadded_mel() {
+    use cosy::flow::{solve_cfm_prefixed, PrefixMode};
+    use cosy::runtime::shapes::{bucket_len, DIT_BUCKET_STEP};
+    let (mut session, shape, _keep) = fixture_dit();
+    assert!(shape.is_some(), "the fixture's dit graph has the prompt-prefix cache I/O");
+    let profiler = cosy::profile::Profiler::disabled();
+    let params = CfmParams::default();
+    let (prompt_frames, frames) = (74usize, 74 + 63);
+    let padded = bucket_len(frames, 0, DIT_BUCKET_STEP);
+    assert!(padded > frames, "the test length must need padding ({frames} -> {padded})");
+    let mu = filled(MEL_DIM, frames, 7);
+    let mut cond = Array2::<f32>::zeros((MEL_DIM, frames));
+    cond.slice_mut(ndarray::s![.., ..prompt_frames]).assign(&filled(MEL_DIM, prompt_frames, 8));
+    let spks = filled(1, MEL_DIM, 9).row(0).to_owned();
+    let noise = filled(MEL_DIM, frames + 3, 10);
+    let request = CfmRequest { mu: mu.view(), spks: spks.view(), cond: cond.view(), noise: noise.view() };
+    let mut solve = |buckets: bool, block: i64| {
+        session.shape_buckets = buckets;
+        let mut est = cosy::pipeline::stages::OnnxEstimator { session: &mut session, profiler: &profiler, prefix_shape: shape };
+        let plain = solve_cfm(&mut est, std::slice::from_ref(&request), &params, block).expect("solve").remove(0);
+        // A cache recorded unpadded, used at the bucketed shape: the state is per frame.
+        let (_, cache) = solve_cfm_prefixed(&mut est, &request, &params, 50, PrefixMode::Record(50)).expect("record");
+        let cache = std::sync::Arc::new(cache.expect("cache"));
+        let (cached, _) = solve_cfm_prefixed(&mut est, &request, &params, 50, PrefixMode::Use(&cache)).expect("use");
+        (plain, cached)
+    };
+    for block in [0i64, 50] {
+        let (off, off_cached) = solve(false, block);
+        let (on, on_cached) = solve(true, block);
+        let d = max_abs_diff(&off, &on);
+        let d_cached = max_abs_diff(&off_cached, &on_cached);
+        println!("dit {frames} -> {padded} frames, block {block}: max abs {d:e}, cached {d_cached:e}");
+        assert!(d <= 1e-5, "block {block}: the padded DiT moved the mel by {d:e}");
+        assert!(d_cached <= 1e-5, "block {block}, prompt-prefix cache: the padded DiT moved the mel by {d_cached:e}");
+    }
+}
+
+/// The CPU cost of the DiT's shape buckets on the tiny model (a figure for docs/benchmarks.md,
+/// not a check): final solves of a few lengths, unpadded and padded, interleaved, 5 rounds.
+/// `cargo test --test synth -- --ignored dit_shape_bucket_cost --nocapture`
+#[test]
+#[ignore]
+fn dit_shape_bucket_cost_on_cpu() {
+    let (mut session, shape, _keep) = fixture_dit();
+    let profiler = cosy::profile::Profiler::disabled();
+    let params = CfmParams::default();
+    for frames in [137usize, 224, 424, 674] {
+        // Three solves interleaved: unpadded, padded to the bucket, and an unpadded solve of the
+        // bucket's length (the extra frames' own cost, without the padding path).
+        let padded = cosy::runtime::shapes::bucket_len(frames, 0, cosy::runtime::shapes::DIT_BUCKET_STEP);
+        let (mu, cond, noise) = (filled(MEL_DIM, padded, 1), filled(MEL_DIM, padded, 2), filled(MEL_DIM, padded, 4));
+        let spks = filled(1, MEL_DIM, 3).row(0).to_owned();
+        let request = |n: usize| CfmRequest {
+            mu: mu.slice(ndarray::s![.., ..n]),
+            spks: spks.view(),
+            cond: cond.slice(ndarray::s![.., ..n]),
+            noise: noise.view(),
+        };
+        let mut times = [Vec::new(), Vec::new(), Vec::new()];
+        for _ in 0..6 {
+            for (i, (buckets, n)) in [(false, frames), (true, frames), (false, padded)].into_iter().enumerate() {
+                session.shape_buckets = buckets;
+                let mut est = cosy::pipeline::stages::OnnxEstimator { session: &mut session, profiler: &profiler, prefix_shape: shape };
+                let t = std::time::Instant::now();
+                solve_cfm(&mut est, &[request(n)], &params, 0).expect("solve");
+                times[i].push(t.elapsed().as_secs_f64());
+            }
+        }
+        let median = |v: &mut Vec<f64>| {
+            v.remove(0); // warm-up round
+            v.sort_by(f64::total_cmp);
+            v[v.len() / 2]
+        };
+        let [a, b, c] = times.each_mut().map(median);
+        println!(
+            "CPU, tiny model, final DiT solve of {frames} -> {padded} frames: unpadded {:.1} ms, padded {:.1} ms (ratio {:.3}), \
+             unpadded {padded} frames {:.1} ms",
+            a * 1e3,
+            b * 1e3,
+            b / a,
+            c * 1e3
+        );
+    }
+}
+
+/// Which part of a padded DiT call costs on the CPU (a probe, not a check): one 150-frame call
+/// with the mask all ones, with its last 13 frames masked and zero, and masked but not zero.
+#[test]
+#[ignore]
+fn dit_padding_cost_parts_on_cpu() {
+    let (mut session, shape, _keep) = fixture_dit();
+    let profiler = cosy::profile::Profiler::disabled();
+    let (n, real) = (150usize, 137usize);
+    let full = |seed: u64| {
+        let a = filled(MEL_DIM, n, seed);
+        ndarray::stack(ndarray::Axis(0), &[a.view(), a.view()]).expect("rows")
+    };
+    let (x, mu, cond) = (full(1), full(2), full(3));
+    let zero_tail = |a: &Array3<f32>| {
+        let mut b = a.clone();
+        b.slice_mut(ndarray::s![.., .., real..]).fill(0.0);
+        b
+    };
+    let (xz, muz, condz) = (zero_tail(&x), zero_tail(&mu), zero_tail(&cond));
+    let ones = Array3::<f32>::ones((2, 1, n));
+    let mut tail = ones.clone();
+    tail.slice_mut(ndarray::s![.., .., real..]).fill(0.0);
+    let t = Array1::from_vec(vec![0.5f32, 0.5]);
+    let spks = Array2::<f32>::zeros((2, MEL_DIM));
+    /// (name, x, mask, mu, cond)
+    type Case<'a> = (&'a str, &'a Array3<f32>, &'a Array3<f32>, &'a Array3<f32>, &'a Array3<f32>);
+    let cases: [Case<'_>; 3] =
+        [("mask ones", &x, &ones, &mu, &cond), ("masked zero tail", &xz, &tail, &muz, &condz), ("masked tail, not zero", &x, &tail, &mu, &cond)];
+    let (x137, ones137, mu137, cond137) = (
+        x.slice(ndarray::s![.., .., ..real]).to_owned(),
+        Array3::<f32>::ones((2, 1, real)),
+        mu.slice(ndarray::s![.., .., ..real]).to_owned(),
+        cond.slice(ndarray::s![.., .., ..real]).to_owned(),
+    );
+    let mut times = [Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new()];
+    for _ in 0..21 {
+        for (i, buckets) in [false, true].into_iter().enumerate() {
+            session.shape_buckets = buckets;
+            let mut est = cosy::pipeline::stages::OnnxEstimator { session: &mut session, profiler: &profiler, prefix_shape: shape };
+            let inputs = DitInputs { x: x137.view(), mask: ones137.view(), mu: mu137.view(), t: t.view(), spks: spks.view(), cond: cond137.view(), block_frames: 0 };
+            let start = std::time::Instant::now();
+            est.run(inputs).expect("run");
+            times[3 + i].push(start.elapsed().as_secs_f64());
+        }
+        session.shape_buckets = false;
+        for (i, (_, x, mask, mu, cond)) in cases.iter().enumerate() {
+            let mut est = cosy::pipeline::stages::OnnxEstimator { session: &mut session, profiler: &profiler, prefix_shape: shape };
+            let inputs = DitInputs { x: x.view(), mask: mask.view(), mu: mu.view(), t: t.view(), spks: spks.view(), cond: cond.view(), block_frames: 0 };
+            let start = std::time::Instant::now();
+            est.run(inputs).expect("run");
+            times[i].push(start.elapsed().as_secs_f64());
+        }
+    }
+    for (i, (name, ..)) in cases.iter().enumerate() {
+        let v = &mut times[i];
+        v.remove(0);
+        v.sort_by(f64::total_cmp);
+        println!("CPU, tiny model, one 150-frame DiT call, {name}: {:.2} ms (median of 20)", v[v.len() / 2] * 1e3);
+    }
+    for (i, name) in ["137 frames unpadded", "137 frames padded to 150"].iter().enumerate() {
+        let v = &mut times[3 + i];
+        v.remove(0);
+        v.sort_by(f64::total_cmp);
+        println!("CPU, tiny model, one DiT call, {name}: {:.2} ms (median of 20)", v[v.len() / 2] * 1e3);
     }
 }

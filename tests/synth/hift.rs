@@ -184,6 +184,18 @@ fn stream_hift(
     cuts: &[usize],
     decode_context: Option<usize>,
 ) -> Streamed {
+    stream_hift_bucketed(session, mel, cuts, decode_context, None)
+}
+
+/// [`stream_hift`], with each call padded to its shape bucket (`Some(lengths)`: the graph's mel
+/// lengths before and after, per call) as the pipeline does with `runtime.shape_buckets` on.
+fn stream_hift_bucketed(
+    session: &mut cosy::runtime::StageSession,
+    mel: &Array2<f32>,
+    cuts: &[usize],
+    decode_context: Option<usize>,
+    mut lengths: Option<&mut Vec<(usize, usize)>>,
+) -> Streamed {
     let net = tiny_f0_predictor();
     let mut source = tiny_source();
     let mut stream = HiftStream::new(80, 9, decode_context);
@@ -196,8 +208,19 @@ fn stream_hift(
         let inputs = stream
             .prepare(&net, &mut source, finalize, 4, &cosy::profile::Profiler::disabled())
             .expect("prepare");
+        let mut inputs = inputs;
+        if let Some(lengths) = lengths.as_deref_mut() {
+            let before = inputs.mel.dim().2;
+            let step = cosy::runtime::shapes::HIFT_BUCKET_STEP;
+            let padded = inputs.pad_to_bucket(stream.bucket_base(4), step, 480);
+            assert_eq!(padded, inputs.mel.dim().2 != before);
+            assert!(inputs.source.dim().2 >= 480 * (inputs.mel.dim().2 - 4));
+            lengths.push((before, inputs.mel.dim().2));
+        }
         let (plan, first) = (inputs.plan, inputs.first_frame);
         let mut wav = cosy::pipeline::stages::run_hift_decode(session, inputs.mel, inputs.source).expect("decode");
+        assert!(wav.len() >= inputs.output_samples);
+        wav.truncate(inputs.output_samples);
         wav.truncate(wav.len() - plan.drop_tail_samples);
         assert_eq!(wav.len() + 480 * first, plan.total_samples);
         chunks.push(stream.take_new(&wav, first, 480));
@@ -255,4 +278,83 @@ fn windowed_streaming_hift_matches_whole_prefix() {
     let once_src: Vec<f32> = once.source.iter().copied().collect();
     let src_err = windowed.source.iter().zip(&once_src).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
     assert!(src_err <= 1e-5, "source {src_err}");
+}
+
+/// `runtime.shape_buckets`: every non-final call of a streaming request padded to its bucket
+/// (zero mel frames and zero source on the right, the extra output cut off) emits the unpadded
+/// call's samples within 1e-5, windowed and whole-prefix; a final call (and so an offline one)
+/// is left as it is (`HiftInputs::pad_to_bucket` says why).
+#[test]
+fn shape_bucketed_streaming_hift_matches_unpadded() {
+    let Some(dir) = reference_dir() else { return };
+    let model = fixture_model();
+    let ctx = crate::common::manifest(&model).config["hift"]["decode_left_context_frames"]
+        .as_u64()
+        .expect("decode_left_context_frames") as usize;
+    let cache = tempfile::tempdir().expect("tmp");
+    let cfg = config_for(&model, cache.path());
+    let factory =
+        cosy::runtime::SessionFactory::new(&cfg, std::sync::Arc::new(cosy::model::ModelDir::open(&model).expect("model")))
+            .expect("runtime");
+    let mut session = factory.open(cosy::vocab::Stage::HiftDecode).expect("hift_decode session");
+    let mel = golden_mel(&dir, "stream");
+    // The streaming schedule's cuts for a prompt that leaves a 12-token pad: 2·(25 + 12) = 74
+    // frames, then hops of 50 and 100 tokens (100 and 200 frames), then the rest.
+    let cuts: Vec<usize> = [74usize, 174, 374].into_iter().filter(|&c| c + 8 < mel.ncols()).chain([mel.ncols()]).collect();
+    assert!(cuts.len() >= 3, "the stream case has {} frames", mel.ncols());
+    for context in [Some(ctx), None] {
+        let plain = stream_hift(&mut session, &mel, &cuts, context);
+        let mut lengths = Vec::new();
+        let padded = stream_hift_bucketed(&mut session, &mel, &cuts, context, Some(&mut lengths));
+        println!("hift context {context:?}: mel lengths (unpadded, padded) per call {lengths:?}");
+        assert!(lengths[..lengths.len() - 1].iter().any(|(a, b)| b > a), "no call was padded: {lengths:?}");
+        let last = lengths[lengths.len() - 1];
+        assert_eq!(last.0, last.1, "a final call is not padded");
+        for (i, (a, b)) in plain.chunks.iter().zip(&padded.chunks).enumerate() {
+            assert_eq!(a.len(), b.len(), "call {i}: sample counts");
+            let err = a.iter().zip(b).map(|(p, q)| (p - q).abs()).fold(0f32, f32::max);
+            println!("hift context {context:?}, call {i}: padded vs unpadded max abs {err:e}");
+            assert!(err <= 1e-5, "context {context:?}, call {i}: padded vs unpadded max abs {err}");
+        }
+    }
+    // Offline: one final call, never padded.
+    let net = tiny_f0_predictor();
+    let mut source = tiny_source();
+    let (mut once, _) = prepare_hift_inputs(&net, &mut source, mel.view(), true, 4).expect("one shot");
+    assert!(!once.pad_to_bucket(0, cosy::runtime::shapes::HIFT_BUCKET_STEP, 480));
+    assert_eq!(once.mel.dim().2, mel.ncols() + 4);
+}
+
+/// The CPU cost of HiFT's shape buckets on the tiny model (a figure for docs/benchmarks.md, not a
+/// check): one streaming request's HiFT calls, unpadded and padded, interleaved, 5 rounds.
+/// `cargo test --test synth -- --ignored hift_shape_bucket_cost --nocapture`
+#[test]
+#[ignore]
+fn hift_shape_bucket_cost_on_cpu() {
+    let Some(dir) = reference_dir() else { return };
+    let model = fixture_model();
+    let cache = tempfile::tempdir().expect("tmp");
+    let cfg = config_for(&model, cache.path());
+    let factory =
+        cosy::runtime::SessionFactory::new(&cfg, std::sync::Arc::new(cosy::model::ModelDir::open(&model).expect("model")))
+            .expect("runtime");
+    let mut session = factory.open(cosy::vocab::Stage::HiftDecode).expect("hift_decode session");
+    let mel = golden_mel(&dir, "stream");
+    let cuts = [74usize, 174, mel.ncols()];
+    let (mut plain, mut padded) = (Vec::new(), Vec::new());
+    for _ in 0..6 {
+        let t = Instant::now();
+        stream_hift(&mut session, &mel, &cuts, Some(35));
+        plain.push(t.elapsed().as_secs_f64());
+        let t = Instant::now();
+        stream_hift_bucketed(&mut session, &mel, &cuts, Some(35), Some(&mut Vec::new()));
+        padded.push(t.elapsed().as_secs_f64());
+    }
+    let median = |v: &mut Vec<f64>| {
+        v.remove(0); // warm-up round
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let (p, q) = (median(&mut plain), median(&mut padded));
+    println!("CPU, tiny model, HiFT of one streaming request: unpadded {:.1} ms, padded {:.1} ms, ratio {:.3}", p * 1e3, q * 1e3, q / p);
 }
