@@ -598,13 +598,17 @@ impl Batch {
         let hidden = self.shape.hidden;
         let width = self.width + 1;
         let mut embeds = Vec::with_capacity(b * hidden);
-        let mut mask = vec![0i64; b * width];
+        let padded_kv = self.slots.is_none();
+        // The growing cache's attention mask (the static cache needs none: rows are in slots).
+        let mut mask = vec![0i64; if padded_kv { b * width } else { 0 }];
         let mut positions = Vec::with_capacity(b);
         let mut pendings = Vec::with_capacity(b);
         for (r, row) in self.rows.iter_mut().enumerate() {
             let Some(p) = row.pending.take() else { return Err(()) };
             embeds.extend_from_slice(&p.embed);
-            mask[r * width + (width - row.len - 1)..(r + 1) * width].fill(1);
+            if padded_kv {
+                mask[r * width + (width - row.len - 1)..(r + 1) * width].fill(1);
+            }
             positions.push(row.len as i64);
             pendings.push(p);
         }

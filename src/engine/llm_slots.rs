@@ -129,10 +129,10 @@ impl SlotCache {
     /// Makes every slot hold at least `needed` columns, doubling `max_positions` as often as it
     /// takes and copying each slot's columns into the new buffers. Returns whether it grew.
     ///
-    /// What growth costs on a GPU: each buffer goes to the host and back (2 × 4 bytes × num_slots ×
-    /// max_positions × kv_heads × head_dim × 2 × layers; full size, 17 slots × 2048 columns: about
-    /// 0.2 GB each way), a new device allocation, and new shapes for every bucket (a new CUDA
-    /// graph or TensorRT profile). Set `engine.llm_max_positions` high enough that it does not
+    /// What growth costs on a GPU: the whole cache goes to the host and back (4 bytes × num_slots
+    /// × max_positions × kv_heads × head_dim × 2 × layers; full size, 24 layers of 2 × 64, 17 slots
+    /// × 2048 columns: 0.86 GB each way, a fraction of a second over PCIe), a new device
+    /// allocation, and new shapes for every bucket (a new CUDA graph or TensorRT profile). Set `engine.llm_max_positions` high enough that it does not
     /// happen in steady state.
     pub fn ensure_positions(&mut self, needed: usize) -> Result<bool> {
         if needed <= self.max_positions {
