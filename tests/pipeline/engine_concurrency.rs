@@ -529,3 +529,37 @@ fn static_kv_scheduler_gives_the_growing_caches_tokens() {
     assert!(stats.kv_grows >= 1, "max_positions 16 grew: {stats:?}");
     assert_eq!(stats.prefills, 5);
 }
+
+/// `engine.llm_kv = "static"` through the whole engine (issue 29): requests decoded side by side
+/// over the static slot cache (`engine.llm_max_positions` 16, so it grows) give the speech tokens
+/// of the growing cache's engine, request for request, and the same audio within float noise.
+#[test]
+fn static_kv_engine_gives_the_growing_engines_tokens() {
+    let prompt = fixture_prompt();
+    let zero_shot = Voice::ZeroShot { wav: prompt.clone(), transcript: "This recording is the voice prompt.".into() };
+    let requests = [
+        ("offline", request("The lighthouse keeper climbed the stairs.", zero_shot.clone(), 1, false, Some(40))),
+        ("streaming", request("Fog rolled over the bay at dawn.", zero_shot.clone(), 2, true, Some(60))),
+        ("two sentences", request("First sentence here. And a second one follows.", Voice::CrossLingual { wav: prompt.clone() }, 3, true, Some(25))),
+    ];
+    let (growing, _cache) = engine(4);
+    let alone: Vec<Outcome> = requests.iter().map(|(label, r)| run_alone(&growing, r).unwrap_or_else(|e| panic!("{label}: {e}"))).collect();
+    let cache = tempfile::tempdir().expect("temp dir");
+    let mut config = config_for(&fixture_model(), cache.path());
+    config.engine.llm_kv = cosy::config::LlmKv::Static;
+    config.engine.llm_max_positions = 16;
+    let engine = Engine::builder(&config).llm_gather_first(requests.len()).build().expect("engine with the static cache");
+    let pending: Vec<_> = requests.iter().map(|(label, r)| submit(&engine, r).unwrap_or_else(|e| panic!("{label}: {e}"))).collect();
+    let together: Vec<_> = std::thread::scope(|scope| {
+        let runs: Vec<_> = pending.into_iter().map(|wait| scope.spawn(wait)).collect();
+        runs.into_iter().map(|h| h.join().expect("request thread")).collect()
+    });
+    for (((label, _), alone), together) in requests.iter().zip(&alone).zip(together) {
+        let together = together.unwrap_or_else(|e| panic!("{label} with the static cache: {e}"));
+        assert_same(label, alone, &together);
+    }
+    let (llm, _) = engine.batch_stats();
+    assert!(llm.max_rows >= 2, "the static cache's decode steps were batched: {llm:?}");
+    assert!(llm.kv_grows >= 1, "llm_max_positions 16 grew: {llm:?}");
+    assert_eq!((engine.in_flight(), engine.queued()), (0, 0));
+}
