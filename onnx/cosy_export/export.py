@@ -323,3 +323,21 @@ def _created_stamp(opts: ExportOptions) -> str:
     if opts.random is not None:
         return "random"
     return _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def add_llm_step(src: Path | str, dst: Path | str, opset: int = OPSET) -> dict[str, Any]:
+    """Adds the `llm_step` graph to a folder exported before it existed: exports it from the
+    checkpoint folder `src` (the one `dst` was exported from) into `dst` and adds its
+    `graphs.llm_step` entry to `dst/manifest.json`, leaving every other file and entry as it is.
+    Returns the entry."""
+    src, dst = Path(src), Path(dst)
+    manifest_path = dst / "manifest.json"
+    manifest = json.loads(manifest_path.read_text())
+    cfg = load_model_config(src)
+    llm = load_llm(src, cfg.llm)
+    entry = export_llm_step(llm, dst / "llm_step.fp32.onnx", opset)
+    graph = graph_entry(dst, {"fp32": "llm_step.fp32.onnx"}, entry["trt_profile"], batching=entry["batching"])
+    manifest["graphs"]["llm_step"] = graph
+    manifest_path.write_text(json.dumps(manifest, indent=1, ensure_ascii=False) + "\n")
+    return graph
+

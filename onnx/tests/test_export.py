@@ -169,3 +169,21 @@ def test_cli_names_the_first_bad_key_and_exits_non_zero(tiny_official: Path, tmp
     err = capsys.readouterr().err
     assert "not_a_real_key" in err and "flow.pt" in err and err.count("\n") == 1
     assert not (tmp_path / "out").exists()
+
+
+def test_llm_step_added_to_an_older_export_is_the_full_exports(exported: Path, tiny_official: Path, tmp_path: Path) -> None:
+    """`python -m cosy_export llm-step`: a folder exported before llm_step gets the same graph and
+    manifest entry a full export writes, and nothing else changes."""
+    from cosy_export.__main__ import main
+
+    older = tmp_path / "older"
+    shutil.copytree(exported, older)
+    full = json.loads((exported / "manifest.json").read_text())
+    m = json.loads((older / "manifest.json").read_text())
+    del m["graphs"]["llm_step"]
+    (older / "manifest.json").write_text(json.dumps(m, indent=1, ensure_ascii=False) + "\n")
+    (older / "llm_step.fp32.onnx").unlink()
+    assert main(["llm-step", str(tiny_official), str(older)]) == 0
+    assert json.loads((older / "manifest.json").read_text()) == full
+    assert sha256_file(older / "llm_step.fp32.onnx") == full["graphs"]["llm_step"]["variants"]["fp32"]["sha256"]
+
