@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use crate::error::{Error, Result};
-use crate::vocab::{Precision, STAGES};
+use crate::vocab::{Precision, LLM_STEP_GRAPH, STAGES};
 
 /// The `format` string of a manifest.
 pub const FORMAT: &str = "cosy-model";
@@ -93,7 +93,7 @@ pub struct GraphSpec {
     #[serde(default)]
     pub trt_profile: BTreeMap<String, ProfileShapes>,
     /// How requests share one call (docs/model-format.md): `none` (batch 1; also folders
-    /// exported before batching), `padded_kv` (llm), `padded_frames` (dit).
+    /// exported before batching), `padded_kv` (llm), `kv_slots` (llm_step), `padded_frames` (dit).
     #[serde(default = "no_batching")]
     pub batching: String,
 }
@@ -235,8 +235,9 @@ impl ModelDir {
             check_inside(&self.root, &key, file)?;
         }
         for (stage, g) in &self.manifest.graphs {
-            if !STAGES.contains(&stage.as_str()) {
-                return Err(Error::model(&self.root, format!("{MANIFEST}: unknown stage {stage:?}; known: {}", STAGES.join(", "))));
+            // llm_step: the LLM's optional fixed-shape step (engine.llm_kv), beside the stages.
+            if !STAGES.contains(&stage.as_str()) && stage != LLM_STEP_GRAPH {
+                return Err(Error::model(&self.root, format!("{MANIFEST}: unknown stage {stage:?}; known: {}, {LLM_STEP_GRAPH}", STAGES.join(", "))));
             }
             if g.variants.is_empty() {
                 return Err(Error::model(&self.root, format!("{MANIFEST}: stage {stage} has no variants")));

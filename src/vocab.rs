@@ -16,6 +16,10 @@ use crate::error::{Error, InputCode, Result};
 /// Every stage (graph) the runtime knows, in pipeline order: the names of [`Stage::ALL`].
 pub const STAGES: &[&str] = &["campplus", "speech_tokenizer", "llm", "flow_front", "dit", "hift_decode"];
 
+/// The LLM's fixed-shape step over a slot cache written in place (`engine.llm_kv = "static"`):
+/// a graph of the `llm` stage beside `llm` itself, configured by `[stages.llm]`.
+pub const LLM_STEP_GRAPH: &str = "llm_step";
+
 /// A stage of the pipeline: one graph of the model folder. Its manifest name is [`Stage::name`];
 /// its `[stages.*]` config group is [`Stage::group`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -96,6 +100,9 @@ impl StageGroup {
     }
     /// The group a manifest graph (stage) name belongs to.
     pub fn of_graph(graph: &str) -> Option<Self> {
+        if graph == LLM_STEP_GRAPH {
+            return Some(StageGroup::Llm);
+        }
         Stage::parse(graph).map(Stage::group)
     }
 }

@@ -29,6 +29,15 @@ def _export(args: argparse.Namespace) -> int:
     return 0
 
 
+def _llm_step(args: argparse.Namespace) -> int:
+    from .export import add_llm_step
+
+    start = time.perf_counter()
+    add_llm_step(args.src, args.dst)
+    print(f"added llm_step to {args.dst} in {time.perf_counter() - start:.1f} s")
+    return 0
+
+
 def _random(args: argparse.Namespace) -> int:
     from .random_model import write_random_model
 
@@ -112,6 +121,11 @@ def main(argv: list[str] | None = None) -> int:
     e.add_argument("--no-text-normalization", action="store_true",
                    help="leave out the wetext TN grammars (tn/); the runtime then reads numbers as written")
     e.set_defaults(fn=_export)
+
+    ls = sub.add_parser("llm-step", help="add the llm_step graph to a folder exported before it (engine.llm_kv)")
+    ls.add_argument("src", type=Path, help="the checkpoint folder the export was made from")
+    ls.add_argument("dst", type=Path, help="the exported model folder")
+    ls.set_defaults(fn=_llm_step)
 
     r = sub.add_parser("random", help="write a random-weight model in the official layout")
     r.add_argument("out", type=Path)

@@ -22,7 +22,7 @@ from safetensors.numpy import save_file
 from . import __version__
 from .flow import export_dit, export_flow_front, load_flow, make_dit_mixed_fp16
 from .hift import HiftConfig, export_hift_decode, hift_side_tensors, load_hift, make_hift_decode_fp16
-from .llm import export_llm, export_llm_fp16, llm_graph_entry, load_llm
+from .llm import export_llm, export_llm_fp16, export_llm_step, llm_graph_entry, load_llm
 from .quant import INT8_STAGES, quantize_int8
 from .manifest import FORMAT, FORMAT_VERSION, file_entry, graph_entry, graph_io, sha256_file
 from .noise import NOISE_FRAMES, flow_noise, sine_noise, sine_noise_offset
@@ -230,6 +230,10 @@ def _export_into(src: Path, dst: Path, cfg: ModelConfig, hift_cfg: HiftConfig, o
     add_int8("llm", variants)
     llm_entry = llm_graph_entry(cfg.llm)
     graphs["llm"] = graph_entry(dst, variants, llm_entry["trt_profile"], batching=llm_entry["batching"])
+    # The fixed-shape step over a slot cache written in place (fp32 only for now: the fp16
+    # variant is future work; the runtime serves an fp16 request with the fp32 graph).
+    step_entry = _timed(opts, "export llm_step", lambda: export_llm_step(llm, dst / "llm_step.fp32.onnx", OPSET))
+    graphs["llm_step"] = graph_entry(dst, {"fp32": "llm_step.fp32.onnx"}, step_entry["trt_profile"], batching=step_entry["batching"])
 
     # Flow front
     front = _timed(opts, "export flow_front", lambda: export_flow_front(flow, dst / "flow_front.fp32.onnx", OPSET))
@@ -319,3 +323,21 @@ def _created_stamp(opts: ExportOptions) -> str:
     if opts.random is not None:
         return "random"
     return _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def add_llm_step(src: Path | str, dst: Path | str, opset: int = OPSET) -> dict[str, Any]:
+    """Adds the `llm_step` graph to a folder exported before it existed: exports it from the
+    checkpoint folder `src` (the one `dst` was exported from) into `dst` and adds its
+    `graphs.llm_step` entry to `dst/manifest.json`, leaving every other file and entry as it is.
+    Returns the entry."""
+    src, dst = Path(src), Path(dst)
+    manifest_path = dst / "manifest.json"
+    manifest = json.loads(manifest_path.read_text())
+    cfg = load_model_config(src)
+    llm = load_llm(src, cfg.llm)
+    entry = export_llm_step(llm, dst / "llm_step.fp32.onnx", opset)
+    graph = graph_entry(dst, {"fp32": "llm_step.fp32.onnx"}, entry["trt_profile"], batching=entry["batching"])
+    manifest["graphs"]["llm_step"] = graph
+    manifest_path.write_text(json.dumps(manifest, indent=1, ensure_ascii=False) + "\n")
+    return graph
+

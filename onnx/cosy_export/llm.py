@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 import torch.nn.functional as F
@@ -28,6 +28,9 @@ from .yamlcfg import LlmConfig, load_model_config
 
 LM_HEAD_KEY = "llm.model.lm_head.weight"
 KvCache = list[tuple[Tensor, Tensor]]
+#: How one layer's new keys/values join its cache: (k_new, v_new) -> (k_attend, v_attend, k_out,
+#: v_out); the padded graph `llm` concatenates, the slot graph `llm_step` scatters in place.
+KvExtend = Callable[[Tensor, Tensor], tuple[Tensor, Tensor, Tensor, Tensor]]
 
 
 class RmsNorm(nn.Module):
@@ -61,17 +64,18 @@ class QwenAttention(nn.Module):
         self.v_proj = nn.Linear(cfg.hidden_size, cfg.num_kv_heads * cfg.head_dim, bias=True)
         self.o_proj = nn.Linear(cfg.num_heads * cfg.head_dim, cfg.hidden_size, bias=False)
 
-    def forward(
-        self, x: Tensor, cos: Tensor, sin: Tensor, allowed: Tensor, past_k: Tensor, past_v: Tensor
-    ) -> tuple[Tensor, Tensor, Tensor]:
+    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, allowed: Tensor, kv: KvExtend) -> tuple[Tensor, Tensor, Tensor]:
+        """x [b, s, hidden]; `kv(k_new, v_new)` (both [b, kv_heads, s, head_dim], roped) returns
+        the keys/values to attend over ([b, kv_heads, total, head_dim]) and the cache to hand back
+        (graph `llm`: the grown copy; graph `llm_step`: the slot buffers written in place);
+        `allowed` [b, 1, s, total] says which columns each query sees."""
         b, s, _ = x.shape
         q = self.q_proj(x).view(b, s, self.num_heads, self.head_dim).transpose(1, 2)
         k = self.k_proj(x).view(b, s, self.num_kv_heads, self.head_dim).transpose(1, 2)
         v = self.v_proj(x).view(b, s, self.num_kv_heads, self.head_dim).transpose(1, 2)
         q = q * cos + _rotate_half(q) * sin
         k = k * cos + _rotate_half(k) * sin
-        k_all = torch.cat([past_k, k], dim=2)
-        v_all = torch.cat([past_v, v], dim=2)
+        k_all, v_all, k_out, v_out = kv(k, v)
         # GQA: query head h reads kv head h // groups (HF repeat_kv). The `groups` query heads of
         # one kv head are stacked along the sequence axis instead of copying K and V per query
         # head: the same dot products, without two [batch, heads, past+seq, head_dim] copies per
@@ -84,7 +88,7 @@ class QwenAttention(nn.Module):
         probs = torch.softmax(scores.float(), dim=-1).to(q.dtype).view(b, self.num_kv_heads, groups * s, total)
         out = torch.matmul(probs, v_all).view(b, self.num_heads, s, self.head_dim)
         out = out.transpose(1, 2).reshape(b, s, self.num_heads * self.head_dim)
-        return self.o_proj(out), k_all, v_all
+        return self.o_proj(out), k_out, v_out
 
 
 class QwenMlp(nn.Module):
@@ -106,10 +110,8 @@ class QwenLayer(nn.Module):
         self.input_layernorm = RmsNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.post_attention_layernorm = RmsNorm(cfg.hidden_size, cfg.rms_norm_eps)
 
-    def forward(
-        self, x: Tensor, cos: Tensor, sin: Tensor, allowed: Tensor, past_k: Tensor, past_v: Tensor
-    ) -> tuple[Tensor, Tensor, Tensor]:
-        attn, k, v = self.self_attn(self.input_layernorm(x), cos, sin, allowed, past_k, past_v)
+    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, allowed: Tensor, kv: KvExtend) -> tuple[Tensor, Tensor, Tensor]:
+        attn, k, v = self.self_attn(self.input_layernorm(x), cos, sin, allowed, kv)
         x = x + attn
         x = x + self.mlp(self.post_attention_layernorm(x))
         return x, k, v
@@ -191,17 +193,52 @@ class CosyLlm(nn.Module):
         own = k_col.unsqueeze(0) == q_col.unsqueeze(1)
         keys = attention_mask > 0  # [B, past+seq]
         allowed = ((causal.unsqueeze(0) & keys.unsqueeze(1)) | own.unsqueeze(0)).unsqueeze(1)  # [B, 1, seq, past+seq]
+        extends = [_concat_kv(pk, pv) for pk, pv in past_kv]
+        return self._run_layers(inputs_embeds, position_ids, allowed, extends)
+
+    def _rope(self, position_ids: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
         freqs = position_ids.to(torch.float32).unsqueeze(-1) * self.rope_inv_freq  # [B, seq, head_dim/2]
         angles = torch.cat([freqs, freqs], dim=-1).unsqueeze(1)  # [B, 1, seq, head_dim]
-        cos = angles.cos().to(inputs_embeds.dtype)
-        sin = angles.sin().to(inputs_embeds.dtype)
+        return angles.cos().to(dtype), angles.sin().to(dtype)
+
+    def _run_layers(
+        self, inputs_embeds: Tensor, position_ids: Tensor, allowed: Tensor, extends: list[KvExtend]
+    ) -> tuple[Tensor, KvCache]:
+        """The decoder stack shared by both graphs: RoPE at `position_ids`, every layer with its
+        own cache update, final norm and head over the last position of every row."""
+        cos, sin = self._rope(position_ids, inputs_embeds.dtype)
         h = inputs_embeds
         present: KvCache = []
-        for layer, (pk, pv) in zip(self.backbone.layers, past_kv):
-            h, k, v = layer(h, cos, sin, allowed, pk, pv)
+        for layer, extend in zip(self.backbone.layers, extends):
+            h, k, v = layer(h, cos, sin, allowed, extend)
             present.append((k, v))
         last = self.backbone.norm(h[:, -1, :])
         return self.llm_decoder(last), present
+
+    def forward_slots(self, inputs_embeds: Tensor, slots: Tensor, start: Tensor, cache: KvCache) -> tuple[Tensor, KvCache]:
+        """One step of R rows whose caches live in fixed slot buffers (docs/model-format.md,
+        graph `llm_step`).
+
+        inputs_embeds [R, seq, hidden]; slots [R] (the buffer slot of each row); start [R] (the
+        positions already in that slot: the RoPE position of the row's first new token); cache
+        per layer [num_slots, max_positions, kv_heads, head_dim] ×2, so one (slot, column) is one
+        contiguous [kv_heads, head_dim] block. The new keys/values are scattered into columns
+        start..start+seq-1 of each row's slot (ScatterND: written in place when the runtime binds
+        each output to its input's buffer), then each row attends over its own slot: query j of
+        row r sees the columns c <= start[r]+j; every other column is masked before the softmax
+        and its values are zeroed, so stale or uninitialised memory (even NaN) cannot reach the
+        output. Returns the logits of the last position of every row [R, vocab] and the updated
+        buffers."""
+        seq = inputs_embeds.shape[1]
+        max_positions = cache[0][0].shape[1]
+        offsets = torch.arange(seq, dtype=torch.int64)
+        positions = start.unsqueeze(1) + offsets  # [R, seq]
+        columns = torch.arange(max_positions, dtype=torch.int64)
+        allowed = (columns.view(1, 1, max_positions) <= positions.unsqueeze(2)).unsqueeze(1)  # [R, 1, seq, P]
+        filled = (columns.unsqueeze(0) <= positions[:, -1:]).view(-1, 1, max_positions, 1)  # [R, 1, P, 1]
+        index = torch.stack([slots.unsqueeze(1).expand_as(positions), positions], dim=-1)  # [R, seq, 2]
+        extends = [_scatter_kv(ck, cv, index, slots, filled) for ck, cv in cache]
+        return self._run_layers(inputs_embeds, positions, allowed, extends)
 
     def build_lm_input(self, text_tokens: Tensor, prompt_speech_tokens: Tensor) -> Tensor:
         """§4.1: [sos] ++ embed_tokens(text) ++ [task_id] ++ speech_embedding(prompt speech).
@@ -216,6 +253,37 @@ class CosyLlm(nn.Module):
             self.speech_embedding(speech),
         ]
         return torch.cat(parts, dim=0).unsqueeze(0)
+
+
+def _concat_kv(past_k: Tensor, past_v: Tensor) -> KvExtend:
+    """Graph `llm`: attend over past ++ new, and hand back that grown copy."""
+
+    def extend(k: Tensor, v: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        k_all = torch.cat([past_k, k], dim=2)
+        v_all = torch.cat([past_v, v], dim=2)
+        return k_all, v_all, k_all, v_all
+
+    return extend
+
+
+def _scatter_kv(cache_k: Tensor, cache_v: Tensor, index: Tensor, slots: Tensor, filled: Tensor) -> KvExtend:
+    """Graph `llm_step`: write the new columns into the slot buffers (ScatterND at `index`
+    [R, seq, 2] = (slot, column)), then read each row's slot back ([R, kv_heads, P, head_dim]);
+    values of columns past the row's last new position are zeroed (`filled` [R, 1, P, 1])."""
+
+    def extend(k: Tensor, v: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        k_out = _scatter_columns(cache_k, index, k)
+        v_out = _scatter_columns(cache_v, index, v)
+        k_rows = k_out[slots].transpose(1, 2)
+        v_rows = torch.where(filled, v_out[slots].transpose(1, 2), torch.zeros((), dtype=v.dtype))
+        return k_rows, v_rows, k_out, v_out
+
+    return extend
+
+
+def _scatter_columns(cache: Tensor, index: Tensor, new: Tensor) -> Tensor:
+    """cache [S, P, kv, hd] with new [R, kv, seq, hd] written at index [R, seq, 2] (ScatterND)."""
+    return torch.index_put(cache, (index[..., 0], index[..., 1]), new.transpose(1, 2))
 
 
 def build_lm_input(llm: CosyLlm, text_tokens: Tensor, prompt_speech_tokens: Tensor) -> Tensor:
@@ -416,3 +484,116 @@ def export_llm_fp16(model: CosyLlm, out_path: Path | str, opset: int = 17) -> No
     half = copy.deepcopy(model).half().eval()
     half.rope_inv_freq = model.rope_inv_freq.clone()  # angles stay float32, cast after cos/sin
     _export(_Fp16Io(_LlmOnnxWrapper(half)), model.cfg, out_path, opset)
+
+
+# ----------------------------------------------------------------------------------------------
+# ONNX: the fixed-shape step `llm_step` (slot cache written in place)
+# ----------------------------------------------------------------------------------------------
+
+#: Inputs before the per-layer cache, in graph order (graph `llm_step`).
+LLM_STEP_LEAD_INPUTS = ["inputs_embeds", "slots", "start"]
+
+
+def llm_step_io_names(num_layers: int) -> tuple[list[str], list[str]]:
+    inputs = list(LLM_STEP_LEAD_INPUTS)
+    outputs = ["logits"]
+    for i in range(num_layers):
+        inputs += [f"cache.{i}.key", f"cache.{i}.value"]
+        outputs += [f"cache_out.{i}.key", f"cache_out.{i}.value"]
+    return inputs, outputs
+
+
+class _LlmStepOnnxWrapper(nn.Module):
+    """Flat positional I/O for torch.onnx: inputs_embeds, slots, start, then (key, value) per layer."""
+
+    def __init__(self, llm: CosyLlm) -> None:
+        super().__init__()
+        self.llm = llm
+
+    def forward(self, inputs_embeds: Tensor, slots: Tensor, start: Tensor, *cache: Tensor) -> tuple[Tensor, ...]:
+        pairs = [(cache[2 * i], cache[2 * i + 1]) for i in range(len(cache) // 2)]
+        logits, written = self.llm.forward_slots(inputs_embeds, slots, start, pairs)
+        flat: list[Tensor] = [logits]
+        for k, v in written:
+            flat.extend((k, v))
+        return tuple(flat)
+
+
+def llm_step_graph_entry(cfg: LlmConfig, max_positions: int = 4096, max_slots: int = 65, max_rows: int = 64) -> dict[str, Any]:
+    """The manifest GRAPH entry (without `variants`) for the `llm_step` graph."""
+    in_names, out_names = llm_step_io_names(cfg.num_layers)
+    cache_shape: list[int | str] = ["num_slots", "max_positions", cfg.num_kv_heads, cfg.head_dim]
+    inputs: list[dict[str, Any]] = [
+        {"name": "inputs_embeds", "dtype": "float32", "shape": ["rows", "seq", cfg.hidden_size]},
+        {"name": "slots", "dtype": "int64", "shape": ["rows"]},
+        {"name": "start", "dtype": "int64", "shape": ["rows"]},
+    ]
+    inputs += [{"name": n, "dtype": "float32", "shape": cache_shape} for n in in_names[len(LLM_STEP_LEAD_INPUTS):]]
+    outputs: list[dict[str, Any]] = [{"name": "logits", "dtype": "float32", "shape": ["rows", cfg.speech_vocab_size]}]
+    outputs += [{"name": n, "dtype": "float32", "shape": cache_shape} for n in out_names[1:]]
+    profile: dict[str, Any] = {
+        "inputs_embeds": {"min": [1, 1, cfg.hidden_size], "opt": [1, 1, cfg.hidden_size], "max": [max_rows, 512, cfg.hidden_size]},
+        "slots": {"min": [1], "opt": [1], "max": [max_rows]},
+        "start": {"min": [1], "opt": [1], "max": [max_rows]},
+    }
+    for name in in_names[len(LLM_STEP_LEAD_INPUTS):]:
+        profile[name] = {
+            "min": [2, 1, cfg.num_kv_heads, cfg.head_dim],
+            "opt": [max_slots, 2048, cfg.num_kv_heads, cfg.head_dim],
+            "max": [max_slots, max_positions, cfg.num_kv_heads, cfg.head_dim],
+        }
+    return {"inputs": inputs, "outputs": outputs, "trt_profile": profile, "batching": LLM_STEP_BATCHING}
+
+
+#: Manifest `graphs.llm_step.batching`: rows in fixed cache slots, new columns written in place.
+LLM_STEP_BATCHING = "kv_slots"
+
+
+def _step_trace_inputs(cfg: LlmConfig) -> tuple[Tensor, ...]:
+    """Example inputs with rows > 1, seq > 1 and rows at different starts, so no size is
+    specialised into the graph."""
+    rows, seq, num_slots, max_positions = 2, 3, 4, 9
+    gen = torch.Generator().manual_seed(0)
+    embeds = torch.randn(rows, seq, cfg.hidden_size, generator=gen)
+    slots = torch.tensor([2, 0], dtype=torch.int64)
+    start = torch.tensor([4, 1], dtype=torch.int64)
+    shape = (num_slots, max_positions, cfg.num_kv_heads, cfg.head_dim)
+    caches = [torch.randn(shape, generator=gen) for _ in range(2 * cfg.num_layers)]
+    return (embeds, slots, start, *caches)
+
+
+def _step_dynamic_axes(num_layers: int) -> dict[str, dict[int, str]]:
+    in_names, out_names = llm_step_io_names(num_layers)
+    dynamic: dict[str, dict[int, str]] = {
+        "inputs_embeds": {0: "rows", 1: "seq"},
+        "slots": {0: "rows"},
+        "start": {0: "rows"},
+        "logits": {0: "rows"},
+    }
+    for name in in_names[len(LLM_STEP_LEAD_INPUTS):] + out_names[1:]:
+        dynamic[name] = {0: "num_slots", 1: "max_positions"}
+    return dynamic
+
+
+def _export_step(module: nn.Module, cfg: LlmConfig, out_path: Path | str, opset: int) -> None:
+    in_names, out_names = llm_step_io_names(cfg.num_layers)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        torch.onnx.export(
+            module,
+            _step_trace_inputs(cfg),
+            str(out_path),
+            input_names=in_names,
+            output_names=out_names,
+            dynamic_axes=_step_dynamic_axes(cfg.num_layers),
+            opset_version=opset,
+            do_constant_folding=True,
+            dynamo=False,
+        )
+
+
+@torch.no_grad()
+def export_llm_step(model: CosyLlm, out_path: Path | str, opset: int = 17) -> dict[str, Any]:
+    """Export the `llm_step` graph (fp32) to `out_path`; returns its manifest GRAPH entry (no variants)."""
+    _export_step(_LlmStepOnnxWrapper(model.eval()), model.cfg, out_path, opset)
+    return llm_step_graph_entry(model.cfg)

@@ -75,7 +75,8 @@ def graph_entry(
     """Manifest entry for one stage: I/O from the fp32 (or first) file, every variant hashed.
 
     `batching` says how requests share one call (docs/model-format.md): `none` (batch 1),
-    `padded_kv` (llm: left-padded rows with attention_mask/position_ids), `padded_frames`
+    `padded_kv` (llm: left-padded rows with attention_mask/position_ids), `kv_slots` (llm_step:
+    rows in fixed cache slots written in place), `padded_frames`
     (dit: right-padded rows, per-row lengths through `mask`).
 
     Every variant must expose the same input/output names and dtypes; a mismatch is a bug in

@@ -28,9 +28,9 @@ def exported(tiny_official: Path, tmp_path_factory: pytest.TempPathFactory) -> P
 def test_manifest_describes_every_file_exactly(exported: Path) -> None:
     m = json.loads((exported / "manifest.json").read_text())
     assert m["format"] == FORMAT and m["format_version"] == FORMAT_VERSION
-    assert sorted(m["graphs"]) == sorted(STAGES)
+    assert sorted(m["graphs"]) == sorted([*STAGES, "llm_step"])
     assert {s: g["batching"] for s, g in m["graphs"].items()} == {
-        "llm": "padded_kv", "flow_front": "none", "dit": "padded_frames", "hift_decode": "none",
+        "llm": "padded_kv", "llm_step": "kv_slots", "flow_front": "none", "dit": "padded_frames", "hift_decode": "none",
         "campplus": "none", "speech_tokenizer": "none"}
     for stage, g in m["graphs"].items():
         for precision, v in g["variants"].items():
@@ -44,6 +44,7 @@ def test_manifest_describes_every_file_exactly(exported: Path) -> None:
     for stage in ("llm", "dit", "hift_decode"):
         assert set(m["graphs"][stage]["variants"]) == {"fp32", "fp16"}, stage
     assert set(m["graphs"]["flow_front"]["variants"]) == {"fp32"}
+    assert set(m["graphs"]["llm_step"]["variants"]) == {"fp32"}
     c = m["constants"]
     assert (c["sos"], c["eos"], c["task_id"], c["fill"]) == (6561, 6562, 6563, 6564)
     assert c["ignore_eos_masked_id"] == 6561 and c["endofprompt_id"] == 151646
@@ -78,6 +79,10 @@ def test_every_graph_and_variant_runs_under_ort(exported: Path) -> None:
                         "attention_mask": np.ones((1, 5), np.int64), "position_ids": np.arange(5, dtype=np.int64)[None],
                         **{f"past_key_values.{i}.{kv}": np.zeros((1, 2, 0, 4), np.float32)
                            for i in range(2) for kv in ("key", "value")}},
+        "llm_step": lambda: {"inputs_embeds": np.random.randn(2, 3, 16).astype(np.float32),
+                             "slots": np.array([2, 0], np.int64), "start": np.array([0, 4], np.int64),
+                             **{f"cache.{i}.{kv}": np.zeros((3, 8, 2, 4), np.float32)
+                                for i in range(2) for kv in ("key", "value")}},
         "flow_front": lambda: {"tokens": np.array([[5, 6, 7, 8, -1, -1, -1]], np.int64),
                                "embedding": np.random.randn(1, 192).astype(np.float32)},
         "dit": lambda: {"x": np.random.randn(2, 80, 60).astype(np.float32), "mask": np.ones((2, 1, 60), np.float32),
@@ -90,10 +95,10 @@ def test_every_graph_and_variant_runs_under_ort(exported: Path) -> None:
         "speech_tokenizer": lambda: {"feats": np.random.randn(1, 128, 200).astype(np.float32),
                                      "feats_length": np.array([200], np.int32)},
     }
-    expected_first_shape = {"llm": (1, 6761), "flow_front": (1, 80, 8), "dit": (2, 80, 60),
+    expected_first_shape = {"llm": (1, 6761), "llm_step": (2, 6761), "flow_front": (1, 80, 8), "dit": (2, 80, 60),
                             "hift_decode": (1, 4800), "campplus": (1, 192), "speech_tokenizer": (1, 50)}
     assert {s: g["batching"] for s, g in m["graphs"].items()} == {
-        "llm": "padded_kv", "flow_front": "none", "dit": "padded_frames", "hift_decode": "none",
+        "llm": "padded_kv", "llm_step": "kv_slots", "flow_front": "none", "dit": "padded_frames", "hift_decode": "none",
         "campplus": "none", "speech_tokenizer": "none"}
     for stage, g in m["graphs"].items():
         for precision, v in g["variants"].items():
@@ -164,3 +169,21 @@ def test_cli_names_the_first_bad_key_and_exits_non_zero(tiny_official: Path, tmp
     err = capsys.readouterr().err
     assert "not_a_real_key" in err and "flow.pt" in err and err.count("\n") == 1
     assert not (tmp_path / "out").exists()
+
+
+def test_llm_step_added_to_an_older_export_is_the_full_exports(exported: Path, tiny_official: Path, tmp_path: Path) -> None:
+    """`python -m cosy_export llm-step`: a folder exported before llm_step gets the same graph and
+    manifest entry a full export writes, and nothing else changes."""
+    from cosy_export.__main__ import main
+
+    older = tmp_path / "older"
+    shutil.copytree(exported, older)
+    full = json.loads((exported / "manifest.json").read_text())
+    m = json.loads((older / "manifest.json").read_text())
+    del m["graphs"]["llm_step"]
+    (older / "manifest.json").write_text(json.dumps(m, indent=1, ensure_ascii=False) + "\n")
+    (older / "llm_step.fp32.onnx").unlink()
+    assert main(["llm-step", str(tiny_official), str(older)]) == 0
+    assert json.loads((older / "manifest.json").read_text()) == full
+    assert sha256_file(older / "llm_step.fp32.onnx") == full["graphs"]["llm_step"]["variants"]["fp32"]["sha256"]
+

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from cosy_export.checkpoint import CheckpointError
-from cosy_export.llm import CosyLlm, export_llm, greedy_decode, llm_io_names, load_llm
+from cosy_export.llm import CosyLlm, export_llm, export_llm_step, greedy_decode, llm_io_names, llm_step_io_names, load_llm
 
 CASES = ["en", "zh", "num", "p16k"]
 
@@ -209,3 +209,118 @@ def test_batched_rows_equal_solo(llm: CosyLlm, tmp_path: Path) -> None:
             [(torch.from_numpy(np.zeros((3, 2, width, 4), np.float32)),) * 2 for _ in range(2)],
         )
         assert torch.isfinite(t_logits).all()  # fully padded keys still attend to themselves
+
+
+class _SlotRunner:
+    """Runs the `llm_step` graph with its cache buffers bound in place: each `cache_out.*`
+    output is bound to the very OrtValue of its `cache.*` input (the runtime's binding)."""
+
+    def __init__(self, path: Path, num_slots: int, max_positions: int) -> None:
+        opts = ort.SessionOptions()
+        opts.intra_op_num_threads = 1
+        self.sess = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+        self.in_names, self.out_names = llm_step_io_names(2)
+        # NaN everywhere: a column the graph should not read would poison the logits.
+        self.buffers = [ort.OrtValue.ortvalue_from_numpy(np.full((num_slots, max_positions, 2, 4), np.nan, np.float32)) for _ in range(4)]
+        self.addresses = [b.data_ptr() for b in self.buffers]
+
+    def run(self, embeds: np.ndarray, slots: list[int], start: list[int]) -> np.ndarray:
+        io = self.sess.io_binding()
+        io.bind_cpu_input("inputs_embeds", np.ascontiguousarray(embeds, np.float32))
+        io.bind_cpu_input("slots", np.array(slots, np.int64))
+        io.bind_cpu_input("start", np.array(start, np.int64))
+        for name_in, name_out, buf in zip(self.in_names[3:], self.out_names[1:], self.buffers):
+            io.bind_ortvalue_input(name_in, buf)
+            io.bind_ortvalue_output(name_out, buf)
+        io.bind_output("logits")
+        self.sess.run_with_iobinding(io)
+        outs = io.get_outputs()
+        # in place: ONNX Runtime handed back the bound buffers, not copies
+        assert [o.data_ptr() for o in outs[:4]] == self.addresses
+        return outs[4].numpy()
+
+
+def _greedy_pick(logits: np.ndarray) -> int:
+    return int(np.argmax(logits))
+
+
+def test_llm_step_matches_llm(llm: CosyLlm, golden: Path, tmp_path: Path) -> None:
+    """The slot graph `llm_step` with its cache bound in place gives the `llm` graph's logits
+    and greedy tokens: one row alone (the golden case), and three rows of different lengths in
+    slots sharing decode calls padded to a bucket of 4 (the padding row on the scratch slot),
+    with one row extended by 3 positions mid-decode (text-in streaming)."""
+    step_path, llm_path = tmp_path / "llm_step.fp32.onnx", tmp_path / "llm.fp32.onnx"
+    entry = export_llm_step(llm, step_path)
+    export_llm(llm, llm_path)
+    in_names, out_names = llm_step_io_names(2)
+    assert [i["name"] for i in entry["inputs"]] == in_names
+    assert [o["name"] for o in entry["outputs"]] == out_names
+    assert entry["batching"] == "kv_slots"
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = 1
+    padded = ort.InferenceSession(str(llm_path), opts, providers=["CPUExecutionProvider"])
+    table = llm.speech_embedding.weight.detach().numpy()
+
+    # One row alone: the golden case, greedy.
+    prompt_text, text, prompt_speech, expected = _case(golden, "en")
+    lm_input = llm.build_lm_input(torch.from_numpy(np.concatenate([prompt_text, text], 1)), torch.from_numpy(prompt_speech)).numpy()
+    slots = _SlotRunner(step_path, num_slots=3, max_positions=lm_input.shape[1] + 20 * text.shape[1])
+    cache = [np.zeros((1, 2, 0, 4), np.float32) for _ in range(4)]
+    x, start, tokens = lm_input, 0, []
+    for i in range(20 * text.shape[1]):
+        ref, cache = _ort_step(padded, x, cache)
+        got = slots.run(x, [1], [start])
+        assert got.shape == (1, 6761)
+        assert _rel(got, ref) <= 1e-4, i
+        logp = torch.from_numpy(got[0]).log_softmax(-1)
+        if i < 2 * text.shape[1]:
+            logp[6561] = float("-inf")
+        top = int(logp.argmax())
+        if 6561 <= top < 6761:
+            break
+        start += x.shape[1]
+        tokens.append(top)
+        x = table[top].reshape(1, 1, -1)
+    assert tokens == expected.tolist()  # argmax margins as in test_greedy_matches_golden
+
+    # Three rows in slots 2, 0, 3 of 5 (slot 4 is scratch), decoded together.
+    torch.manual_seed(2)
+    lengths, row_slots, scratch = [7, 3, 11], [2, 0, 3], 4
+    prompts = [torch.randn(1, n, 16).numpy() for n in lengths]
+    extension = torch.randn(1, 3, 16).numpy()
+    slots = _SlotRunner(step_path, num_slots=5, max_positions=32)
+    ref_caches, starts, nexts = [], [], []
+    ref_tokens: list[list[int]] = [[] for _ in lengths]
+    got_tokens: list[list[int]] = [[] for _ in lengths]
+    for r, p in enumerate(prompts):
+        ref, c = _ort_step(padded, p, [np.zeros((1, 2, 0, 4), np.float32)] * 4)
+        got = slots.run(p, [row_slots[r]], [0])
+        assert _rel(got, ref) <= 1e-4
+        ref_caches.append(c)
+        starts.append(lengths[r])
+        ref_tokens[r].append(_greedy_pick(ref[0]))
+        got_tokens[r].append(_greedy_pick(got[0]))
+        nexts.append(table[got_tokens[r][-1]].reshape(1, 1, -1))
+    for step in range(6):
+        if step == 3:
+            # row 1 takes 3 positions at once (text fed mid-decode), alone
+            ref, ref_caches[1] = _ort_step(padded, extension, ref_caches[1])
+            got = slots.run(extension, [row_slots[1]], [starts[1]])
+            assert _rel(got, ref) <= 1e-4
+            starts[1] += 3
+            ref_tokens[1].append(_greedy_pick(ref[0]))
+            got_tokens[1].append(_greedy_pick(got[0]))
+            nexts[1] = table[got_tokens[1][-1]].reshape(1, 1, -1)
+        # three real rows and one padding row (scratch slot, start 0): a bucket of 4
+        embeds = np.concatenate([*nexts, np.zeros((1, 1, 16), np.float32)], axis=0)
+        got = slots.run(embeds, [*row_slots, scratch], [*starts, 0])
+        for r in range(3):
+            ref, ref_caches[r] = _ort_step(padded, nexts[r], ref_caches[r])
+            assert _rel(got[r : r + 1], ref) <= 1e-4, (step, r)
+            ref_tokens[r].append(_greedy_pick(ref[0]))
+            got_tokens[r].append(_greedy_pick(got[r]))
+            nexts[r] = table[got_tokens[r][-1]].reshape(1, 1, -1)
+            starts[r] += 1
+    assert got_tokens == ref_tokens
+    # Slot 1 was never used: the step wrote nothing there.
+    assert np.isnan(slots.buffers[0].numpy()[1]).all()

@@ -4,7 +4,7 @@
 //! checks). A front end adds its own table the same way (`cosy serve`: `[server]`, `[wyoming]`).
 
 use super::key::{Key, Renamed, Setting, TRUE_FALSE};
-use super::settings::{default_engine_cache, CodeBlocks, Config, CpuSwitch, CudaConvSearch, ShapeBuckets, NormalizerChoice, StageSettings, Symbols};
+use super::settings::{default_engine_cache, CodeBlocks, Config, CpuSwitch, CudaConvSearch, ShapeBuckets, LlmKv, NormalizerChoice, StageSettings, Symbols};
 use crate::error::Result;
 use crate::vocab::{check_voice_name, Precision, ProviderKind, StageGroup, OPENAI_VOICES};
 
@@ -261,6 +261,16 @@ pub static KEYS: &[Key<Config>] = &[
         Ok(())
     })
     .doc("Whether LLM decoding waits while a stream's first chunk runs (auto: both on the CPU)."),
+    K::new("engine.llm_kv", "\"auto\"", LlmKv::NAMES, |c, v| {
+        c.engine.llm_kv = v.text().and_then(|s| LlmKv::parse(&s)).ok_or_else(|| v.invalid())?;
+        Ok(())
+    })
+    .doc("LLM key/value cache: static slots written in place (graph llm_step) or growing (auto: static on CUDA/TensorRT)."),
+    K::new("engine.llm_max_positions", "2048", "an integer from 16 to 1048576", |c, v| {
+        c.engine.llm_max_positions = v.int_in(16..=1 << 20)?;
+        Ok(())
+    })
+    .doc("Static LLM cache: positions per slot to start with (doubled when a sentence needs more)."),
     K::new("engine.file_concurrency", "4", "an integer from 1 to 256", |c, v| {
         c.engine.file_concurrency = v.int_in(1..=256)?;
         Ok(())

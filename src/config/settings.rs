@@ -169,6 +169,41 @@ impl CpuSwitch {
     }
 }
 
+/// `engine.llm_kv`: how the LLM keeps its key/value cache between steps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LlmKv {
+    /// `static` where the LLM runs on CUDA or TensorRT and the model has the `llm_step` graph;
+    /// `growing` elsewhere (on the CPU, attending over the whole preallocated buffer costs more
+    /// than the copies it saves; [`EngineSettings::llm_kv_static`]).
+    Auto,
+    /// The `llm_step` graph: every row's cache in a preallocated slot, written in place; fixed
+    /// shapes per batch-size bucket (`engine::llm_slots`).
+    Static,
+    /// The `llm` graph: one shared, left-padded cache that every step returns one column longer.
+    Growing,
+}
+
+impl LlmKv {
+    pub const NAMES: &'static str = "auto, static, growing";
+
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "auto" => Some(Self::Auto),
+            "static" => Some(Self::Static),
+            "growing" => Some(Self::Growing),
+            _ => None,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Auto => "auto",
+            Self::Static => "static",
+            Self::Growing => "growing",
+        }
+    }
+}
+
 /// `[sampling]`: LLM sampling. The four sampling values are backed by the model's manifest (its
 /// yaml; the official CosyVoice3 values are top_p 0.8, top_k 25, win_size 10, tau_r 0.1): `None`
 /// means "not set by the user", so the model's value is used; a value the user set (file,
@@ -367,6 +402,11 @@ pub struct EngineSettings {
     /// Seconds without requests after which the engine drops the model (its sessions) until the
     /// next request loads it again; 0 = never (`engine::residency`).
     pub idle_unload_s: u64,
+    /// `engine.llm_kv`: the growing cache (graph `llm`) or the static slot cache (graph `llm_step`).
+    pub llm_kv: LlmKv,
+    /// `engine.llm_max_positions`: columns per slot the static cache starts with (grown by
+    /// doubling when a row needs more).
+    pub llm_max_positions: usize,
 }
 
 impl EngineSettings {
@@ -386,6 +426,23 @@ impl EngineSettings {
             self.prompt_cache_bytes
         } else {
             0
+        }
+    }
+
+    /// Whether the LLM runs the static slot cache (graph `llm_step`) rather than the growing one
+    /// (graph `llm`), for an LLM whose first provider is `llm_provider` on a model that has
+    /// (`has_step`) or lacks the `llm_step` graph. `static` asked for on a model without it is an
+    /// error naming the key and the fix. `auto`: static on CUDA/TensorRT where the graph exists
+    /// (fixed shapes, no per-step reallocation: the launch-bound GPU decode step), growing on the
+    /// CPU, where attending over every preallocated column costs more than the copies it saves.
+    pub fn llm_kv_static(&self, llm_provider: crate::vocab::ProviderKind, has_step: bool) -> crate::Result<bool> {
+        match self.llm_kv {
+            LlmKv::Growing => Ok(false),
+            LlmKv::Auto => Ok(has_step && llm_provider != crate::vocab::ProviderKind::Cpu),
+            LlmKv::Static if has_step => Ok(true),
+            LlmKv::Static => Err(crate::Error::Config(
+                "engine.llm_kv = \"static\" needs the llm_step graph, which this model folder lacks: re-export the model with cosy_export (or set engine.llm_kv = \"auto\")".into(),
+            )),
         }
     }
 
@@ -493,7 +550,7 @@ impl Default for Config {
             output: OutputSettings { device: "default".into() },
             voices: VoiceSettings { dir: paths::voices_dir(), default: None, aliases: BTreeMap::new() },
             limits: LimitSettings { max_text_chars: 5000, max_prompt_text_chars: 2000 },
-            engine: EngineSettings { max_batch: 16, max_in_flight: 16, max_queue: 64, dit_max_batch: 8, prompt_cache_bytes: 2 << 30, prompt_cache: CpuSwitch::Auto, prompt_cache_disk_bytes: 4 << 30, first_audio_priority: CpuSwitch::Auto, file_concurrency: 4, idle_unload_s: 0 },
+            engine: EngineSettings { max_batch: 16, max_in_flight: 16, max_queue: 64, dit_max_batch: 8, prompt_cache_bytes: 2 << 30, prompt_cache: CpuSwitch::Auto, prompt_cache_disk_bytes: 4 << 30, first_audio_priority: CpuSwitch::Auto, file_concurrency: 4, idle_unload_s: 0, llm_kv: LlmKv::Auto, llm_max_positions: 2048 },
             text: TextSettings { normalizer: NormalizerChoice::Auto, markdown: MarkdownSettings::ON, numbers: true, lexicon: None },
             debug: DebugSettings::default(),
             source_file: None,

@@ -25,6 +25,12 @@
 //! row longer than that pads the others, a leaving row lets the common padding go.
 //!
 //! Graphs exported before batching (no `attention_mask` input) run one row at a time.
+//!
+//! With the `llm_step` graph (`engine.llm_kv = "static"`, [`super::llm_slots`]) the same schedule
+//! runs over a static cache instead: each row keeps a slot of preallocated buffers that every call
+//! writes in place, decode calls are padded to a batch-size bucket, and joining or leaving copies
+//! no cache. Only the forward passes and the cache bookkeeping differ; the messages, the
+//! schedule, holds and sampling are the same.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -34,7 +40,8 @@ use crossbeam_channel::{Receiver, Sender};
 use ort::memory::{AllocationDevice, AllocatorType, MemoryInfo, MemoryType};
 use ort::value::{DynValue, TensorValueType};
 
-use crate::vocab::ProviderKind;
+use crate::vocab::{ProviderKind, LLM_STEP_GRAPH};
+use super::llm_slots::{bucket, SlotCache};
 use super::worker::Worker;
 use crate::error::{Error, Result};
 use crate::llm::LlmStep;
@@ -60,6 +67,8 @@ pub struct LlmBatchStats {
     pub prefill_seconds: f64,
     /// Times every row had its next step ready and a [`DecodeHold`] made them wait.
     pub held_steps: u64,
+    /// Times the static KV cache grew (`engine.llm_max_positions` doubled; 0 with the growing one).
+    pub kv_grows: u64,
 }
 
 impl LlmBatchStats {
@@ -73,6 +82,7 @@ impl LlmBatchStats {
             decode_seconds: self.decode_seconds + other.decode_seconds,
             prefill_seconds: self.prefill_seconds + other.prefill_seconds,
             held_steps: self.held_steps + other.held_steps,
+            kv_grows: self.kv_grows + other.kv_grows,
         }
     }
 }
@@ -94,8 +104,10 @@ pub struct LlmScheduler {
     next_id: AtomicU64,
     /// Rows one call may hold (1 for graphs without batching).
     pub max_batch: usize,
-    /// Whether the graph takes `attention_mask`/`position_ids` (can batch).
+    /// Whether the graph takes `attention_mask`/`position_ids` (can batch), or is `llm_step`.
     pub batched_graph: bool,
+    /// Whether the rows live in the static slot cache (graph `llm_step`).
+    pub static_kv: bool,
     /// Live [`DecodeHold`]s; `None` when the scheduler does not hold (see [`LlmScheduler::start`]).
     holds: Option<Arc<AtomicUsize>>,
 }
@@ -127,20 +139,36 @@ impl LlmScheduler {
         gather_first: usize,
         hold_for_first_audio: bool,
     ) -> Result<LlmScheduler> {
+        Self::start_with_positions(session, shape, max_batch, gather_first, hold_for_first_audio, DEFAULT_MAX_POSITIONS)
+    }
+
+    /// [`LlmScheduler::start`]; a session of the `llm_step` graph gets the static slot cache,
+    /// `max_positions` columns per slot to begin with (`engine.llm_max_positions`).
+    pub fn start_with_positions(
+        session: StageSession,
+        shape: LlmShape,
+        max_batch: usize,
+        gather_first: usize,
+        hold_for_first_audio: bool,
+        max_positions: usize,
+    ) -> Result<LlmScheduler> {
+        let static_kv = session.stage == LLM_STEP_GRAPH;
         let names = session.input_names();
-        let batched_graph = names.iter().any(|n| n == "attention_mask") && names.iter().any(|n| n == "position_ids");
+        let batched_graph = static_kv || (names.iter().any(|n| n == "attention_mask") && names.iter().any(|n| n == "position_ids"));
         let max_batch = if batched_graph { max_batch.max(1) } else { 1 };
         if !batched_graph {
             tracing::info!("llm graph has no attention_mask/position_ids (exported before batching): one sentence at a time; re-export to batch");
         }
+        let slots = if static_kv { Some(SlotCache::new(&session, shape, max_batch, max_positions)?) } else { None };
         let holds = Arc::new(AtomicUsize::new(0));
-        let mut state = Batch::new(session, shape, batched_graph, holds.clone())?;
+        let mut state = Batch::new(session, shape, batched_graph, holds.clone(), slots)?;
         let worker = Worker::spawn("llm-scheduler", move |rx, stats| state.serve(rx, max_batch, gather_first, stats))?;
         Ok(LlmScheduler {
             worker,
             next_id: AtomicU64::new(1),
             max_batch,
             batched_graph,
+            static_kv,
             holds: hold_for_first_audio.then_some(holds),
         })
     }
@@ -244,10 +272,15 @@ struct Pending {
     reply: Reply,
 }
 
+/// `engine.llm_max_positions`'s default: the static cache's initial columns per slot.
+pub const DEFAULT_MAX_POSITIONS: usize = 2048;
+
 struct Row {
     id: u64,
     /// Real positions in the cache (prompt + tokens fed so far).
     len: usize,
+    /// Its slot in the static cache (unused with the growing one).
+    slot: usize,
     pending: Option<Pending>,
 }
 
@@ -267,6 +300,8 @@ struct Batch {
     cache: Vec<DynValue>,
     /// Live [`DecodeHold`]s (always 0 when the scheduler does not hold).
     holds: Arc<AtomicUsize>,
+    /// The static slot cache (graph `llm_step`); `None`: the growing cache above.
+    slots: Option<SlotCache>,
 }
 
 /// A cache tensor's values on the host (copied from the device when it lives there).
@@ -280,7 +315,7 @@ fn host_values(v: &DynValue) -> Result<Vec<f32>> {
 }
 
 impl Batch {
-    fn new(session: StageSession, shape: LlmShape, batched_graph: bool, holds: Arc<AtomicUsize>) -> Result<Batch> {
+    fn new(session: StageSession, shape: LlmShape, batched_graph: bool, holds: Arc<AtomicUsize>, slots: Option<SlotCache>) -> Result<Batch> {
         let binding = session.binding()?;
         let host = match session.provider_used {
             ProviderKind::Cpu => session.device_memory()?,
@@ -294,7 +329,7 @@ impl Batch {
                 present_names.push(format!("present.{i}.{kind}"));
             }
         }
-        Ok(Batch { session, binding, host, shape, batched_graph, past_names, present_names, rows: Vec::new(), width: 0, cache: Vec::new(), holds })
+        Ok(Batch { session, binding, host, shape, batched_graph, past_names, present_names, rows: Vec::new(), width: 0, cache: Vec::new(), holds, slots })
     }
 
     fn serve(&mut self, rx: Receiver<Msg>, max_batch: usize, gather_first: usize, stats: &Mutex<LlmBatchStats>) {
@@ -332,6 +367,7 @@ impl Batch {
                     if let Ok(mut s) = stats.lock() {
                         s.prefills += 1;
                         s.prefill_seconds += started.elapsed().as_secs_f64();
+                        s.kv_grows = self.slots.as_ref().map_or(0, SlotCache::grows);
                     }
                     let _ = w.reply.send(result);
                 }
@@ -347,6 +383,7 @@ impl Batch {
                     s.decode_calls += 1;
                     s.decode_rows += n as u64;
                     s.max_rows = s.max_rows.max(n);
+                    s.kv_grows = self.slots.as_ref().map_or(0, SlotCache::grows);
                 }
             }
         }
@@ -447,10 +484,29 @@ impl Batch {
         if w.seq == 0 || w.embeds.len() != w.seq * self.shape.hidden {
             return Err(Error::invalid(format!("llm: {} embedding values for {}×{}", w.embeds.len(), w.seq, self.shape.hidden)));
         }
+        if let Some(cache) = self.slots.as_mut() {
+            // Room for the prompt and the first decoded token. The scheduler does not know a
+            // sentence's decode length, so a long one may also grow the cache mid-decode.
+            cache.ensure_positions(w.seq + 1)?;
+            let slot = cache.take()?;
+            let span = w.profiler.span("llm.prefill.static");
+            let result = cache.run(&mut self.session, &mut self.binding, &self.host, w.embeds.clone(), 1, w.seq, vec![slot as i64], vec![0]);
+            span.end();
+            return match result {
+                Ok(logits) => {
+                    self.rows.push(Row { id: w.id, len: w.seq, slot, pending: None });
+                    Ok(logits)
+                }
+                Err(e) => {
+                    cache.give(slot);
+                    Err(e)
+                }
+            };
+        }
         let positions: Vec<i64> = (0..w.seq as i64).collect();
         let (logits, present) = self.forward(w.embeds.clone(), 1, w.seq, vec![1; w.seq], positions, None, &w.profiler)?;
         self.merge(present, w.seq)?;
-        self.rows.push(Row { id: w.id, len: w.seq, pending: None });
+        self.rows.push(Row { id: w.id, len: w.seq, slot: 0, pending: None });
         Ok(logits)
     }
 
@@ -490,6 +546,20 @@ impl Batch {
 
     /// Takes rows out of the shared cache; the columns no remaining row needs go too.
     fn remove_rows(&mut self, gone: &[usize]) -> Result<()> {
+        if let Some(cache) = self.slots.as_mut() {
+            // Static cache: the rows give their slots back; nobody's columns move.
+            for &i in gone {
+                if let Some(row) = self.rows.get(i) {
+                    cache.give(row.slot);
+                }
+            }
+            let mut i = 0;
+            self.rows.retain(|_| {
+                i += 1;
+                !gone.contains(&(i - 1))
+            });
+            return Ok(());
+        }
         let keep: Vec<usize> = (0..self.rows.len()).filter(|i| !gone.contains(i)).collect();
         if keep.is_empty() {
             self.rows.clear();
@@ -528,13 +598,17 @@ impl Batch {
         let hidden = self.shape.hidden;
         let width = self.width + 1;
         let mut embeds = Vec::with_capacity(b * hidden);
-        let mut mask = vec![0i64; b * width];
+        let padded_kv = self.slots.is_none();
+        // The growing cache's attention mask (the static cache needs none: rows are in slots).
+        let mut mask = vec![0i64; if padded_kv { b * width } else { 0 }];
         let mut positions = Vec::with_capacity(b);
         let mut pendings = Vec::with_capacity(b);
         for (r, row) in self.rows.iter_mut().enumerate() {
             let Some(p) = row.pending.take() else { return Err(()) };
             embeds.extend_from_slice(&p.embed);
-            mask[r * width + (width - row.len - 1)..(r + 1) * width].fill(1);
+            if padded_kv {
+                mask[r * width + (width - row.len - 1)..(r + 1) * width].fill(1);
+            }
             positions.push(row.len as i64);
             pendings.push(p);
         }
@@ -546,11 +620,18 @@ impl Batch {
             return Err(());
         }
         let profiler = pendings[0].profiler.clone();
-        let cache = std::mem::take(&mut self.cache);
-        match self.forward(embeds, b, 1, mask, positions, Some(&cache), &profiler) {
-            Ok((logits, present)) => {
+        let result = if self.slots.is_some() {
+            self.decode_static(embeds, &profiler)
+        } else {
+            let cache = std::mem::take(&mut self.cache);
+            self.forward(embeds, b, 1, mask, positions, Some(&cache), &profiler).map(|(logits, present)| {
                 self.cache = present;
                 self.width = width;
+                logits
+            })
+        };
+        match result {
+            Ok(logits) => {
                 let vocab = logits.len() / b;
                 for (r, (row, p)) in self.rows.iter_mut().zip(pendings).enumerate() {
                     row.len += 1;
@@ -564,21 +645,55 @@ impl Batch {
                 for p in pendings {
                     let _ = p.reply.send(Err(Error::Runtime(msg.clone())));
                 }
-                self.rows.clear();
-                self.width = 0;
+                self.clear_rows();
                 Err(())
             }
         }
     }
 
+    /// One decode step of every row over the static cache: padded to a bucket with rows on the
+    /// scratch slot (whose logits are dropped); the logits of the real rows, `[rows, vocab]`.
+    fn decode_static(&mut self, mut embeds: Vec<f32>, profiler: &Profiler) -> Result<Vec<f32>> {
+        let Some(cache) = self.slots.as_mut() else {
+            return Err(Error::Runtime("llm: no static cache".into()));
+        };
+        let b = self.rows.len();
+        let longest = self.rows.iter().map(|r| r.len).max().unwrap_or(0);
+        cache.ensure_positions(longest + 1)?;
+        let padded = bucket(b);
+        let scratch = cache.scratch() as i64;
+        let mut slots: Vec<i64> = self.rows.iter().map(|r| r.slot as i64).collect();
+        let mut starts: Vec<i64> = self.rows.iter().map(|r| r.len as i64).collect();
+        slots.resize(padded, scratch);
+        starts.resize(padded, 0);
+        embeds.resize(padded * self.shape.hidden, 0.0);
+        let span = profiler.span("llm.decode.static");
+        let mut logits = cache.run(&mut self.session, &mut self.binding, &self.host, embeds, padded, 1, slots, starts)?;
+        span.end();
+        let vocab = logits.len() / padded.max(1);
+        logits.truncate(b * vocab);
+        Ok(logits)
+    }
+
+    /// Every row leaves at once (after a failed step), giving back its slot.
+    fn clear_rows(&mut self) {
+        if let Some(cache) = self.slots.as_mut() {
+            for row in &self.rows {
+                cache.give(row.slot);
+            }
+        }
+        self.rows.clear();
+        self.cache.clear();
+        self.width = 0;
+    }
+
     /// After a failed cache rebuild: every row gets the error and the batch starts empty.
     fn fail_all(&mut self, e: &Error) {
-        for row in self.rows.drain(..) {
-            if let Some(p) = row.pending {
+        for row in self.rows.iter_mut() {
+            if let Some(p) = row.pending.take() {
                 let _ = p.reply.send(Err(Error::Runtime(e.to_string())));
             }
         }
-        self.cache.clear();
-        self.width = 0;
+        self.clear_rows();
     }
 }

@@ -5,7 +5,7 @@
 use std::sync::{Arc, Mutex};
 
 use crate::config::Config;
-use crate::vocab::{Precision, ProviderKind, Stage};
+use crate::vocab::{Precision, ProviderKind, Stage, StageGroup, LLM_STEP_GRAPH};
 use crate::error::Result;
 use crate::model::ModelDir;
 use crate::pipeline::{ModelConstants, Stages};
@@ -41,11 +41,11 @@ pub(super) struct Opened {
 pub(super) fn open_stages(config: &Config, dir: Arc<ModelDir>, constants: &ModelConstants, llm_gather_first: usize) -> Result<Opened> {
     let factory = SessionFactory::new(config, dir.clone())?;
     let mut load_times = Vec::new();
-    let mut open = |stage: Stage| -> Result<StageSession> {
+    let mut open = |stage: &str| -> Result<StageSession> {
         let started = std::time::Instant::now();
-        let session = factory.open(stage)?;
+        let session = factory.open_named(stage)?;
         load_times.push(StageLoad {
-            stage: stage.name().to_string(),
+            stage: stage.to_string(),
             seconds: started.elapsed().as_secs_f64(),
             provider: session.provider_used,
             precision: session.precision,
@@ -60,12 +60,16 @@ pub(super) fn open_stages(config: &Config, dir: Arc<ModelDir>, constants: &Model
         });
         Ok(session)
     };
-    let llm_session = open(Stage::Llm)?;
-    let flow_front = Mutex::new(open(Stage::FlowFront)?);
+    // engine.llm_kv: the static slot cache (graph llm_step) or the growing one (graph llm); `auto`
+    // decides by the LLM's first configured provider (the one its session is opened for).
+    let llm_provider = config.providers_for(StageGroup::Llm).first().copied().unwrap_or(ProviderKind::Cpu);
+    let static_kv = config.engine.llm_kv_static(llm_provider, dir.manifest.graphs.contains_key(LLM_STEP_GRAPH))?;
+    let llm_session = if static_kv { open(LLM_STEP_GRAPH)? } else { open(Stage::Llm.name())? };
+    let flow_front = Mutex::new(open(Stage::FlowFront.name())?);
     let dit_shape = crate::flow::DitCacheShape::from_graph(dir.graph(Stage::Dit.name())?);
-    let dit_session = open(Stage::Dit)?;
+    let dit_session = open(Stage::Dit.name())?;
     let hold = config.engine.first_audio_priority_applies(llm_session.provider_used, dit_session.provider_used);
-    let llm = Arc::new(LlmScheduler::start(llm_session, constants.llm_shape, config.engine.max_batch, llm_gather_first, hold)?);
+    let llm = Arc::new(LlmScheduler::start_with_positions(llm_session, constants.llm_shape, config.engine.max_batch, llm_gather_first, hold, config.engine.llm_max_positions)?);
     let prompt_cache_bytes = config.engine.prompt_cache_bound(dit_session.provider_used);
     let prefix_disk = match dit_shape {
         Some(shape) if prompt_cache_bytes > 0 && config.engine.prompt_cache_disk_bytes > 0 => {
@@ -88,9 +92,9 @@ pub(super) fn open_stages(config: &Config, dir: Arc<ModelDir>, constants: &Model
         llm: Box::new(llm.clone()),
         flow_front,
         dit: Box::new(dit.clone()),
-        hift: Mutex::new(open(Stage::HiftDecode)?),
-        campplus: Mutex::new(open(Stage::Campplus)?),
-        speech_tokenizer: Mutex::new(open(Stage::SpeechTokenizer)?),
+        hift: Mutex::new(open(Stage::HiftDecode.name())?),
+        campplus: Mutex::new(open(Stage::Campplus.name())?),
+        speech_tokenizer: Mutex::new(open(Stage::SpeechTokenizer.name())?),
     };
     Ok(Opened { stages, llm, dit, load_times })
 }

@@ -32,6 +32,7 @@
 
 pub mod dit_batch;
 pub mod llm_batch;
+pub mod llm_slots;
 mod load;
 mod residency;
 mod worker;

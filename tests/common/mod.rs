@@ -195,6 +195,14 @@ fn named_dim(stage: &str, name: &str) -> i64 {
         "speech_tokenizer" => if n == "batch" { 1 } else { 200 },
         "dit" => if n == "batch" { 2 } else { 8 },
         "flow_front" => if n == "batch" { 1 } else { 7 },
+        // 2 rows in slots 0 and 1 of 3 (inputs count 0, 1, ...), starting at 0 and 1: columns up
+        // to 1 + 3 - 1 = 3 of 8.
+        "llm_step" => match n.as_str() {
+            "rows" => 2,
+            "seq" => 3,
+            "num_slots" => 3,
+            _ => 8,
+        },
         // 10 frames to decode + 4 of right context; the source covers the 10 frames.
         "hift_decode" => match n.as_str() {
             "mel_frames" => 14,

@@ -92,11 +92,23 @@ fn bistream_matches_the_official_tokens_and_audio() {
 /// so the batching does not depend on how fast the machine is.
 #[test]
 fn bistream_runs_in_the_engine_beside_other_requests() {
+    bistream_beside_other_requests(cosy::config::LlmKv::Growing);
+}
+
+/// The same over the static slot cache (`engine.llm_kv = "static"`, graph `llm_step`, issue 29):
+/// text fed mid-decode extends a row in its slot; the official tokens again.
+#[test]
+fn bistream_beside_other_requests_with_the_static_kv_cache() {
+    bistream_beside_other_requests(cosy::config::LlmKv::Static);
+}
+
+fn bistream_beside_other_requests(llm_kv: cosy::config::LlmKv) {
     use std::sync::Arc;
     let Some(reference) = reference_dir() else { return };
     let work = tempfile::tempdir().unwrap();
     let Some(model) = export_reference_model(work.path()) else { return };
-    let config = reference_config(&model);
+    let mut config = reference_config(&model);
+    config.engine.llm_kv = llm_kv;
     let engine = Engine::builder(&config).llm_gather_first(2).build().expect("engine");
     let case = BistreamCase::load("en_short");
     let voice = Voice::ZeroShot { wav: case.prompt_wav(&reference), transcript: case.prompt_text() };

@@ -482,3 +482,117 @@ fn shape_buckets_give_the_audio_without_them() {
         assert!(worst <= 1e-5, "{label}: shape buckets moved the audio by {worst}");
     }
 }
+
+/// Deterministic greedy feedback for the scheduler tests: the embedding fed after token `t`.
+fn token_embedding(token: usize, hidden: usize) -> Vec<f32> {
+    (0..hidden).map(|k| ((token * 31 + k * 7) as f32 * 0.013).sin() * 0.5).collect()
+}
+
+/// What one sentence decoded through a scheduler: its greedy tokens and every step's logits.
+type Decoded = (Vec<usize>, Vec<Vec<f32>>);
+
+/// Runs sentences through `scheduler` in threads: thread i decodes `plan[i]` one after the other
+/// (each a prompt length and a step count), every one greedily from its own prompt.
+fn decode_plan(scheduler: &Arc<cosy::engine::LlmScheduler>, hidden: usize, plan: &[Vec<(usize, usize)>]) -> Vec<Vec<Decoded>> {
+    use cosy::llm::LlmStep;
+    let argmax = |v: &[f32]| v.iter().enumerate().fold((0, f32::NEG_INFINITY), |(bi, bv), (i, &x)| if x > bv { (i, x) } else { (bi, bv) }).0;
+    std::thread::scope(|scope| {
+        let threads: Vec<_> = plan
+            .iter()
+            .enumerate()
+            .map(|(t, sentences)| {
+                let scheduler = scheduler.clone();
+                scope.spawn(move || {
+                    sentences
+                        .iter()
+                        .enumerate()
+                        .map(|(s, &(prompt, steps))| {
+                            let profiler = cosy::profile::Profiler::disabled();
+                            let mut row = scheduler.client(&profiler).expect("client");
+                            let embeds: Vec<f32> = (0..prompt).flat_map(|p| token_embedding(1000 + 97 * t + 13 * s + p, hidden)).collect();
+                            let mut logits = vec![row.prefill(&embeds, prompt).expect("prefill")];
+                            let mut tokens = vec![argmax(&logits[0])];
+                            for _ in 0..steps {
+                                let next = row.step(&token_embedding(*tokens.last().unwrap(), hidden)).expect("step");
+                                tokens.push(argmax(&next));
+                                logits.push(next);
+                            }
+                            (tokens, logits)
+                        })
+                        .collect()
+                })
+            })
+            .collect();
+        threads.into_iter().map(|h| h.join().expect("sentence thread")).collect()
+    })
+}
+
+/// `engine.llm_kv = "static"` at the scheduler (graph `llm_step`, issue 29): the same greedy
+/// tokens, and logits within float tolerance, as the growing cache (graph `llm`), with three
+/// sentences sharing decode calls (3 rows padded to the bucket of 4 on the scratch slot), rows
+/// leaving and the next sentences taking their freed slots (3 slots for 5 sentences), and
+/// `max_positions` 16 so the buffers grow mid-run.
+#[test]
+fn static_kv_scheduler_gives_the_growing_caches_tokens() {
+    let cache = tempfile::tempdir().expect("temp dir");
+    let config = config_for(&fixture_model(), cache.path());
+    let data = cosy::pipeline::ModelData::load(&config).expect("fixture data");
+    let factory = cosy::runtime::SessionFactory::new(&config, data.model.clone()).expect("session factory");
+    let shape = data.constants.llm_shape;
+    let plan = vec![vec![(7, 12), (4, 6)], vec![(3, 5), (9, 14)], vec![(11, 9)]];
+    let growing = Arc::new(cosy::engine::LlmScheduler::start(factory.open(cosy::vocab::Stage::Llm).expect("llm"), shape, 3, 3, false).expect("scheduler"));
+    let expected = decode_plan(&growing, shape.hidden, &plan);
+    let step_session = factory.open_named(cosy::vocab::LLM_STEP_GRAPH).expect("the fixture has llm_step");
+    let slots = Arc::new(cosy::engine::LlmScheduler::start_with_positions(step_session, shape, 3, 3, false, 16).expect("static scheduler"));
+    assert!(slots.static_kv);
+    let got = decode_plan(&slots, shape.hidden, &plan);
+    for (t, (want, have)) in expected.iter().zip(&got).enumerate() {
+        for (s, ((want_tokens, want_logits), (tokens, logits))) in want.iter().zip(have).enumerate() {
+            assert_eq!(tokens, want_tokens, "thread {t} sentence {s}: greedy tokens");
+            for (step, (a, b)) in want_logits.iter().zip(logits).enumerate() {
+                let peak = a.iter().fold(0f32, |m, x| m.max(x.abs())).max(1e-6);
+                let worst = a.iter().zip(b).fold(0f32, |m, (x, y)| m.max((x - y).abs()));
+                // Other summation orders (padded columns, other GEMM shapes): last bits only.
+                assert!(worst <= 1e-4 * peak, "thread {t} sentence {s} step {step}: logits differ by {worst} (peak {peak})");
+            }
+        }
+    }
+    let stats = slots.stats();
+    assert!(stats.max_rows >= 3, "the three first sentences shared decode calls: {stats:?}");
+    assert!(stats.kv_grows >= 1, "max_positions 16 grew: {stats:?}");
+    assert_eq!(stats.prefills, 5);
+}
+
+/// `engine.llm_kv = "static"` through the whole engine (issue 29): requests decoded side by side
+/// over the static slot cache (`engine.llm_max_positions` 16, so it grows) give the speech tokens
+/// of the growing cache's engine, request for request, and the same audio within float noise.
+#[test]
+fn static_kv_engine_gives_the_growing_engines_tokens() {
+    let prompt = fixture_prompt();
+    let zero_shot = Voice::ZeroShot { wav: prompt.clone(), transcript: "This recording is the voice prompt.".into() };
+    let requests = [
+        ("offline", request("The lighthouse keeper climbed the stairs.", zero_shot.clone(), 1, false, Some(40))),
+        ("streaming", request("Fog rolled over the bay at dawn.", zero_shot.clone(), 2, true, Some(60))),
+        ("two sentences", request("First sentence here. And a second one follows.", Voice::CrossLingual { wav: prompt.clone() }, 3, true, Some(25))),
+    ];
+    let (growing, _cache) = engine(4);
+    let alone: Vec<Outcome> = requests.iter().map(|(label, r)| run_alone(&growing, r).unwrap_or_else(|e| panic!("{label}: {e}"))).collect();
+    let cache = tempfile::tempdir().expect("temp dir");
+    let mut config = config_for(&fixture_model(), cache.path());
+    config.engine.llm_kv = cosy::config::LlmKv::Static;
+    config.engine.llm_max_positions = 16;
+    let engine = Engine::builder(&config).llm_gather_first(requests.len()).build().expect("engine with the static cache");
+    let pending: Vec<_> = requests.iter().map(|(label, r)| submit(&engine, r).unwrap_or_else(|e| panic!("{label}: {e}"))).collect();
+    let together: Vec<_> = std::thread::scope(|scope| {
+        let runs: Vec<_> = pending.into_iter().map(|wait| scope.spawn(wait)).collect();
+        runs.into_iter().map(|h| h.join().expect("request thread")).collect()
+    });
+    for (((label, _), alone), together) in requests.iter().zip(&alone).zip(together) {
+        let together = together.unwrap_or_else(|e| panic!("{label} with the static cache: {e}"));
+        assert_same(label, alone, &together);
+    }
+    let (llm, _) = engine.batch_stats();
+    assert!(llm.max_rows >= 2, "the static cache's decode steps were batched: {llm:?}");
+    assert!(llm.kv_grows >= 1, "llm_max_positions 16 grew: {llm:?}");
+    assert_eq!((engine.in_flight(), engine.queued()), (0, 0));
+}
