@@ -438,21 +438,32 @@ def _dynamic_axes(num_layers: int) -> dict[str, dict[int, str]]:
     return dynamic
 
 
-def _export(module: nn.Module, cfg: LlmConfig, out_path: Path | str, opset: int) -> None:
-    in_names, out_names = llm_io_names(cfg.num_layers)
+def _torch_export(
+    module: nn.Module,
+    inputs: tuple[Tensor, ...],
+    names: tuple[list[str], list[str]],
+    dynamic_axes: dict[str, dict[int, str]],
+    out_path: Path | str,
+    opset: int,
+) -> None:
+    """torch.onnx.export as both LLM graphs use it (the TorchScript exporter, constants folded)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)  # the TorchScript exporter is what we want
         torch.onnx.export(
             module,
-            _trace_inputs(cfg),
+            inputs,
             str(out_path),
-            input_names=in_names,
-            output_names=out_names,
-            dynamic_axes=_dynamic_axes(cfg.num_layers),
+            input_names=names[0],
+            output_names=names[1],
+            dynamic_axes=dynamic_axes,
             opset_version=opset,
             do_constant_folding=True,
             dynamo=False,
         )
+
+
+def _export(module: nn.Module, cfg: LlmConfig, out_path: Path | str, opset: int) -> None:
+    _torch_export(module, _trace_inputs(cfg), llm_io_names(cfg.num_layers), _dynamic_axes(cfg.num_layers), out_path, opset)
 
 
 @torch.no_grad()
@@ -576,20 +587,8 @@ def _step_dynamic_axes(num_layers: int) -> dict[str, dict[int, str]]:
 
 
 def _export_step(module: nn.Module, cfg: LlmConfig, out_path: Path | str, opset: int) -> None:
-    in_names, out_names = llm_step_io_names(cfg.num_layers)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
-        torch.onnx.export(
-            module,
-            _step_trace_inputs(cfg),
-            str(out_path),
-            input_names=in_names,
-            output_names=out_names,
-            dynamic_axes=_step_dynamic_axes(cfg.num_layers),
-            opset_version=opset,
-            do_constant_folding=True,
-            dynamo=False,
-        )
+    names = llm_step_io_names(cfg.num_layers)
+    _torch_export(module, _step_trace_inputs(cfg), names, _step_dynamic_axes(cfg.num_layers), out_path, opset)
 
 
 @torch.no_grad()

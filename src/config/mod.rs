@@ -27,7 +27,7 @@ use key::{matches, text_of};
 pub use key::{About, Key, KeyTable, Origin, RawValue, Renamed, Section, Setter, Setting, TRUE_FALSE};
 pub use keys::{KEYS, RENAMED};
 pub use settings::{
-    default_engine_cache, Config, CpuSwitch, CudaConvSearch, ShapeBuckets, LlmKv, DebugSettings, EngineSettings, LimitSettings, MarkdownSettings, CodeBlocks, Symbols, NormalizerChoice,
+    default_engine_cache, AutoSwitch, Config, CpuSwitch, CudaConvSearch, ShapeBuckets, LlmKv, DebugSettings, EngineSettings, LimitSettings, MarkdownSettings, CodeBlocks, Symbols, NormalizerChoice,
     OutputSettings, RuntimeSettings, SamplingSettings, Sources, StageSettings, StreamingSettings, TextSettings, VoiceSettings,
 };
 

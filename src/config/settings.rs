@@ -77,34 +77,8 @@ impl RuntimeSettings {
 }
 
 /// `runtime.shape_buckets`: pad the DiT's and HiFT's calls to a few fixed lengths. Unlike
-/// [`CpuSwitch`], `auto` means "on a GPU provider".
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ShapeBuckets {
-    Auto,
-    On,
-    Off,
-}
-
-impl ShapeBuckets {
-    pub const NAMES: &'static str = "auto, on, off";
-
-    pub fn parse(s: &str) -> Option<Self> {
-        match s {
-            "auto" => Some(Self::Auto),
-            "on" => Some(Self::On),
-            "off" => Some(Self::Off),
-            _ => None,
-        }
-    }
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Auto => "auto",
-            Self::On => "on",
-            Self::Off => "off",
-        }
-    }
-}
+/// [`CpuSwitch`], `auto` means "on a GPU provider" ([`RuntimeSettings::shape_buckets_apply`]).
+pub type ShapeBuckets = AutoSwitch;
 
 /// `runtime.cuda_conv_search`: cuDNN's convolution algorithm choice, made once per input shape.
 /// `Exhaustive` (ONNX Runtime's own default) times every algorithm at each new shape: streaming
@@ -141,14 +115,18 @@ impl CudaConvSearch {
 /// A switch whose `auto` means "where the stage runs on the CPU": `engine.prompt_cache` and
 /// `engine.first_audio_priority`, two CPU-only measures (the reasons are on
 /// [`EngineSettings::prompt_cache_bound`] and [`EngineSettings::first_audio_priority_applies`]).
+pub type CpuSwitch = AutoSwitch;
+
+/// `auto`, `on` or `off`: what `auto` means is decided where the setting is read (one rule per
+/// key: [`CpuSwitch`], [`ShapeBuckets`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CpuSwitch {
+pub enum AutoSwitch {
     Auto,
     On,
     Off,
 }
 
-impl CpuSwitch {
+impl AutoSwitch {
     pub const NAMES: &'static str = "auto, on, off";
 
     pub fn parse(s: &str) -> Option<Self> {
