@@ -63,6 +63,9 @@ measure() { # LABEL: the rows of one setting
     --warmup 1 --json "$files/profile-$label-offline.json"
   step "$label: streaming profile" 60 "$cosy" "${base[@]}" profile "$text" "${prompt[@]}" --stream --min-tokens 100 \
     --runs 3 --warmup 1 --json "$files/profile-$label-stream.json"
+  # Optional, not the default (issue 29, point 5): a 15-token first hop, as the Triton runtime starts.
+  step "$label: streaming profile, first hop 15" 60 "$cosy" "${base[@]}" --set streaming.token_hop_len=15 profile "$text" \
+    "${prompt[@]}" --stream --min-tokens 100 --runs 3 --warmup 1 --json "$files/profile-$label-stream-hop15.json"
   : > "$files/conc-$label.jsonl"
   for cell in "llm 1" "llm 16" "streaming 1" "streaming 16" "offline 64"; do
     set -- $cell
