@@ -261,7 +261,7 @@ pub static KEYS: &[Key<Config>] = &[
         Ok(())
     })
     .doc("Whether LLM decoding waits while a stream's first chunk runs (auto: both on the CPU)."),
-    K::new("engine.llm_kv", "\"auto\"", LlmKv::NAMES, |c, v| {
+    K::new("engine.llm_kv", "\"growing\"", LlmKv::NAMES, |c, v| {
         c.engine.llm_kv = v.text().and_then(|s| LlmKv::parse(&s)).ok_or_else(|| v.invalid())?;
         Ok(())
     })

@@ -528,7 +528,7 @@ impl Default for Config {
             output: OutputSettings { device: "default".into() },
             voices: VoiceSettings { dir: paths::voices_dir(), default: None, aliases: BTreeMap::new() },
             limits: LimitSettings { max_text_chars: 5000, max_prompt_text_chars: 2000 },
-            engine: EngineSettings { max_batch: 16, max_in_flight: 16, max_queue: 64, dit_max_batch: 8, prompt_cache_bytes: 2 << 30, prompt_cache: CpuSwitch::Auto, prompt_cache_disk_bytes: 4 << 30, first_audio_priority: CpuSwitch::Auto, file_concurrency: 4, idle_unload_s: 0, llm_kv: LlmKv::Auto, llm_max_positions: 2048 },
+            engine: EngineSettings { max_batch: 16, max_in_flight: 16, max_queue: 64, dit_max_batch: 8, prompt_cache_bytes: 2 << 30, prompt_cache: CpuSwitch::Auto, prompt_cache_disk_bytes: 4 << 30, first_audio_priority: CpuSwitch::Auto, file_concurrency: 4, idle_unload_s: 0, llm_kv: LlmKv::Growing, llm_max_positions: 2048 },
             text: TextSettings { normalizer: NormalizerChoice::Auto, markdown: MarkdownSettings::ON, numbers: true, lexicon: None },
             debug: DebugSettings::default(),
             source_file: None,
