@@ -284,9 +284,10 @@ fn open_fds() -> usize {
     std::fs::read_dir("/proc/self/fd").map(|d| d.count()).unwrap_or(0)
 }
 
-/// The test process's descriptors did not grow with the loop of `kills` children. Other tests run
-/// beside this one in the same process and hold a few descriptors for a moment, so the bound is
-/// half a descriptor per kill: a leak of one per child (a pipe never closed) still exceeds it.
+/// The test process's descriptors did not grow with the loop of `kills` children. The loops run
+/// alone in a process of their own (`common::alone_in_own_process`: other tests' descriptors and
+/// memory would count as theirs); the bound is still half a descriptor per kill, which a leak of
+/// one per child (a pipe never closed) exceeds.
 fn assert_no_fd_growth(before: usize, kills: usize) {
     let after = open_fds();
     assert!(after <= before + kills / 2, "file descriptors grew from {before} to {after} over {kills} kills");
@@ -324,7 +325,10 @@ fn schedule(i: usize) -> Option<&'static str> {
 
 /// Each kill of a voice save, then a restart: `me.safetensors` is the previous voice or the new
 /// one (the same recording: the same bytes), whole; the next save cleans what the kill left.
-fn crash_voice_saves(kills: usize) {
+fn crash_voice_saves(kills: usize, test: &str) {
+    if !common::alone_in_own_process(test) {
+        return;
+    }
     let (home, _) = home_with_voice();
     let voices = home.path().join("voices");
     let mut rng = Seeded(0x5eed_0030);
@@ -356,18 +360,21 @@ fn crash_voice_saves(kills: usize) {
 
 #[test]
 fn crash_a_voice_save_killed_anywhere_leaves_the_old_or_the_new_voice() {
-    crash_voice_saves(CI_KILLS);
+    crash_voice_saves(CI_KILLS, "disk::crash_a_voice_save_killed_anywhere_leaves_the_old_or_the_new_voice");
 }
 
 #[test]
 #[ignore = "50 kills: slow (run with --ignored)"]
 fn crash_a_voice_save_killed_anywhere_50_times() {
-    crash_voice_saves(FULL_KILLS);
+    crash_voice_saves(FULL_KILLS, "disk::crash_a_voice_save_killed_anywhere_50_times");
 }
 
 /// Each kill of `cosy model add m --force`: the model `m` is the previous copy, whole; the next
 /// add removes the staging folder the kill left.
-fn crash_model_adds(kills: usize) {
+fn crash_model_adds(kills: usize, test: &str) {
+    if !common::alone_in_own_process(test) {
+        return;
+    }
     let home = tempfile::tempdir().unwrap();
     let data = home.path().join("data");
     let models = data.join("cosy/models");
@@ -398,19 +405,22 @@ fn crash_model_adds(kills: usize) {
 
 #[test]
 fn crash_a_model_add_killed_anywhere_leaves_the_previous_model() {
-    crash_model_adds(CI_KILLS);
+    crash_model_adds(CI_KILLS, "disk::crash_a_model_add_killed_anywhere_leaves_the_previous_model");
 }
 
 #[test]
 #[ignore = "50 kills: slow (run with --ignored)"]
 fn crash_a_model_add_killed_anywhere_50_times() {
-    crash_model_adds(FULL_KILLS);
+    crash_model_adds(FULL_KILLS, "disk::crash_a_model_add_killed_anywhere_50_times");
 }
 
 /// Each kill while the optimised-graph cache is written (a cold cache: its first entries are the
 /// first writes), then a run that must succeed on what is there: a half-made entry is never used
 /// (each entry's files are checked against their recorded sizes and sha256) and is made again.
-fn crash_graph_cache(kills: usize) {
+fn crash_graph_cache(kills: usize, test: &str) {
+    if !common::alone_in_own_process(test) {
+        return;
+    }
     let home = tempfile::tempdir().unwrap();
     let cache = home.path().join("gc");
     let synth = || {
@@ -441,13 +451,13 @@ fn crash_graph_cache(kills: usize) {
 
 #[test]
 fn crash_a_graph_cache_write_killed_anywhere_is_made_again() {
-    crash_graph_cache(CI_KILLS);
+    crash_graph_cache(CI_KILLS, "disk::crash_a_graph_cache_write_killed_anywhere_is_made_again");
 }
 
 #[test]
 #[ignore = "50 kills: slow (run with --ignored)"]
 fn crash_a_graph_cache_write_killed_anywhere_50_times() {
-    crash_graph_cache(FULL_KILLS);
+    crash_graph_cache(FULL_KILLS, "disk::crash_a_graph_cache_write_killed_anywhere_50_times");
 }
 
 /// Two `cosy voice add` processes on one voices folder, both held just before they publish

@@ -37,6 +37,29 @@ pub fn missing(what: &str) {
     eprintln!("SKIP: {what}");
 }
 
+/// For a test that measures its own process (`/proc/self`: descriptors, resident memory): other
+/// tests of the same binary run beside it on other threads, and what they open and allocate would
+/// be counted as its own (CI saw a loop's memory "grow" by 70 MiB while the golden and reference
+/// tests loaded their models). Outside the child this runs the test `name` (its path in this test
+/// binary) alone in a child process of the test binary, asserts it passed and returns `false`:
+/// the caller returns. In that child it returns `true`: the caller goes on with its body.
+pub fn alone_in_own_process(name: &str) -> bool {
+    const ALONE: &str = "COSY_TEST_ALONE";
+    if std::env::var(ALONE).is_ok_and(|v| v == name) {
+        return true;
+    }
+    let out = std::process::Command::new(std::env::current_exe().expect("the test binary"))
+        .args([name, "--exact", "--include-ignored", "--nocapture", "--test-threads=1"])
+        .env(ALONE, name)
+        .output()
+        .expect("the test binary runs again");
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{name}, alone in its own process: {:?}\n{stdout}\n{stderr}", out.status);
+    // A name that matches no test runs nothing and succeeds: the child must have run this one.
+    assert!(stdout.contains("1 passed"), "{name}: the child ran no such test:\n{stdout}");
+    false
+}
+
 /// The shared reference folder: `$COSY_SHARED`, else `../shared` beside the checkout. `None`
 /// (with the reason printed) when it is absent; under CI its absence fails the test.
 pub fn shared_dir() -> Option<PathBuf> {
