@@ -437,23 +437,13 @@ pub fn shorten(text: &str, max: usize) -> String {
     }
 }
 
-/// What of `text` is to be spoken: what follows its last `<|endofprompt|>` (what comes before is
-/// a prompt or an instruction to the model), without special-token markup (`<|en|>`, …), which
-/// the model reads as control tokens, not words.
-fn spoken_part(text: &str) -> std::borrow::Cow<'_, str> {
-    static MARKUP: std::sync::OnceLock<regex::Regex> = std::sync::OnceLock::new();
-    let after = text.rsplit(crate::frontend::tokenizer::ENDOFPROMPT).next().unwrap_or(text);
-    let markup = MARKUP.get_or_init(|| regex::Regex::new(r"<\|[^<>|]*\|>").expect("static regex"));
-    markup.replace_all(after, "")
-}
-
 /// Refuses a text with nothing to say: empty, only blanks and invisible characters (zero-width
 /// spaces and joiners, word joiner, byte-order mark, other format characters), only
 /// punctuation, symbols and emoji, or only special tokens (`<|endofprompt|>` with nothing after
 /// it).
 pub fn check_speakable(text: &str) -> Result<()> {
     let visible = crate::frontend::text::strip_invisible(text);
-    let spoken = crate::frontend::text::strip_invisible(&spoken_part(text));
+    let spoken = crate::frontend::text::strip_invisible(&crate::frontend::text::spoken_part(text));
     if !visible.is_empty() && spoken.is_empty() {
         return Err(Error::input(
             InputCode::InvalidText,
@@ -592,6 +582,17 @@ mod tests {
         assert!(e.to_string().contains("only punctuation"), "{e}");
         for text in ["You are a helpful assistant.<|endofprompt|>Hello there.", "<|en|>Hello", "a <| b |> c", "Hello"] {
             assert!(check_speakable(text).is_ok(), "{text}");
+        }
+    }
+
+    /// The streamed-text cutter's test (`frontend::text::has_something_to_say`) is this rule.
+    #[test]
+    fn has_something_to_say_is_check_speakable() {
+        let texts = [
+            "", " ", "\u{200b}\u{feff}", "?!", "… ", "🙂", "<|endofprompt|>", "Speak.<|endofprompt|>?!", "<|en|>Hello", "a <| b |> c", "Hello.", " 3 ",
+        ];
+        for text in texts {
+            assert_eq!(crate::frontend::text::has_something_to_say(text), check_speakable(text).is_ok(), "{text:?}");
         }
     }
 }

@@ -49,6 +49,7 @@ pub use residency::{ModelState, UnloadHook};
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::frontend::audio::Audio;
+use crate::frontend::sentences::SentenceCutter;
 use crate::pipeline::Synthesizer;
 use crate::profile::Profiler;
 use crate::request::{Request, SentenceRecord, Summary, SynthesisObserver};
@@ -158,6 +159,9 @@ pub struct Engine {
     test_hooks: bool,
     /// `limits.max_text_chars`: what a [`TextFeed`] takes at most.
     max_text_chars: usize,
+    /// `text.markdown`: how a [`TextFeed`] that cuts sentences reads Markdown (with each
+    /// request's switches over it).
+    text_markdown: crate::config::MarkdownSettings,
 }
 
 /// How to build an [`Engine`] ([`Engine::builder`]).
@@ -231,6 +235,7 @@ impl EngineBuilder<'_> {
             }),
             test_hooks: self.test_hooks || config.debug.test_hooks,
             max_text_chars: config.limits.max_text_chars,
+            text_markdown: config.text.markdown,
         };
         if let Some(request) = self.warm_up {
             let started = std::time::Instant::now();
@@ -431,9 +436,10 @@ impl Engine {
     /// Queues a text-in streaming request ([`Synthesizer::synthesize_bistream`]): `request.text`
     /// is not used; the text comes through the returned [`TextFeed`] while audio comes out of
     /// the handle. Dropping the feed ends the text. Refused as [`Engine::submit`].
-    /// With `options.normalize_sentences`, settled sentences are normalised
-    /// ([`Synthesizer::normalize_sentences`]); otherwise the text goes in as written (the
-    /// official, exact mode).
+    /// With `options.normalize_sentences`, each piece the request takes is a span of settled
+    /// sentences, normalised whole ([`Synthesizer::normalize_settled`]): the caller's pieces when
+    /// it cut them (`options.settled_pieces`), else the spans the feed cuts from them as they
+    /// arrive ([`TextFeed`]); otherwise the text goes in as written (the official, exact mode).
     pub fn submit_bistream(
         &self,
         request: Request,
@@ -447,6 +453,10 @@ impl Engine {
         let taken = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let taken_here = taken.clone();
         let hooks = request.test_hooks.clone();
+        // The feed cuts the sentences (on the caller's side of the queue, so that a piece the
+        // request takes is a piece the LLM gets: an early end leaves whole spans in the queue).
+        let cutter = (options.normalize_sentences && !options.settled_pieces)
+            .then(|| SentenceCutter::new(request.normalization.markdown(self.text_markdown, request.text_frontend)));
         let handle = self.spawn(observer, hooks, move |synth, observer, on_chunk| {
             // While it waits for text, the request still notices a cancel.
             let pieces = std::iter::from_fn(|| loop {
@@ -460,15 +470,14 @@ impl Engine {
                     Err(crossbeam_channel::RecvTimeoutError::Disconnected) => return None,
                 }
             });
-            if options.normalize_sentences && options.settled_pieces {
+            if options.normalize_sentences {
                 synth.synthesize_bistream(&request, synth.normalize_settled(&request, pieces), observer, on_chunk)
-            } else if options.normalize_sentences {
-                synth.synthesize_bistream(&request, synth.normalize_sentences(&request, pieces), observer, on_chunk)
             } else {
                 synth.synthesize_bistream(&request, pieces, observer, on_chunk)
             }
         })?;
-        Ok((TextFeed { tx, taken, sent: 0, chars: 0, limit: self.max_text_chars }, handle))
+        let progress = FeedProgress { taken, handed: Arc::new(Mutex::new(Vec::new())) };
+        Ok((TextFeed { tx, progress, cutter, chars: 0, limit: self.max_text_chars }, handle))
     }
 
     /// The test hooks rule (every request goes through it; a front end may ask early, before a
@@ -581,9 +590,10 @@ pub struct BistreamOptions {
     pub normalize_sentences: bool,
     /// With `normalize_sentences`: each piece is already a span of settled sentences, read as
     /// Markdown by the caller (`app::text_stream` cuts them), so it is normalised whole as it is
-    /// taken, not regrouped. Then a piece the request took is a piece the LLM got: a segment that
-    /// ends early leaves nothing behind in a sentence buffer, and the pieces it did not take are
-    /// the next segment's.
+    /// taken. Without it the [`TextFeed`] cuts the caller's text into such spans as it arrives
+    /// (the same cut, [`SentenceCutter`]) and hands those over. Either way a piece the request
+    /// took is a piece the LLM got: a segment that ends early leaves whole pieces behind
+    /// ([`FeedProgress::not_taken`]), none half-read.
     pub settled_pieces: bool,
 }
 
@@ -591,10 +601,12 @@ pub struct BistreamOptions {
 /// Dropping it (or [`TextFeed::finish`]) ends the text.
 pub struct TextFeed {
     tx: crossbeam_channel::Sender<Result<String>>,
-    /// Pieces the request has taken from the queue (its thread counts them).
-    taken: Arc<std::sync::atomic::AtomicUsize>,
-    /// Pieces handed over, and their characters (bounded by `limit`: the queue never blocks).
-    sent: usize,
+    /// What was handed over and what the request took of it.
+    progress: FeedProgress,
+    /// Cuts the text into settled spans before they are handed over (normalised text-in
+    /// streaming whose caller does not cut: [`BistreamOptions::settled_pieces`]).
+    cutter: Option<SentenceCutter>,
+    /// Characters sent (bounded by `limit`: the queue never blocks).
     chars: usize,
     limit: usize,
 }
@@ -602,7 +614,7 @@ pub struct TextFeed {
 impl TextFeed {
     /// Hands the next piece of text to the request (any length; spaces count as written; an
     /// empty piece is no piece). Never blocks; more than `limits.max_text_chars` characters in
-    /// all are refused.
+    /// all are refused. A feed that cuts sentences hands over each span as it settles.
     pub fn send(&mut self, piece: impl Into<String>) -> Result<()> {
         let piece = piece.into();
         if piece.is_empty() {
@@ -610,29 +622,43 @@ impl TextFeed {
         }
         self.chars += piece.chars().count();
         crate::request::check_streamed_length(self.chars, self.limit)?;
-        self.sent += 1;
+        let piece = match self.cutter.as_mut() {
+            Some(cutter) => match cutter.push(&piece) {
+                Some(span) => span,
+                None => return Ok(()),
+            },
+            None => piece,
+        };
+        self.hand_over(piece)
+    }
+
+    fn hand_over(&mut self, piece: String) -> Result<()> {
+        self.progress.handed.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(piece.clone());
         self.tx.send(Ok(piece)).map_err(|_| Error::Runtime("the request has ended; it takes no more text".into()))
     }
 
-    /// How many of the pieces sent (empty ones not counted) the request has taken so far. Once
-    /// it has ended, the pieces after these were never read: text a front end may speak in a
-    /// new request (`app::text_stream`).
+    /// How many of the pieces handed over (empty ones not counted; the spans, for a feed that
+    /// cuts sentences) the request has taken so far. Once it has ended, the pieces after these
+    /// were never read: text a front end may speak in a new request (`app::text_stream`).
     pub fn taken(&self) -> usize {
-        self.taken.load(Ordering::SeqCst)
+        self.progress.taken()
     }
 
-    /// How many pieces were sent (empty ones not counted).
+    /// How many pieces were handed over (empty ones not counted; the spans, for a feed that cuts
+    /// sentences).
     pub fn sent(&self) -> usize {
-        self.sent
+        self.progress.handed.lock().unwrap_or_else(std::sync::PoisonError::into_inner).len()
     }
 
-    /// [`TextFeed::taken`], readable after the feed is finished.
+    /// [`TextFeed::taken`] and [`FeedProgress::not_taken`], readable after the feed is finished.
     pub fn progress(&self) -> FeedProgress {
-        FeedProgress(self.taken.clone())
+        self.progress.clone()
     }
 
     /// Ends the request with `error` (bad input upstream: invalid text, a broken connection).
-    pub fn fail(self, error: Error) {
+    pub fn fail(mut self, error: Error) {
+        // Not the rest of the text: the request ends with the error instead.
+        self.cutter = None;
         let _ = self.tx.send(Err(error));
     }
 
@@ -640,13 +666,41 @@ impl TextFeed {
     pub fn finish(self) {}
 }
 
-/// How many pieces a text-in streaming request has taken ([`TextFeed::progress`]).
+impl Drop for TextFeed {
+    /// The end of the text: a feed that cuts sentences hands over what it still holds (the last
+    /// sentence needs no end mark), unless that is only blanks.
+    fn drop(&mut self) {
+        if let Some(mut cutter) = self.cutter.take() {
+            let rest = cutter.rest();
+            if !rest.trim().is_empty() {
+                // A request that already ended takes nothing: `not_taken` still lists it.
+                let _ = self.hand_over(rest);
+            }
+        }
+    }
+}
+
+/// How far a text-in streaming request has read its text ([`TextFeed::progress`]).
 #[derive(Clone)]
-pub struct FeedProgress(Arc<std::sync::atomic::AtomicUsize>);
+pub struct FeedProgress {
+    /// Pieces the request has taken from the queue (its thread counts them).
+    taken: Arc<std::sync::atomic::AtomicUsize>,
+    /// Every piece handed over, in order.
+    handed: Arc<Mutex<Vec<String>>>,
+}
 
 impl FeedProgress {
+    /// How many of the pieces handed over the request has taken.
     pub fn taken(&self) -> usize {
-        self.0.load(Ordering::SeqCst)
+        self.taken.load(Ordering::SeqCst)
+    }
+
+    /// The pieces handed over that the request has not taken: once it has ended (an early end:
+    /// the model's end token or the length bound before the text's end), the text it never read,
+    /// whole pieces in order, for a new request to speak.
+    pub fn not_taken(&self) -> Vec<String> {
+        let handed = self.handed.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        handed.get(self.taken().min(handed.len())..).unwrap_or_default().to_vec()
     }
 }
 

@@ -29,6 +29,7 @@ pub mod pause;
 pub mod readings;
 pub mod prompt;
 pub mod resample;
+pub mod sentences;
 pub mod ssml;
 pub mod text;
 pub mod tn;

@@ -165,6 +165,24 @@ pub fn strip_invisible(text: &str) -> String {
     invisible().replace_all(text, "").into_owned()
 }
 
+/// What of `text` is to be spoken: what follows its last `<|endofprompt|>` (what comes before is
+/// a prompt or an instruction to the model), without special-token markup (`<|en|>`, …), which
+/// the model reads as control tokens, not words.
+pub fn spoken_part(text: &str) -> std::borrow::Cow<'_, str> {
+    static MARKUP: OnceLock<Regex> = OnceLock::new();
+    let after = text.rsplit(crate::frontend::tokenizer::ENDOFPROMPT).next().unwrap_or(text);
+    let markup = MARKUP.get_or_init(|| Regex::new(r"<\|[^<>|]*\|>").expect("static regex"));
+    markup.replace_all(after, "")
+}
+
+/// Whether `text` has something to say: a spoken part ([`spoken_part`]) with something visible
+/// that is not only punctuation, symbols or emoji. The rule `request::check_speakable` words
+/// as an error for each way it fails.
+pub fn has_something_to_say(text: &str) -> bool {
+    let spoken = strip_invisible(&spoken_part(text));
+    !spoken.is_empty() && !is_only_punctuation(&spoken)
+}
+
 /// The Chinese post rules applied after normalisation (before splitting).
 pub fn zh_post_rules(text: &str) -> String {
     let text = text.replace('\n', "");
@@ -290,8 +308,7 @@ pub fn settled_end(text: &str) -> Option<usize> {
 }
 
 /// Text that is still arriving, cut into settled sentences ([`settled_end`]): the one sentence
-/// buffer of streamed text (the WebSocket's "sentences" segments through `app::text_stream`, and
-/// text-in streaming's normalising option, `Synthesizer::normalize_sentences`).
+/// buffer of streamed text, inside [`crate::frontend::sentences::SentenceCutter`].
 #[derive(Debug, Default)]
 pub struct SentenceBuffer {
     text: String,

@@ -41,7 +41,8 @@ use crate::flow::StreamParams;
 use crate::frontend::prompt::plan;
 use crate::frontend::lexicon::Lexicon;
 use crate::frontend::pause::Piece;
-use crate::frontend::markdown::{to_speech, MarkdownStream};
+use crate::frontend::markdown::to_speech;
+use crate::frontend::sentences::SentenceCutter;
 use crate::frontend::text::{bypasses_frontend, is_only_punctuation, normalize, normalize_numbers, IdentityNormalizer, Normalizer};
 use crate::frontend::tn::WetextPair;
 use crate::frontend::tokenizer::TextTokenizer;
@@ -212,11 +213,12 @@ impl ModelData {
     }
 }
 
-/// [`Synthesizer::normalize_sentences`] over any hold on the pipeline that the iterator keeps
-/// (the engine's keeps the model in memory while the iterator lives). With `markdown`, the
-/// pieces are read as Markdown first ([`MarkdownStream`]: a construct split across pieces reads
-/// as whole), then cut into sentences. `lexicon`: the request's (its voice's over the global
-/// one), `None` = the global one; `numbers`: whether numbers are spelt out (`text.numbers`).
+/// Streamed text cut into settled sentences ([`SentenceCutter`], reading it as Markdown first
+/// with `markdown`: a construct split across pieces reads as whole), each normalised as it
+/// settles as the offline frontend normalises text, the rest at the end ([`Engine::normalize_sentences`](crate::engine::Engine::normalize_sentences)).
+/// `synth`: any hold on the pipeline that the iterator keeps (the engine's keeps the model in
+/// memory while the iterator lives); `lexicon`: the request's (its voice's over the global one),
+/// `None` = the global one; `numbers`: whether numbers are spelt out (`text.numbers`).
 pub fn normalize_sentences_in<'a, S, I>(synth: S, markdown: Option<MarkdownSettings>, numbers: bool, lexicon: Option<Lexicon>, pieces: I) -> impl Iterator<Item = Result<String>> + 'a
 where
     S: std::ops::Deref<Target = Synthesizer> + 'a,
@@ -224,28 +226,22 @@ where
     I::IntoIter: 'a,
 {
     let mut pieces = pieces.into_iter();
-    let mut markdown = markdown.map(MarkdownStream::new);
-    let mut buffer = crate::frontend::text::SentenceBuffer::default();
+    let mut cutter = SentenceCutter::new(markdown);
     let mut done = false;
     std::iter::from_fn(move || loop {
         if done {
             return None;
         }
-        if let Some(settled) = buffer.take_settled() {
-            return Some(Ok(synth.normalize_span(&settled, numbers, lexicon.as_ref())));
-        }
         match pieces.next() {
-            Some(Ok(piece)) => match markdown.as_mut() {
-                Some(stream) => buffer.push(&stream.push(&piece)),
-                None => buffer.push(&piece),
-            },
+            Some(Ok(piece)) => {
+                if let Some(span) = cutter.push(&piece) {
+                    return Some(Ok(synth.normalize_span(&span, numbers, lexicon.as_ref())));
+                }
+            }
             Some(Err(e)) => return Some(Err(e)),
             None => {
                 done = true;
-                if let Some(stream) = markdown.as_mut() {
-                    buffer.push(&stream.finish());
-                }
-                let rest = buffer.take_rest();
+                let rest = cutter.rest();
                 if rest.trim().is_empty() {
                     return None;
                 }
@@ -620,25 +616,13 @@ impl Synthesizer {
         Ok(summary)
     }
 
-    /// The option of text-in streaming that normalises: `pieces` regrouped into settled
-    /// sentences ([`crate::frontend::text::SentenceBuffer`]), each normalised as the offline
-    /// frontend normalises text (numbers, symbols; `text.normalizer`), the rest at the end. What
-    /// it changes against the exact mode (the official one, which normalises nothing): numbers
-    /// and symbols are read as words, a sentence is tokenised whole instead of piece by piece,
-    /// and the LLM sees a sentence only once it is complete (the first audio waits for it).
-    pub fn normalize_sentences<'a, I>(&'a self, req: &Request, pieces: I) -> impl Iterator<Item = Result<String>> + 'a
-    where
-        I: IntoIterator<Item = Result<String>>,
-        I::IntoIter: 'a,
-    {
-        let lexicon = self.voice_lexicon(&req.voice);
-        normalize_sentences_in(self, self.markdown_for(&req.normalization, req.text_frontend), self.numbers_for(&req.normalization), lexicon, pieces)
-    }
-
-    /// The normalising option of text-in streaming over pieces that are already settled spans
-    /// (`BistreamOptions::settled_pieces`: the app's text stream read the Markdown and cut the
-    /// sentences): each piece normalised whole as it is taken, as
-    /// [`Synthesizer::normalize_sentences`] normalises a span it settled itself.
+    /// The option of text-in streaming that normalises, over pieces that are settled spans (cut
+    /// by [`SentenceCutter`]: the app's text stream, or the engine's `TextFeed`): each piece
+    /// normalised whole as it is taken, as the offline frontend normalises text (numbers,
+    /// symbols; `text.normalizer`). What it changes against the exact mode (the official one,
+    /// which normalises nothing): numbers and symbols are read as words, a sentence is tokenised
+    /// whole instead of piece by piece, and the LLM sees a sentence only once it is complete (the
+    /// first audio waits for it).
     pub fn normalize_settled<'a, I>(&'a self, req: &Request, pieces: I) -> impl Iterator<Item = Result<String>> + 'a
     where
         I: IntoIterator<Item = Result<String>>,

@@ -228,3 +228,49 @@ fn max_tokens_hook_ends_the_speech_before_its_text() {
     let (_, summary) = engine.submit(hooked("One sentence here. And another one there.", 3)).unwrap().wait().expect("whole text");
     assert!(summary.speech_tokens <= 3 * summary.sentences, "{summary:?}");
 }
+
+/// A library caller of normalised text-in streaming that does not cut its text
+/// (`settled_pieces` off): the feed cuts it into settled spans and hands those over, so an early
+/// end (the `max_tokens` hook) leaves whole sentences behind, listed by `FeedProgress::not_taken`,
+/// and the spans handed over are the caller's text, none lost or half-read.
+#[test]
+fn a_feed_that_cuts_sentences_loses_no_text_on_an_early_end() {
+    use cosy::request::TestHooks;
+    let opts = LoadOptions {
+        flags: vec![
+            ("model.dir".into(), crate::common::fixture_model().display().to_string()),
+            ("runtime.providers".into(), "cpu".into()),
+            ("runtime.graph_cache_enabled".into(), "false".into()),
+            ("text.normalizer".into(), "none".into()),
+        ],
+        ..LoadOptions::default()
+    };
+    let engine = Engine::builder(&Config::load(&opts).unwrap()).test_hooks(true).build().unwrap();
+    let mut request = Request::new("", Voice::ZeroShot { wav: crate::common::fixture_prompt(), transcript: "Hello there, this is a test.".into() });
+    request.stream = true;
+    request.seed = Some(1);
+    request.test_hooks = TestHooks { max_tokens: Some(8), ..TestHooks::default() };
+    let options = BistreamOptions { normalize_sentences: true, settled_pieces: false };
+    let (mut feed, handle) = engine.submit_bistream(request, options, None).unwrap();
+    let progress = feed.progress();
+    let text = (1..=12).map(|i| format!("Sentence number {} is here. ", ["one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve"][i - 1])).collect::<String>();
+    let words: Vec<&str> = text.split_inclusive(' ').collect();
+    for word in &words {
+        feed.send(word.to_string()).unwrap();
+    }
+    // Each settled sentence was handed over as it settled, not word by word.
+    assert!(feed.sent() < 12, "spans, not words: {}", feed.sent());
+    // The text stays open: only the hook ends the speech.
+    let (_audio, summary) = handle.wait().expect("the hooked stream ends by itself");
+    assert_eq!(summary.speech_tokens, 8);
+    // The end of the text hands over the last sentence (the request has ended: nobody takes it).
+    drop(feed);
+    let not_taken = progress.not_taken();
+    assert!(progress.taken() >= 1 && !not_taken.is_empty(), "an early end: took {}, left {not_taken:?}", progress.taken());
+    // What was left is whole sentences: the caller's text from a sentence start to its end.
+    let left = not_taken.concat();
+    assert!(left.trim_start().starts_with("Sentence number") && left.trim_end().ends_with("twelve is here."), "{left:?}");
+    assert!(text.trim_end().ends_with(left.trim()), "the end of the text, as written: {left:?}");
+    // Taken and left together: every sentence once.
+    assert_eq!(left.matches("Sentence number").count() + progress.taken().min(12), 12, "taken {}, left {not_taken:?}", progress.taken());
+}

@@ -6,9 +6,8 @@ use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
 use crate::config::MarkdownSettings;
-use crate::frontend::markdown::MarkdownStream;
 use crate::frontend::ssml::InputFormat;
-use crate::frontend::text::SentenceBuffer;
+use crate::frontend::sentences::SentenceCutter;
 use crate::request::{check_speakable, check_streamed_length};
 
 /// How a session's text becomes segments.
@@ -17,7 +16,7 @@ pub enum Segmenting {
     /// Text-in streaming: every piece goes into the segment speaking as it arrives; the first
     /// segment starts at once (its prompt is read while the text comes).
     TextIn,
-    /// Each settled sentence ([`SentenceBuffer`]) is a whole-text segment; segments speak one
+    /// Each settled sentence ([`SentenceCutter`]) is a whole-text segment; segments speak one
     /// after another.
     Sentences,
     /// Text-in streaming of settled sentences (its normalising option): the pieces are read as
@@ -120,10 +119,10 @@ enum Pending {
     /// Pieces no segment took yet (after one ended early): all of them are the next segment's;
     /// `cutter`: the pieces are settled spans cut from the text as it arrives
     /// ([`Segmenting::TextInSentences`]).
-    TextIn { waiting: Vec<String>, cutter: Option<Cutter> },
+    TextIn { waiting: Vec<String>, cutter: Option<SentenceCutter> },
     /// Text not settled yet (`cutter`, which reads the Markdown before it cuts: a construct split
     /// across pieces reads as whole), and settled sentences waiting for their turn.
-    Sentences { cutter: Cutter, settled: VecDeque<String> },
+    Sentences { cutter: SentenceCutter, settled: VecDeque<String> },
 }
 
 /// Whether a sentence-segmented stream is SSML, which is read whole (an element may span
@@ -160,44 +159,6 @@ impl SsmlHold {
                 None
             }
         }
-    }
-}
-
-/// Text cut into settled spans as it arrives, read as Markdown first when it is (the one cut of
-/// both sentence segmentings).
-#[derive(Debug, Default)]
-struct Cutter {
-    markdown: Option<Box<MarkdownStream>>,
-    buffer: SentenceBuffer,
-}
-
-impl Cutter {
-    /// `text` arrived: read, not cut yet.
-    fn read(&mut self, text: &str) {
-        match self.markdown.as_mut() {
-            Some(stream) => self.buffer.push(&stream.push(text)),
-            None => self.buffer.push(text),
-        }
-    }
-
-    /// `text` arrived: the span it settled, if any. Text with nothing to say (only punctuation)
-    /// is not a span: it joins the next.
-    fn push(&mut self, text: &str) -> Option<String> {
-        self.read(text);
-        let span = self.buffer.take_settled()?;
-        if check_speakable(&span).is_ok() {
-            return Some(span);
-        }
-        self.buffer.give_back(span);
-        None
-    }
-
-    /// The input is done: all the rest, read.
-    fn rest(&mut self) -> String {
-        if let Some(stream) = self.markdown.as_mut() {
-            self.buffer.push(&stream.finish());
-        }
-        self.buffer.take_rest()
     }
 }
 
@@ -252,8 +213,8 @@ impl Session {
     pub fn new(segmenting: Segmenting, max_text_chars: usize) -> Session {
         let pending = match segmenting {
             Segmenting::TextIn => Pending::TextIn { waiting: Vec::new(), cutter: None },
-            Segmenting::TextInSentences => Pending::TextIn { waiting: Vec::new(), cutter: Some(Cutter::default()) },
-            Segmenting::Sentences => Pending::Sentences { cutter: Cutter::default(), settled: VecDeque::new() },
+            Segmenting::TextInSentences => Pending::TextIn { waiting: Vec::new(), cutter: Some(SentenceCutter::default()) },
+            Segmenting::Sentences => Pending::Sentences { cutter: SentenceCutter::default(), settled: VecDeque::new() },
         };
         let ssml = SsmlHold::Undecided(String::new());
         Session { pending, ssml, received: 0, limit: max_text_chars, input_done: false, over: false, speaking: None, started: 0, samples: 0 }
@@ -262,9 +223,8 @@ impl Session {
     /// Sentences are read as Markdown first (`frontend::markdown`); their segments' requests
     /// must then not read it again. Text-in pieces ([`Segmenting::TextIn`]) are given as written.
     pub fn with_markdown(mut self, settings: Option<MarkdownSettings>) -> Session {
-        let reader = settings.map(|s| Box::new(MarkdownStream::new(s)));
         match &mut self.pending {
-            Pending::Sentences { cutter, .. } | Pending::TextIn { cutter: Some(cutter), .. } => cutter.markdown = reader,
+            Pending::Sentences { cutter, .. } | Pending::TextIn { cutter: Some(cutter), .. } => *cutter = SentenceCutter::new(settings),
             Pending::TextIn { cutter: None, .. } => {}
         }
         self
@@ -383,7 +343,7 @@ impl Session {
         match &mut self.pending {
             Pending::TextIn { waiting, cutter } => {
                 // The text the cutter still held: the last piece, if it has something to say.
-                if let Some(rest) = cutter.as_mut().map(Cutter::rest).filter(|rest| check_speakable(rest).is_ok()) {
+                if let Some(rest) = cutter.as_mut().map(SentenceCutter::rest).filter(|rest| check_speakable(rest).is_ok()) {
                     match self.speaking.as_mut().filter(|s| s.text_open) {
                         Some(speaking) => {
                             speaking.pieces.push(rest.clone());
