@@ -19,7 +19,8 @@ fn fixtures() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/bistream")
 }
 
-/// CPU, no text normaliser (the recordings normalised nothing), no graph cache.
+/// CPU, no text normaliser (the recordings normalised nothing; the tests of the normalising
+/// option check the cut, not the numbers read), no graph cache.
 fn reference_config(model: &Path) -> Config {
     let opts = LoadOptions {
         flags: vec![
@@ -154,16 +155,7 @@ fn bistream_beside_other_requests(llm_kv: cosy::config::LlmKv) {
 /// (numbers read as words); the exact mode (the default) passes pieces through as written.
 #[test]
 fn normalize_sentences_regroups_and_normalises_settled_text() {
-    let opts = LoadOptions {
-        flags: vec![
-            ("model.dir".into(), crate::common::fixture_model().display().to_string()),
-            ("runtime.providers".into(), "cpu".into()),
-            ("text.normalizer".into(), "none".into()),
-            ("runtime.graph_cache_enabled".into(), "false".into()),
-        ],
-        ..LoadOptions::default()
-    };
-    let synth = Engine::load(&Config::load(&opts).unwrap()).unwrap();
+    let synth = Engine::load(&reference_config(&crate::common::fixture_model())).unwrap();
     let pieces = ["I have 3 ", "apples. And", " 12 more"].map(|p| Ok(p.to_string()));
     let out: Vec<String> = synth.normalize_sentences(Default::default(), pieces).collect::<cosy::Result<_>>().unwrap();
     assert_eq!(out.len(), 2, "{out:?}");
@@ -236,16 +228,7 @@ fn max_tokens_hook_ends_the_speech_before_its_text() {
 #[test]
 fn a_feed_that_cuts_sentences_loses_no_text_on_an_early_end() {
     use cosy::request::TestHooks;
-    let opts = LoadOptions {
-        flags: vec![
-            ("model.dir".into(), crate::common::fixture_model().display().to_string()),
-            ("runtime.providers".into(), "cpu".into()),
-            ("runtime.graph_cache_enabled".into(), "false".into()),
-            ("text.normalizer".into(), "none".into()),
-        ],
-        ..LoadOptions::default()
-    };
-    let engine = Engine::builder(&Config::load(&opts).unwrap()).test_hooks(true).build().unwrap();
+    let engine = Engine::builder(&reference_config(&crate::common::fixture_model())).test_hooks(true).build().unwrap();
     let mut request = Request::new("", Voice::ZeroShot { wav: crate::common::fixture_prompt(), transcript: "Hello there, this is a test.".into() });
     request.stream = true;
     request.seed = Some(1);
