@@ -19,8 +19,8 @@ fn fixtures() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/bistream")
 }
 
-/// CPU, no text normaliser (the recordings normalised nothing; the tests of the normalising
-/// option check the cut, not the numbers read), no graph cache.
+/// CPU, no text normaliser (the recordings normalised nothing; English numbers are still
+/// spelt out by the official inflect rule), no graph cache.
 fn reference_config(model: &Path) -> Config {
     let opts = LoadOptions {
         flags: vec![
