@@ -8,7 +8,8 @@
 # audio (cosy profile --stream), and the engine at load (examples/concurrency: the LLM alone at
 # c = 1 and 16, streaming at c = 1 and 16, offline at c = 64). Then the audio's NaN/Inf check (fp16),
 # the golden cases on CUDA fp32 against the official intermediates (GOLDEN_MODEL, tokens and audio
-# through compare.py), the TensorRT-for-RTX refusal line on this GPU, and ONNX Runtime's profile of
+# through compare.py), `cosy say` cold against warm (bench/say_warm.sh, issue 34), the
+# TensorRT-for-RTX refusal line on this GPU, and ONNX Runtime's profile of
 # the decode steps (kernels, host gap: bench/ort_profile.py). The table (bench/gpu_table.py) goes to
 # the log and to OUT_DIR/table.md.
 #
@@ -97,6 +98,11 @@ if [ -n "${GOLDEN_MODEL:-}" ] && [ -n "${REFERENCE:-}" ]; then
 else
   echo "== golden cases: GOLDEN_MODEL and REFERENCE not set" | tee "$files/golden-$gpu.txt"
 fi
+
+# Issue 34's last point: first audio of `cosy say` with a warm local server against a cold one,
+# full size, on this GPU (the CPU here cannot show it: synthesis, not the load, dominates there).
+step "say: cold against warm (issue 34)" 120 bash -c 'PROVIDER="$0" PRECISION="$1" COSY_BIN="$2" bash bench/say_warm.sh "$3" 2 \
+  > "$4" 2>&1; rc=$?; cat "$4"; exit $rc' "$gpu" "$precision" "$cosy" "$model" "$files/say-warm.txt"
 
 # TensorRT for RTX on this GPU: asked for alone (refused: one line, exit 2, nothing written), then
 # with fallback to CUDA (the fallback taken).

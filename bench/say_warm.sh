@@ -4,6 +4,7 @@
 # with a warm local server"; docs/desktop.md).
 #
 #   bench/say_warm.sh [MODEL] [ROUNDS] [SAY FLAGS…]   (defaults: tests/fixtures/tiny, 3)
+#   PROVIDER=cuda PRECISION=fp16 bench/say_warm.sh MODEL 2   (on a GPU; bench/gpu.sh runs it so)
 #
 # SAY FLAGS go to every `say` run, cold and warm alike (e.g. --no-buffering: first audio without
 # the buffering rule, which holds playback on a machine too busy to keep up with real time).
@@ -19,6 +20,8 @@ rounds="${2:-3}"
 shift $(( $# < 2 ? $# : 2 ))
 say_flags=("$@")
 cosy="$(realpath "${COSY_BIN:-target/release/cosy}")"
+provider="${PROVIDER:-cpu}"
+precision="${PRECISION:-fp32}"
 out="$PWD/out/say-warm-bench"
 text="The old lighthouse blinked twice before the fog rolled in."
 rm -rf "$out"
@@ -27,7 +30,7 @@ chmod 700 "$out/run"
 for v in $(env | grep -o '^COSY_[A-Z_]*' || true); do unset "$v"; done
 export HOME="$out/home" XDG_RUNTIME_DIR="$out/run" COSY_GRAPH_CACHE="$out/graphs"
 printf 'pcm.!default { type null }\n' >"$HOME/.asoundrc"
-common=(--model "$(realpath "$model")" --provider cpu --set "voices.dir=$out/voices")
+common=(--model "$(realpath "$model")" --provider "$provider" --precision "$precision" --set "voices.dir=$out/voices")
 
 "$cosy" "${common[@]}" -q voice add me --wav tests/fixtures/prompt_24k.wav --text "Hello there, this is a test." --default
 "$cosy" "${common[@]}" serve --bind 127.0.0.1:0 2>"$out/serve.log" &
@@ -42,7 +45,7 @@ grep -q "local socket" "$out/serve.log" || { echo "the server has no local socke
 
 ms_now() { date +%s%3N; }
 first_audio() { sed -n 's/^[0-9]* first_audio_ms //p' "$1"; }
-echo "model $model, $(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg), say flags: ${say_flags[*]:-none}"
+echo "model $model, $provider $precision, $(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg), say flags: ${say_flags[*]:-none}"
 printf '%-6s %-5s %16s %12s\n' round path first_audio_ms wall_ms
 for r in $(seq 1 "$rounds"); do
   for path in cold warm; do
