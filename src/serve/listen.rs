@@ -232,7 +232,9 @@ mod tests {
     use super::*;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-    #[tokio::test]
+    // Paused time: tokio's clock moves only when every task waits, straight to the next timer, so
+    // a busy machine cannot make a steady reader look stalled (or a stall look short).
+    #[tokio::test(start_paused = true)]
     async fn a_write_the_peer_never_takes_fails_after_the_limit() {
         let (ours, mut theirs) = tokio::io::duplex(1024);
         let mut conn = SendTimeout::new(ours, Duration::from_millis(200));
@@ -255,7 +257,7 @@ mod tests {
         assert!(got.iter().all(|&b| b == 7));
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn a_slow_but_steady_reader_is_not_cut() {
         let (ours, mut theirs) = tokio::io::duplex(256);
         let mut conn = SendTimeout::new(ours, Duration::from_millis(300));

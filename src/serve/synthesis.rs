@@ -210,8 +210,9 @@ pub struct Running {
 impl Drop for Running {
     fn drop(&mut self) {
         if !self.finished {
-            self.handle.cancel();
+            // Counted before the cancel takes effect: whoever sees the slot freed sees the count.
             self.state.metrics.cancelled.fetch_add(1, Ordering::Relaxed);
+            self.handle.cancel();
             tracing::info!("client gone: request cancelled");
         }
     }

@@ -305,7 +305,10 @@ pub fn manifest(dir: &Path) -> Manifest {
 
 /// The `cosy` binary as a command that does not see the caller's `COSY_*` settings (cosy refuses
 /// unknown ones, and a developer's own must not change what a test checks), with a private
-/// optimised-graph cache in `graph_cache` (never the repository's engines/).
+/// optimised-graph cache in `graph_cache` (never the repository's engines/) and a private engine
+/// cache beside it (`<graph_cache>.engines`: the prompt-prefix cache a streaming run writes would
+/// otherwise go to the user's cache folder, shared by every test and every earlier run, so what
+/// a test read from it would depend on what ran before; a test that sets its own wins).
 pub fn cosy_command(graph_cache: &Path) -> std::process::Command {
     let mut cmd = std::process::Command::new(cosy_bin());
     for (k, _) in std::env::vars_os() {
@@ -313,7 +316,9 @@ pub fn cosy_command(graph_cache: &Path) -> std::process::Command {
             cmd.env_remove(k);
         }
     }
-    cmd.env("COSY_GRAPH_CACHE", graph_cache);
+    let mut engines = graph_cache.as_os_str().to_owned();
+    engines.push(".engines");
+    cmd.env("COSY_GRAPH_CACHE", graph_cache).env("COSY_ENGINE_CACHE", engines);
     // A runtime folder of its own beside the graph cache: a `cosy serve` started here listens on
     // a default socket no other test's `say` finds, and a `say` here never finds a server the
     // developer runs (docs/desktop.md).

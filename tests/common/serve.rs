@@ -23,14 +23,33 @@ pub struct Server {
     pub log: Arc<Mutex<String>>,
 }
 
-/// A WebSocket client connected to `url` whose reads give up after 60 s (a hang guard: a server
-/// that stops answering fails the test instead of hanging CI).
-pub fn ws_connect(url: &str) -> (tungstenite::WebSocket<tungstenite::stream::MaybeTlsStream<TcpStream>>, tungstenite::handshake::client::Response) {
-    let (ws, response) = tungstenite::connect(url).unwrap_or_else(|e| panic!("connect {url}: {e}"));
-    if let tungstenite::stream::MaybeTlsStream::Plain(s) = ws.get_ref() {
-        s.set_read_timeout(Some(Duration::from_secs(60))).expect("read timeout");
+/// A test's WebSocket client.
+pub type Ws = tungstenite::WebSocket<tungstenite::stream::MaybeTlsStream<TcpStream>>;
+
+/// A WebSocket handshake for `request` (a `ws://` URL, or a request with headers) whose reads, the
+/// handshake's own included, give up after 60 s (a hang guard: a server that stops answering fails
+/// the test instead of hanging CI; `tungstenite::connect` would read the handshake without one).
+/// A refused handshake is its error (`tungstenite::Error::Http` with the response).
+pub fn ws_handshake(request: impl tungstenite::client::IntoClientRequest) -> Result<(Ws, tungstenite::handshake::client::Response), tungstenite::Error> {
+    let request = request.into_client_request()?;
+    let host = request.uri().host().unwrap_or("127.0.0.1").to_string();
+    let port = request.uri().port_u16().unwrap_or(80);
+    let stream = TcpStream::connect((host.as_str(), port))?;
+    stream.set_read_timeout(Some(Duration::from_secs(60)))?;
+    stream.set_write_timeout(Some(Duration::from_secs(60)))?;
+    match tungstenite::client(request, tungstenite::stream::MaybeTlsStream::Plain(stream)) {
+        Ok(connected) => Ok(connected),
+        Err(tungstenite::HandshakeError::Failure(e)) => Err(e),
+        // A blocking socket is "interrupted" only by its read timeout.
+        Err(tungstenite::HandshakeError::Interrupted(_)) => {
+            Err(tungstenite::Error::Io(std::io::Error::new(std::io::ErrorKind::TimedOut, "no handshake reply within 60 s")))
+        }
     }
-    (ws, response)
+}
+
+/// A WebSocket client connected to `url` (reads give up after 60 s: [`ws_handshake`]).
+pub fn ws_connect(url: &str) -> (Ws, tungstenite::handshake::client::Response) {
+    ws_handshake(url).unwrap_or_else(|e| panic!("connect {url}: {e}"))
 }
 
 /// The tiny model, a voices folder with a default voice "me", and these `--set` pairs.

@@ -2,7 +2,9 @@
 //! and the next request loads it again, waits for the load, says it paid one (`stages.load`) and
 //! speaks the same samples. A request that arrives while the model is being dropped waits and
 //! succeeds. The unload is held open by the engine's test hook (`EngineBuilder::unload_hook`), so
-//! what "during the unload" means does not depend on timing; every wait has a hang guard only.
+//! what "during the unload" means does not depend on timing, and the held unload is the engine's
+//! first, before any request (a request made first could find the model already dropped on a
+//! busy machine); every wait has a hang guard only.
 
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
@@ -26,9 +28,23 @@ fn wait_until(what: &str, f: impl Fn() -> bool) {
 #[test]
 fn idle_unload_drops_the_model_and_a_request_during_the_unload_waits_and_succeeds() {
     let cache = tempfile::tempdir().expect("temp dir");
+    let voice = Voice::CrossLingual { wav: fixture_prompt() };
+    let mut request = Request::new("The model comes back when it is needed.", voice);
+    request.seed = Some(7);
+    request.stream = true;
+    request.ignore_stop_until = Some(40);
+    // The samples of a model never unloaded (an engine of its own, without the idle unload).
     let mut config = config_for(&fixture_model(), cache.path());
+    let (first, summary) = {
+        let engine = Engine::builder(&config).build().expect("engine loads the fixture");
+        engine.submit(request.clone()).expect("submit").wait().expect("first request")
+    };
+    assert!(!first.is_empty());
+    assert_eq!(summary.stages.load, 0.0, "the model was in memory");
+
+    // The first unload (the engine idle since its load: no request is made before it, so no
+    // request can race it) waits in the hook until the test has sent its request; later ones go on.
     config.engine.idle_unload_s = 1;
-    // The first unload waits in the hook until the test has sent its request; later ones go on.
     let (unloading_tx, unloading_rx) = mpsc::channel::<()>();
     let (go_tx, go_rx) = mpsc::channel::<()>();
     let gate = Mutex::new(Some((unloading_tx, go_rx)));
@@ -39,16 +55,6 @@ fn idle_unload_drops_the_model_and_a_request_during_the_unload_waits_and_succeed
         }
     });
     let engine = Engine::builder(&config).unload_hook(hook).build().expect("engine loads the fixture");
-
-    let voice = Voice::CrossLingual { wav: fixture_prompt() };
-    let mut request = Request::new("The model comes back when it is needed.", voice);
-    request.seed = Some(7);
-    request.stream = true;
-    request.ignore_stop_until = Some(40);
-
-    let (first, summary) = engine.submit(request.clone()).expect("submit").wait().expect("first request");
-    assert!(!first.is_empty());
-    assert_eq!(summary.stages.load, 0.0, "the model was in memory");
 
     // Idle for engine.idle_unload_s: the unload starts and waits in the hook.
     unloading_rx.recv_timeout(GUARD).expect("the model is unloaded after the idle time");

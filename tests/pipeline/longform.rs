@@ -114,7 +114,9 @@ fn a_changed_input_is_refused_and_a_damaged_sentence_is_said_again() {
     let (engine, _cache) = engine();
     let folders = tempfile::tempdir().expect("temp dir");
     let dir = folders.path().join("job");
-    let first = sentences(&run_whole(&engine, &dir, spec(chapters(), 2)));
+    // One in flight: the sentence said again below runs alone, and a sentence batched with
+    // another may differ from its solo run in the last bits (the comparison is byte for byte).
+    let first = sentences(&run_whole(&engine, &dir, spec(chapters(), 1)));
 
     let mut changed = chapters();
     changed[1].1.push_str(" Thunder came later.");

@@ -548,7 +548,7 @@ fn api_key_is_required_when_set() {
     // The key never reaches the log.
     assert!(!server.log.lock().unwrap().contains("s3cret"));
     // A WebSocket without the key is refused before the upgrade.
-    let err = tungstenite::connect(server.url("/v1/audio/speech/stream").replace("http://", "ws://")).expect_err("refused");
+    let err = crate::serve::ws_handshake(server.url("/v1/audio/speech/stream").replace("http://", "ws://")).expect_err("refused");
     assert!(matches!(err, tungstenite::Error::Http(ref r) if r.status() == 401), "{err}");
     let _ = base64(b"");
     let _ = Duration::ZERO;
@@ -705,7 +705,7 @@ fn websocket_bistream_matches_the_official_code() {
     assert!(error.as_deref().is_some_and(|m| m.contains("limits.max_text_chars")), "{error:?}");
     let r = server.post_json("/v1/audio/speech", &json!({"input": "Hello there.", "voice": "me", "seed": 1}));
     assert_eq!(r.status, 200, "{}", r.text());
-    server.wait_for("nothing in flight", Duration::from_secs(10), |s| s.metric("cosy_requests_in_flight") == 0.0);
+    server.wait_for("nothing in flight", Duration::from_secs(60), |s| s.metric("cosy_requests_in_flight") == 0.0);
 }
 
 /// `GET /v1/audio/voices` reads each voice file's header only (as `cosy voice list`): a 3 GB stray

@@ -2,8 +2,6 @@
 //! reads, extra request fields, browsers (CORS, the WebSocket's Origin and key), and text-in
 //! streaming that goes on after the speech ended early (forced with the test hook `max_tokens`).
 
-use std::net::TcpStream;
-use std::time::Duration;
 
 use serde_json::json;
 use tungstenite::client::IntoClientRequest;
@@ -13,7 +11,7 @@ use crate::serve::{data_url, start_server, Server};
 
 const TEXT: &str = "Hello world, how are you today? The weather is fine.";
 
-type Ws = tungstenite::WebSocket<tungstenite::stream::MaybeTlsStream<TcpStream>>;
+use crate::serve::Ws;
 
 /// A WebSocket handshake with extra headers; reads give up after 60 s.
 fn ws_with(server: &Server, query: &str, headers: &[(&str, &str)]) -> Result<(Ws, tungstenite::handshake::client::Response), tungstenite::Error> {
@@ -23,11 +21,7 @@ fn ws_with(server: &Server, query: &str, headers: &[(&str, &str)]) -> Result<(Ws
         let name = tungstenite::http::HeaderName::from_bytes(k.as_bytes()).expect("header name");
         request.headers_mut().insert(name, v.parse().expect("header value"));
     }
-    let (ws, response) = tungstenite::connect(request)?;
-    if let tungstenite::stream::MaybeTlsStream::Plain(s) = ws.get_ref() {
-        s.set_read_timeout(Some(Duration::from_secs(60))).expect("read timeout");
-    }
-    Ok((ws, response))
+    crate::serve::ws_handshake(request)
 }
 
 fn send(ws: &mut Ws, v: serde_json::Value) {

@@ -5,8 +5,6 @@
 //! `server.web_ui = false`. The page itself is driven in Chromium by
 //! tests/clients/python/test_web_page.py.
 
-use std::net::TcpStream;
-use std::time::Duration;
 
 use serde_json::json;
 use tungstenite::client::IntoClientRequest;
@@ -16,15 +14,12 @@ use crate::serve::{data_url, start_server, Server};
 
 const TEXT: &str = "Hello world, how are you today? The weather is fine.";
 
-type Ws = tungstenite::WebSocket<tungstenite::stream::MaybeTlsStream<TcpStream>>;
+use crate::serve::Ws;
 
 fn ws_from(server: &Server, origin: &str) -> Result<Ws, tungstenite::Error> {
     let mut request = format!("ws://127.0.0.1:{}/v1/audio/speech/stream", server.port).into_client_request().expect("request");
     request.headers_mut().insert("Origin", origin.parse().expect("origin"));
-    let (ws, _) = tungstenite::connect(request)?;
-    if let tungstenite::stream::MaybeTlsStream::Plain(s) = ws.get_ref() {
-        s.set_read_timeout(Some(Duration::from_secs(60))).expect("read timeout");
-    }
+    let (ws, _) = crate::serve::ws_handshake(request)?;
     Ok(ws)
 }
 
