@@ -227,6 +227,10 @@ fn the_text_table_reaches_the_model_the_same_whole_and_streamed() {
         "wyoming.bind=127.0.0.1:0",
         &format!("text.lexicon={}", lexicon.display()),
     ]);
+    // Printed before the model loads, but read from stderr by another thread: waited for.
+    server.wait_for("the Wyoming address in the log", std::time::Duration::from_secs(60), |s| {
+        s.log.lock().unwrap().contains("cosy serve: wyoming on tcp://")
+    });
     let wyoming_port: u16 = {
         let log = server.log.lock().unwrap().clone();
         let at = log.lines().find_map(|l| l.strip_prefix("cosy serve: wyoming on tcp://127.0.0.1:")).unwrap_or_else(|| panic!("no Wyoming address: {log}"));

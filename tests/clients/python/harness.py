@@ -100,7 +100,9 @@ def _wait_listening(proc: subprocess.Popen[bytes], log: Path) -> int:
 
 
 def _wait_wyoming(proc: subprocess.Popen[bytes], log: Path) -> int:
-    """The port from the `cosy serve: wyoming on tcp://127.0.0.1:PORT` line (printed before the HTTP one)."""
+    """The port from the `cosy serve: wyoming on tcp://127.0.0.1:PORT` line, read once the server is
+    ready: it is printed after the HTTP line and before the model loads, so a read right after the
+    HTTP line could come before it."""
     m = re.search(r"cosy serve: wyoming on tcp://127\.0\.0\.1:(\d+)", _log_text(log))
     assert m, f"cosy serve printed no wyoming line:\n{_log_text(log)}"
     return int(m.group(1))
@@ -133,8 +135,8 @@ def serve(work: Work, name: str, *settings: str, wyoming: bool = False) -> Itera
                                 env=work.env(), stdin=subprocess.DEVNULL, stdout=sink, stderr=sink)
     try:
         port = _wait_listening(proc, log)
-        wyoming_port = _wait_wyoming(proc, log) if wyoming else None
         _wait_ready(proc, port, log)
+        wyoming_port = _wait_wyoming(proc, log) if wyoming else None
         yield Server(proc, port, log, wyoming_port)
     finally:
         if proc.poll() is None:
