@@ -134,6 +134,9 @@ fn say_and_file_through_a_local_server_give_what_the_local_path_gives() {
     assert_eq!(warm_made, made(&log), "the same chunks and sentence ends either way");
     let cold = user.played();
     assert_eq!(warm.len(), cold.len(), "as many samples played");
+    // Bit for bit on purpose: the same binary, model, request and seed on the same CPU, one
+    // request at a time on each path (nothing batched), so the arithmetic is the same; the issue
+    // asks for the same samples either way.
     assert!(warm == cold, "the same samples, bit for bit");
 
     // `cosy file`: the same bytes, as wav16, wavf32 and streamed pcm.
