@@ -51,6 +51,11 @@ pub(super) struct SlotCache {
     /// Free real slots (the scratch slot is never handed out).
     free: Vec<usize>,
     grows: u64,
+    /// Whether `buffers` are bound, as inputs and as outputs, in the binding [`SlotCache::run`] is
+    /// given (the batch's one binding, which only this cache uses in static mode): bound once, and
+    /// again only after growth (new buffers), so a step binds just its three small inputs (on a
+    /// GPU: no per-step work for 2 × layers buffers, and fixed addresses, as CUDA graphs need).
+    bound: bool,
 }
 
 impl SlotCache {
@@ -76,6 +81,7 @@ impl SlotCache {
             max_positions: max_positions.max(1),
             free: (0..max_batch).rev().collect(),
             grows: 0,
+            bound: false,
         };
         cache.buffers = (0..cache.input_names.len()).map(|_| cache.allocate(cache.max_positions, None)).collect::<Result<_>>()?;
         Ok(cache)
@@ -156,6 +162,7 @@ impl SlotCache {
         }
         tracing::info!("llm: static KV cache grown from {} to {positions} positions per slot (engine.llm_max_positions)", self.max_positions);
         self.buffers = grown;
+        self.bound = false;
         self.max_positions = positions;
         self.grows += 1;
         Ok(true)
@@ -181,17 +188,24 @@ impl SlotCache {
                 return Err(Error::Runtime(format!("llm: positions {last}+{seq} beyond the static cache's {}", self.max_positions)));
             }
         }
-        binding.clear_inputs();
+        if !self.bound {
+            binding.clear_inputs();
+            for ((input, output), buffer) in self.input_names.iter().zip(&self.output_names).zip(self.buffers.iter_mut()) {
+                binding.bind_input(input, buffer)?;
+                binding.inner_mut().bind_output(output.as_str(), &mut *buffer)?;
+            }
+            self.bound = true;
+        }
+        // Bound again each step, each in place of the last (a binding holds one value a name).
         let x = tensor(&[rows, seq, self.shape.hidden], embeds)?;
         let slots = tensor(&[rows], slots)?;
         let starts = tensor(&[rows], starts)?;
         binding.bind_input("inputs_embeds", &x)?;
         binding.bind_input("slots", &slots)?;
         binding.bind_input("start", &starts)?;
-        for ((input, output), buffer) in self.input_names.iter().zip(&self.output_names).zip(self.buffers.iter_mut()) {
-            binding.bind_input(input, buffer)?;
-            binding.inner_mut().bind_output(output.as_str(), &mut *buffer)?;
-        }
+        // The logits too: bound once, the last step's logits would be handed back as the next
+        // step's output buffer, whose shape changes with the rows (ONNX Runtime refuses: "has
+        // shape {1,V} but the computed output shape for this run is {4,V}"; tried).
         binding.inner_mut().bind_output_to_device("logits", host)?;
         let outputs = binding.run(session)?;
         let logits = outputs
