@@ -442,6 +442,10 @@ pub fn shorten(text: &str, max: usize) -> String {
 /// punctuation, symbols and emoji, or only special tokens (`<|endofprompt|>` with nothing after
 /// it).
 pub fn check_speakable(text: &str) -> Result<()> {
+    // The rule is `has_something_to_say`; what follows only words why it failed.
+    if crate::frontend::text::has_something_to_say(text) {
+        return Ok(());
+    }
     let visible = crate::frontend::text::strip_invisible(text);
     let spoken = crate::frontend::text::strip_invisible(&crate::frontend::text::spoken_part(text));
     if !visible.is_empty() && spoken.is_empty() {

@@ -668,14 +668,11 @@ impl TextFeed {
 
 impl Drop for TextFeed {
     /// The end of the text: a feed that cuts sentences hands over what it still holds (the last
-    /// sentence needs no end mark), unless that is only blanks.
+    /// sentence needs no end mark; [`SentenceCutter::finish`]).
     fn drop(&mut self) {
-        if let Some(mut cutter) = self.cutter.take() {
-            let rest = cutter.rest();
-            if !rest.trim().is_empty() {
-                // A request that already ended takes nothing: `not_taken` still lists it.
-                let _ = self.hand_over(rest);
-            }
+        if let Some(rest) = self.cutter.take().as_mut().and_then(SentenceCutter::finish) {
+            // A request that already ended takes nothing: `not_taken` still lists it.
+            let _ = self.hand_over(rest);
         }
     }
 }

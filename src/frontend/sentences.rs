@@ -46,6 +46,12 @@ impl SentenceCutter {
         None
     }
 
+    /// The input is done: the rest as the last span, unless it has nothing to say (only blanks
+    /// or punctuation then go unsaid, as within the text they would join the next span).
+    pub fn finish(&mut self) -> Option<String> {
+        Some(self.rest()).filter(|rest| has_something_to_say(rest))
+    }
+
     /// The input is done: all the rest, read (it may have nothing to say).
     pub fn rest(&mut self) -> String {
         if let Some(stream) = self.markdown.as_mut() {
@@ -72,6 +78,17 @@ mod tests {
         let got: Vec<String> = ["… ", "! ", "Hello there. ", "Bye"].iter().filter_map(|p| cut.push(p)).collect();
         assert!(got.iter().all(|s| has_something_to_say(s)), "{got:?}");
         assert_eq!(got.concat() + &cut.rest(), "… ! Hello there. Bye", "no text lost or changed");
+    }
+
+    #[test]
+    fn the_end_hands_over_the_rest_only_when_it_has_something_to_say() {
+        let mut cut = SentenceCutter::new(None);
+        assert_eq!(cut.push("Hello there. "), Some("Hello there.".to_string()));
+        assert_eq!(cut.push("Bye"), None);
+        assert_eq!(cut.finish().as_deref(), Some(" Bye"), "the last sentence needs no end mark");
+        let mut cut = SentenceCutter::new(None);
+        cut.read(" ?! \u{200b}");
+        assert_eq!(cut.finish(), None, "only punctuation and blanks: nothing to say");
     }
 
     #[test]

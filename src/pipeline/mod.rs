@@ -241,11 +241,7 @@ where
             Some(Err(e)) => return Some(Err(e)),
             None => {
                 done = true;
-                let rest = cutter.rest();
-                if rest.trim().is_empty() {
-                    return None;
-                }
-                return Some(Ok(synth.normalize_span(&rest, numbers, lexicon.as_ref())));
+                return cutter.finish().map(|rest| Ok(synth.normalize_span(&rest, numbers, lexicon.as_ref())));
             }
         }
     })

@@ -343,7 +343,7 @@ impl Session {
         match &mut self.pending {
             Pending::TextIn { waiting, cutter } => {
                 // The text the cutter still held: the last piece, if it has something to say.
-                if let Some(rest) = cutter.as_mut().map(SentenceCutter::rest).filter(|rest| check_speakable(rest).is_ok()) {
+                if let Some(rest) = cutter.as_mut().and_then(SentenceCutter::finish) {
                     match self.speaking.as_mut().filter(|s| s.text_open) {
                         Some(speaking) => {
                             speaking.pieces.push(rest.clone());
